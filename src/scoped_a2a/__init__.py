@@ -1,0 +1,26 @@
+"""scoped-a2a: an A2A server, client and step runner on AnyIO structured concurrency."""
+
+from .protocol.errors import A2AError
+from .protocol.types import Message, Part, Role, Task, TaskState
+from .runtime.context import Agent, RunContext
+from .runtime.policy import RunPolicy
+from .server.app import A2AApp
+from .server.serve import serve
+from .store.base import TaskStore
+from .store.memory import MemoryTaskStore
+
+__all__ = [
+    "A2AApp",
+    "A2AError",
+    "Agent",
+    "MemoryTaskStore",
+    "Message",
+    "Part",
+    "Role",
+    "RunContext",
+    "RunPolicy",
+    "Task",
+    "TaskState",
+    "TaskStore",
+    "serve",
+]

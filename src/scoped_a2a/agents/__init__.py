@@ -1,0 +1,1 @@
+"""Agents that ship with scoped-a2a."""

@@ -1,0 +1,118 @@
+"""``python -m scoped_a2a``: the command line.
+
+``serve`` runs an agent (the built-in demo by default) under hypercorn on trio or asyncio. SIGINT
+and SIGTERM start a graceful shutdown (new sends refused, runs get ``--grace`` seconds, the rest
+are cancelled and recorded); a second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from .runtime.policy import RunPolicy
+
+log = logging.getLogger("scoped_a2a.cli")
+
+
+def load_agent(spec: str) -> Any:
+    """Import ``MODULE:ATTR`` (ATTR may be dotted) from the Python path."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SystemExit(f"--agent must look like MODULE:ATTR, not {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"cannot import agent module {module_name!r}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SystemExit(f"{module_name!r} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise SystemExit(f"{spec} is not callable; an agent is an async callable")
+    return obj
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m scoped_a2a", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve an agent over A2A")
+    s.add_argument("--agent", default="scoped_a2a.agents.demo:demo_agent",
+                   help="MODULE:ATTR of the agent (default: the built-in demo agent)")
+    s.add_argument("--backend", choices=["trio", "asyncio"], default="trio")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--detach-metadata", action="append", default=[], metavar="KEY=V1,V2",
+                   help="detach runs whose message or request metadata has KEY set to one of "
+                        "the values (repeatable; KEY alone matches any value)")
+    s.add_argument("--no-cancel-on-disconnect", action="store_true",
+                   help="detach every run: no run is cancelled when its caller hangs up")
+    s.add_argument("--grace", type=float, default=10.0,
+                   help="seconds runs get to finish on shutdown (default 10)")
+    s.add_argument("--public-url", help="the URL the agent card advertises (behind a proxy)")
+    s.add_argument("--max-body-bytes", type=int, default=8 << 20)
+    s.add_argument("--max-ended-tasks", type=int, default=10_000,
+                   help="ended tasks kept in memory (oldest evicted first)")
+    s.add_argument("--log-level", default="INFO")
+    return p
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from .server.app import A2AApp
+    from .server.serve import serve
+    from .store.memory import MemoryTaskStore
+
+    policy = RunPolicy.from_rules(
+        args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect
+    )
+    app = A2AApp(
+        load_agent(args.agent),
+        policy=policy,
+        grace=args.grace,
+        public_url=args.public_url,
+        max_body_bytes=args.max_body_bytes,
+        store=MemoryTaskStore(max_ended_tasks=args.max_ended_tasks),
+    )
+    shutdown = anyio.Event()
+    async with anyio.create_task_group() as tg:
+
+        async def on_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    if shutdown.is_set():
+                        log.warning("second signal: stopping now")
+                        tg.cancel_scope.cancel()
+                        return
+                    log.info("%s: shutting down gracefully", signal.Signals(signum).name)
+                    shutdown.set()
+
+        tg.start_soon(on_signals)
+        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace)
+        tg.cancel_scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.command == "serve":
+        try:
+            anyio.run(_serve, args, backend=args.backend)
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The client side: calling A2A agents, following trajectories, steps."""

@@ -1,0 +1,158 @@
+"""The two dialects on one URL: method names and result shapes of 1.0 and 0.3 (no I/O).
+
+Handlers work on the 1.0 model; a :class:`Dialect` decodes a method's params into it and renders
+results back in the caller's shape. Which dialect answers is chosen by the method name (the 0.3
+names are ``a/b`` paths, the 1.0 names are PascalCase); the ``A2A-Version`` header, when present,
+must name a version this server speaks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from . import v03
+from .errors import VersionNotSupported
+from .jsonrpc import decode_params
+from .trajectory import LogEvent, TrajectoryEvent
+from .types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskStatusUpdateEvent,
+)
+
+_encode = msgspec.json.Encoder().encode
+
+SUPPORTED_VERSIONS = ("1.0", "0.3")
+
+# 1.0 method name -> 0.3 method name (where 0.3 has one).
+V03_NAMES = {
+    "SendMessage": "message/send",
+    "SendStreamingMessage": "message/stream",
+    "GetTask": "tasks/get",
+    "CancelTask": "tasks/cancel",
+    "SubscribeToTask": "tasks/resubscribe",
+    "CreateTaskPushNotificationConfig": "tasks/pushNotificationConfig/set",
+    "GetTaskPushNotificationConfig": "tasks/pushNotificationConfig/get",
+    "ListTaskPushNotificationConfigs": "tasks/pushNotificationConfig/list",
+    "DeleteTaskPushNotificationConfig": "tasks/pushNotificationConfig/delete",
+    "GetExtendedAgentCard": "agent/getAuthenticatedExtendedCard",
+}
+FROM_V03 = {v: k for k, v in V03_NAMES.items()}
+
+
+def check_version(header: str | None) -> None:
+    """Raise VersionNotSupported (-32009) for an ``A2A-Version`` this server does not speak."""
+    if header is None or not header.strip():
+        return
+    value = header.strip()
+    major_minor = ".".join(value.split(".")[:2])
+    if major_minor not in SUPPORTED_VERSIONS:
+        raise VersionNotSupported(
+            f"A2A-Version {value!r} is not supported; this server speaks "
+            + " and ".join(SUPPORTED_VERSIONS)
+        )
+
+
+class Dialect:
+    """The 1.0 dialect; :class:`V03` overrides what 0.3 shapes differently."""
+
+    v1 = True
+    version = "1.0"
+
+    def send_params(self, raw: msgspec.Raw | None) -> SendMessageRequest:
+        return decode_params(raw, SendMessageRequest)
+
+    def get_params(self, raw: msgspec.Raw | None) -> GetTaskRequest:
+        return decode_params(raw, GetTaskRequest)
+
+    def cancel_params(self, raw: msgspec.Raw | None) -> CancelTaskRequest:
+        return decode_params(raw, CancelTaskRequest)
+
+    def subscribe_params(self, raw: msgspec.Raw | None) -> SubscribeToTaskRequest:
+        return decode_params(raw, SubscribeToTaskRequest)
+
+    def task(self, task: Task) -> bytes:
+        return _encode(task)
+
+    def send_result(self, task: Task) -> bytes:
+        return b'{"task":' + _encode(task) + b"}"
+
+    def message_result(self, message: Message) -> bytes:
+        return b'{"message":' + _encode(message) + b"}"
+
+    def stream_task(self, task: Task) -> bytes:
+        return b'{"task":' + _encode(task) + b"}"
+
+    def stream_event(self, event: LogEvent, encoded: bytes) -> bytes:
+        if isinstance(event, TaskStatusUpdateEvent):
+            return b'{"statusUpdate":' + encoded + b"}"
+        if isinstance(event, TaskArtifactUpdateEvent):
+            return b'{"artifactUpdate":' + encoded + b"}"
+        return b'{"trajectory":' + encoded + b"}"
+
+    def push_config(self, config: TaskPushNotificationConfig) -> bytes:
+        return _encode(config)
+
+    def push_configs(self, configs: list[TaskPushNotificationConfig]) -> bytes:
+        return _encode({"configs": configs})
+
+
+class V03(Dialect):
+    v1 = False
+    version = "0.3"
+
+    def send_params(self, raw: msgspec.Raw | None) -> SendMessageRequest:
+        return v03.send_request_from_v03(decode_params(raw, v03.MessageSendParams03))
+
+    def get_params(self, raw: msgspec.Raw | None) -> GetTaskRequest:
+        p = decode_params(raw, v03.TaskQueryParams03)
+        return GetTaskRequest(id=p.id, history_length=p.history_length)
+
+    def cancel_params(self, raw: msgspec.Raw | None) -> CancelTaskRequest:
+        p = decode_params(raw, v03.TaskIdParams03)
+        return CancelTaskRequest(id=p.id, metadata=p.metadata)
+
+    def subscribe_params(self, raw: msgspec.Raw | None) -> SubscribeToTaskRequest:
+        p = decode_params(raw, v03.TaskIdParams03)
+        return SubscribeToTaskRequest(id=p.id)
+
+    def task(self, task: Task) -> bytes:
+        return _encode(v03.task_to_v03(task))
+
+    def send_result(self, task: Task) -> bytes:
+        return self.task(task)
+
+    def message_result(self, message: Message) -> bytes:
+        return _encode(v03.message_to_v03(message))
+
+    def stream_task(self, task: Task) -> bytes:
+        return self.task(task)
+
+    def stream_event(self, event: LogEvent, encoded: bytes) -> bytes:
+        out: dict[str, Any]
+        if isinstance(event, TaskStatusUpdateEvent):
+            out = v03.status_update_to_v03(event)
+        elif isinstance(event, TaskArtifactUpdateEvent):
+            out = v03.artifact_update_to_v03(event)
+        else:
+            assert isinstance(event, TrajectoryEvent)
+            return b'{"kind":"trajectory","event":' + encoded + b"}"
+        return _encode(out)
+
+    def push_config(self, config: TaskPushNotificationConfig) -> bytes:
+        return _encode(v03.push_config_to_v03(config))
+
+    def push_configs(self, configs: list[TaskPushNotificationConfig]) -> bytes:
+        return _encode([v03.push_config_to_v03(c) for c in configs])
+
+
+V10_DIALECT = Dialect()
+V03_DIALECT = V03()

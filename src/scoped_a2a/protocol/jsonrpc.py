@@ -1,0 +1,89 @@
+"""JSON-RPC 2.0 envelopes: parse a request body, build answers (no I/O).
+
+Answers are assembled from pre-encoded pieces (``b'{"jsonrpc":"2.0","id":' ...``) so an event
+encoded once in the task log is spliced into every subscriber's frame without re-encoding.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from .errors import A2AError, InvalidParams, InvalidRequest, ParseError
+
+T = TypeVar("T")
+
+_encode = msgspec.json.Encoder().encode
+
+
+class _Envelope(msgspec.Struct):
+    jsonrpc: str
+    method: str
+    id: int | str | None | msgspec.UnsetType = msgspec.UNSET
+    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+
+
+class RpcRequest(msgspec.Struct):
+    id_json: bytes  # the id, encoded, ready to splice into the answer
+    method: str
+    params: msgspec.Raw | None
+
+
+def _id_json(value: Any) -> bytes:
+    return _encode(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else b"null"
+
+
+def parse_request(body: bytes) -> RpcRequest:
+    """Parse one JSON-RPC request. Raises A2AError carrying ``id_json`` for the error answer."""
+    try:
+        env = _envelope_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        try:
+            value = msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            err: A2AError = ParseError(f"the body is not valid JSON: {exc}")
+            err.id_json = b"null"  # type: ignore[attr-defined]
+            raise err from None
+        if isinstance(value, list):
+            err = InvalidRequest("batch requests are not supported; send one object")
+        elif not isinstance(value, dict):
+            err = InvalidRequest("the body must be a JSON-RPC request object")
+        else:
+            err = InvalidRequest(f"not a JSON-RPC 2.0 request: {exc}")
+        err.id_json = _id_json(value.get("id") if isinstance(value, dict) else None)  # type: ignore[attr-defined]
+        raise err from None
+    id_json = _id_json(env.id)
+    if env.jsonrpc != "2.0":
+        err = InvalidRequest('"jsonrpc" must be "2.0"')
+    elif env.id is msgspec.UNSET or env.id is None:
+        err = InvalidRequest('A2A requests need an "id" (a string or a number)')
+    else:
+        params = None if env.params is msgspec.UNSET else env.params
+        return RpcRequest(id_json, env.method, params)
+    err.id_json = id_json  # type: ignore[attr-defined]
+    raise err
+
+
+def decode_params(params: msgspec.Raw | None, type_: type[T]) -> T:
+    """Decode and validate a method's params; InvalidParams names the offending field."""
+    if params is None or bytes(params).strip() == b"null":
+        raise InvalidParams("this method needs params (a JSON object)")
+    try:
+        return msgspec.json.decode(params, type=type_)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InvalidParams(f"invalid params: {exc}") from None
+
+
+def result_frame(id_json: bytes, result: bytes) -> bytes:
+    return b'{"jsonrpc":"2.0","id":' + id_json + b',"result":' + result + b"}"
+
+
+def error_frame(id_json: bytes, error: A2AError, *, v1: bool) -> bytes:
+    return (
+        b'{"jsonrpc":"2.0","id":' + id_json + b',"error":'
+        + _encode(error.to_jsonrpc(v1=v1)) + b"}"
+    )

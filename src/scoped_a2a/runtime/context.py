@@ -1,0 +1,169 @@
+"""What an agent sees of its run: the message, and the ways to report progress.
+
+Every ``await ctx.*`` call appends one event to the task's log (and so reaches every stream and
+subscriber). If the task was ended meanwhile (CancelTask, shutdown), the call raises the
+cancellation that is already on its way: the run's scope has been cancelled, so the next
+checkpoint ends the agent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from ..protocol.trajectory import LogEvent, TrajectoryEvent
+from ..protocol.types import (
+    Artifact,
+    Message,
+    Part,
+    Role,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    utc_timestamp,
+)
+from .run import Run
+
+
+class Agent(Protocol):
+    """An agent: an async callable taking a :class:`RunContext`.
+
+    Its return value (a string or None) completes the task with that reply; an exception fails
+    it with a message; cancellation cancels it.
+    """
+
+    def __call__(self, ctx: RunContext, /) -> Awaitable[str | None]: ...
+
+
+def agent_message(text: str, *, task_id: str, context_id: str) -> Message:
+    return Message(
+        message_id=uuid.uuid4().hex,
+        role=Role.AGENT,
+        parts=[Part(text=text)],
+        task_id=task_id,
+        context_id=context_id,
+    )
+
+
+class RunContext:
+    """The agent's handle on its run. Create one per run; not shared between runs."""
+
+    def __init__(
+        self,
+        run: Run,
+        message: Message,
+        *,
+        request_metadata: Mapping[str, Any] | None,
+        emit: Callable[[LogEvent], Awaitable[int]],
+        input_timeout: float,
+        attempt: int = 1,
+    ) -> None:
+        self._run = run
+        self._emit = emit
+        self._input_timeout = input_timeout
+        self._last_artifact_id: str | None = None
+        self.message = message
+        self.request_metadata: dict[str, Any] = dict(request_metadata or {})
+        self.attempt = attempt
+        """1 for a first execution; more when a durable queue redelivers the run."""
+
+    @property
+    def task_id(self) -> str:
+        return self._run.task_id
+
+    @property
+    def context_id(self) -> str:
+        return self._run.context_id
+
+    @property
+    def text(self) -> str:
+        """The current message's text parts, joined by newlines."""
+        return self.message.text
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The request's metadata overlaid with the message's."""
+        return {**self.request_metadata, **(self.message.metadata or {})}
+
+    @property
+    def detached(self) -> bool:
+        """True when the run finishes whoever hangs up."""
+        return self._run.detached
+
+    def _status(self, state: TaskState, text: str | None) -> TaskStatusUpdateEvent:
+        msg = None
+        if text is not None:
+            msg = agent_message(text, task_id=self.task_id, context_id=self.context_id)
+        return TaskStatusUpdateEvent(
+            task_id=self.task_id,
+            context_id=self.context_id,
+            status=TaskStatus(state=state, message=msg, timestamp=utc_timestamp()),
+        )
+
+    async def working(self, text: str | None = None) -> None:
+        """Report the task as working, optionally with a progress message."""
+        await self._emit(self._status(TaskState.WORKING, text))
+
+    async def artifact(
+        self,
+        text: str | None = None,
+        *,
+        data: Any = None,
+        name: str | None = None,
+        append: bool = False,
+        last_chunk: bool = True,
+        artifact_id: str | None = None,
+    ) -> str:
+        """Publish an artifact (or a chunk of one); returns its id.
+
+        With ``append=True`` the parts extend the previous artifact (or ``artifact_id``), which
+        is how a reply is streamed in chunks.
+        """
+        parts = []
+        if text is not None:
+            parts.append(Part(text=text))
+        if data is not None:
+            parts.append(Part(data=data))
+        if not parts:
+            raise ValueError("an artifact needs text or data")
+        if artifact_id is None:
+            artifact_id = (
+                self._last_artifact_id if append and self._last_artifact_id else uuid.uuid4().hex
+            )
+        self._last_artifact_id = artifact_id
+        await self._emit(
+            TaskArtifactUpdateEvent(
+                task_id=self.task_id,
+                context_id=self.context_id,
+                artifact=Artifact(artifact_id=artifact_id, parts=parts, name=name),
+                append=append,
+                last_chunk=last_chunk,
+            )
+        )
+        return artifact_id
+
+    async def trajectory(self, event: Mapping[str, Any]) -> None:
+        """Append one of the agent's own live-trajectory events (a JSON-able mapping)."""
+        await self._emit(
+            TrajectoryEvent(
+                task_id=self.task_id,
+                context_id=self.context_id,
+                data=dict(event),
+                timestamp=utc_timestamp(),
+            )
+        )
+
+    async def ask(self, text: str) -> str:
+        """Ask the caller for input and wait for the reply; returns the reply's text.
+
+        The task is ``input-required`` while waiting (blocking sends and streams return to
+        their callers then). The caller answers with a message carrying this task's id; that
+        message becomes ``ctx.message``. Raises TimeoutError after the policy's
+        ``input_timeout``; cancellation (CancelTask, shutdown) ends the wait at once.
+        """
+        with self._run.parking():
+            await self._emit(self._status(TaskState.INPUT_REQUIRED, text))
+            self.message = await self._run.next_message(self._input_timeout)
+        return self.message.text

@@ -1,0 +1,63 @@
+"""Which runs are detached: one small, immutable object, set from the API or the CLI (no I/O).
+
+A detached run belongs to the server nursery and finishes whoever hangs up. A run is detached
+when the caller asked not to wait, when a metadata rule matches the message's or the request's
+metadata (the CRM's fire-and-forget system events), or when cancel-on-disconnect is off. Every
+other run is interactive: it ends when the last caller waiting on it has gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RunPolicy:
+    """How runs relate to their callers.
+
+    ``detach_metadata`` maps a metadata key to the values that detach a run, e.g.
+    ``{"evoai_crm_event": {"inactivity_action", "new_lead"}}``; an empty value set matches any
+    value of that key. ``input_timeout`` bounds how long a run waits in ``ctx.ask``.
+    """
+
+    detach_metadata: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    cancel_on_disconnect: bool = True
+    input_timeout: float = 600.0
+
+    @classmethod
+    def from_rules(
+        cls, rules: Iterable[str] = (), *, cancel_on_disconnect: bool = True,
+        input_timeout: float = 600.0,
+    ) -> RunPolicy:
+        """Build from CLI-style rules ``KEY=V1,V2`` (``KEY`` alone matches any value)."""
+        parsed: dict[str, frozenset[str]] = {}
+        for rule in rules:
+            key, _, values = rule.partition("=")
+            key = key.strip()
+            if not key:
+                raise ValueError(f"detach rule {rule!r} has no key (expected KEY=V1,V2)")
+            vals = frozenset(v.strip() for v in values.split(",") if v.strip())
+            parsed[key] = parsed.get(key, frozenset()) | vals
+        return cls(parsed, cancel_on_disconnect, input_timeout)
+
+    def detach_reason(
+        self,
+        *,
+        return_immediately: bool,
+        message_metadata: Mapping[str, Any] | None,
+        request_metadata: Mapping[str, Any] | None,
+    ) -> str | None:
+        """Why a new run is detached, or None when it is interactive."""
+        if return_immediately:
+            return "return-immediately"
+        for meta in (message_metadata, request_metadata):
+            if not meta:
+                continue
+            for key, values in self.detach_metadata.items():
+                if key in meta and (not values or str(meta[key]) in values):
+                    return f"rule {key}={meta[key]}"
+        if not self.cancel_on_disconnect:
+            return "cancel-on-disconnect off"
+        return None

@@ -1,0 +1,101 @@
+"""One run: one execution of the agent for one task, in its own cancel scope.
+
+A run's lifetime is bounded by its owners. A detached run is owned by the server nursery alone. An
+interactive run is also owned by its *holders*: every caller waiting on it (the blocking send or
+stream that started it, each subscriber) holds it with ``with run.hold():``, and when the last hold
+is released the run's scope is cancelled. Because a request's hold is released when the request's
+scope exits, a hang-up (which cancels that scope) ends an interactive run within milliseconds,
+while other subscribers keep it alive.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ..protocol.types import Message
+
+
+class Run:
+    """Book-keeping of one run; the runner executes it. All methods are synchronous."""
+
+    def __init__(self, task_id: str, context_id: str, detach_reason: str | None) -> None:
+        self.task_id = task_id
+        self.context_id = context_id
+        self.detach_reason = detach_reason
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+        self.cancel_reason: str | None = None
+        self.parked = False  # waiting in ctx.ask for the caller's next message
+        self.started = time.monotonic()
+        self._holders = 0
+        self._inbox: tuple[MemoryObjectSendStream[Message], MemoryObjectReceiveStream[Message]]
+        self._inbox = anyio.create_memory_object_stream[Message](1)
+
+    @property
+    def detached(self) -> bool:
+        return self.detach_reason is not None
+
+    @property
+    def holders(self) -> int:
+        return self._holders
+
+    def detach(self, reason: str) -> None:
+        """Make the run detached from now on (a follow-up message asked for it)."""
+        if self.detach_reason is None:
+            self.detach_reason = reason
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the run's scope; the first reason given is the one recorded."""
+        if self.cancel_reason is None and not self.done.is_set():
+            self.cancel_reason = reason
+        self.scope.cancel()
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Keep an interactive run alive while the ``with`` body runs.
+
+        Leaving the body by any route (return, error, cancellation of the caller) releases the
+        hold; releasing the last hold of an interactive run that is not parked in ``ctx.ask``
+        cancels it with reason ``hang-up``. Entering and leaving never checkpoint.
+        """
+        self._holders += 1
+        try:
+            yield
+        finally:
+            self._holders -= 1
+            self._release_check()
+
+    def _release_check(self) -> None:
+        if self._holders == 0 and not self.detached and not self.parked and not self.done.is_set():
+            self.cancel("hang-up")
+
+    # --- ctx.ask support ------------------------------------------------------------------
+
+    def deliver(self, message: Message) -> None:
+        """Hand the caller's next message to a run parked in ``ctx.ask``."""
+        self._inbox[0].send_nowait(message)
+
+    @contextmanager
+    def parking(self) -> Iterator[None]:
+        """Mark the run as waiting for input (``ctx.ask``) for the ``with`` body.
+
+        While parked the run is not cancelled for lack of holders: nobody waits on an
+        input-required task. On leaving, the usual rule applies again at once, so a resuming
+        caller that already hung up still ends an interactive run.
+        """
+        self.parked = True
+        try:
+            yield
+        finally:
+            self.parked = False
+            self._release_check()
+
+    async def next_message(self, timeout: float) -> Message:
+        """The caller's next message; TimeoutError after ``timeout`` seconds."""
+        with anyio.fail_after(timeout):
+            return await self._inbox[1].receive()

@@ -1,0 +1,255 @@
+"""The runner: starts runs in the server nursery, records how each ends, and drains on shutdown.
+
+Ownership. Every run executes in the server nursery (the task group handed to the app, or the
+one its lifespan opens), inside the run's own cancel scope. Detached runs are owned by that nursery
+alone; interactive runs are also bounded by their holders (see :mod:`.run`). Nothing here keeps a
+global: the nursery is passed in.
+
+Outcomes. A run always ends in a terminal state that the store records: the agent returned ->
+``completed`` (its reply is the status message); it raised -> ``failed`` (the message says what);
+its scope was cancelled -> ``canceled``, with the reason (hang-up, CancelTask, shutdown, ...). The
+end is recorded under a shielded, bounded scope, so even a run cancelled by the nursery's own
+cancellation leaves a record. One log line marks each run's start and end.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
+from ..protocol.trajectory import LogEvent
+from ..protocol.types import (
+    Message,
+    Task,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    utc_timestamp,
+)
+from ..store.base import TaskEnded, TaskStore
+from .context import Agent, RunContext, agent_message
+from .policy import RunPolicy
+from .run import Run
+
+log = logging.getLogger("scoped_a2a.runs")
+
+REASON_TEXT = {
+    "hang-up": "the caller hung up",
+    "CancelTask": "canceled by CancelTask",
+    "shutdown": "the server shut down before the run finished",
+    "nursery": "the server nursery was cancelled",
+}
+
+RECORD_TIMEOUT = 5.0
+"""Seconds a run's end may take to record (shielded) before it is given up and logged."""
+
+
+class Runner:
+    """Starts and tracks the runs of one app. Not thread-safe; lives on one event loop."""
+
+    def __init__(self, agent: Agent, store: TaskStore, policy: RunPolicy) -> None:
+        self.agent = agent
+        self.store = store
+        self.policy = policy
+        self.closing = False
+        self._nursery: TaskGroup | None = None
+        self._runs: dict[str, Run] = {}
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    # --- wiring ---------------------------------------------------------------------------
+
+    def attach(self, nursery: TaskGroup) -> None:
+        """Use ``nursery`` as the server nursery for every run started from now on."""
+        self._nursery = nursery
+        self.closing = False
+
+    @property
+    def active(self) -> int:
+        """How many runs are executing now."""
+        return len(self._runs)
+
+    def get(self, task_id: str) -> Run | None:
+        return self._runs.get(task_id)
+
+    # --- starting -------------------------------------------------------------------------
+
+    def start(
+        self,
+        task: Task,
+        message: Message,
+        *,
+        request_metadata: Mapping[str, Any] | None,
+        detach_reason: str | None,
+        attempt: int = 1,
+    ) -> Run:
+        """Start a run of the agent for ``task`` in the server nursery; return it at once.
+
+        Synchronous on purpose: a caller takes its hold (``with run.hold():``) right after, with
+        no checkpoint in between, so no cancellation can fall into the gap.
+        Raises ServerUnavailable while shutting down or before the app runs.
+        """
+        if self.closing:
+            raise ServerUnavailable("the server is shutting down and accepts no new work")
+        if self._nursery is None:
+            raise ServerUnavailable("the app is not running (serve it, or enter app.running())")
+        if task.id in self._runs:
+            raise UnsupportedOperation(f"task {task.id!r} is already running")
+        run = Run(task.id, task.context_id, detach_reason)
+        ctx = RunContext(
+            run,
+            message,
+            request_metadata=request_metadata,
+            emit=lambda event: self._append(run, event),
+            input_timeout=self.policy.input_timeout,
+            attempt=attempt,
+        )
+        self._runs[task.id] = run
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._nursery.start_soon(self._execute, run, ctx, name=f"scoped_a2a run {task.id}")
+        return run
+
+    def resume(self, run: Run, message: Message, detach_reason: str | None) -> None:
+        """Hand a follow-up message to a run parked in ``ctx.ask``."""
+        if not run.parked:
+            raise UnsupportedOperation(
+                f"task {run.task_id!r} is working; send again once it asks for input or ends"
+            )
+        if detach_reason is not None:
+            run.detach(detach_reason)
+        run.deliver(message)
+
+    async def _append(self, run: Run, event: LogEvent) -> int:
+        try:
+            return await self.store.append(run.task_id, event)
+        except TaskEnded:
+            # Someone recorded an end first (CancelTask without a live run, another replica).
+            run.cancel("CancelTask")
+            await anyio.lowlevel.checkpoint()
+            raise
+
+    # --- executing ------------------------------------------------------------------------
+
+    async def _execute(self, run: Run, ctx: RunContext) -> None:
+        mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
+        log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
+        state: TaskState | None = None
+        text: str | None = None
+        reason = "completed"
+        try:
+            with run.scope:
+                await ctx.working()
+                try:
+                    reply = await self.agent(ctx)
+                except Exception as exc:
+                    state, reason = TaskState.FAILED, "error"
+                    text = f"{type(exc).__name__}: {exc}"
+                    log.warning("agent failed on task %s", run.task_id, exc_info=True)
+                else:
+                    if reply is not None and not isinstance(reply, str):
+                        state, reason = TaskState.FAILED, "error"
+                        text = f"the agent returned {type(reply).__name__}, not str or None"
+                    else:
+                        state, text = TaskState.COMPLETED, reply
+        finally:
+            if state is None or (state is TaskState.FAILED and run.scope.cancel_called):
+                reason = run.cancel_reason or "nursery"
+                state, text = TaskState.CANCELED, f"Canceled: {REASON_TEXT.get(reason, reason)}"
+            with anyio.move_on_after(RECORD_TIMEOUT, shield=True) as recording:
+                await self._record_end(run, state, text, reason)
+            if recording.cancelled_caught:
+                log.error("could not record the end of task %s within %.0fs",
+                          run.task_id, RECORD_TIMEOUT)
+            self._runs.pop(run.task_id, None)
+            run.done.set()
+            if not self._runs:
+                self._idle.set()
+            log.info(
+                "run end task=%s outcome=%s duration_ms=%.1f reason=%s",
+                run.task_id, state.name.lower(), (time.monotonic() - run.started) * 1000, reason,
+            )
+
+    async def _record_end(self, run: Run, state: TaskState, text: str | None, reason: str) -> None:
+        msg = None
+        if text is not None:
+            msg = agent_message(text, task_id=run.task_id, context_id=run.context_id)
+            if state is not TaskState.COMPLETED:
+                msg.metadata = {"reason": reason}
+        event = TaskStatusUpdateEvent(
+            task_id=run.task_id,
+            context_id=run.context_id,
+            status=TaskStatus(state=state, message=msg, timestamp=utc_timestamp()),
+            metadata={"reason": reason},
+        )
+        try:
+            await self.store.append(run.task_id, event)
+        except TaskEnded:
+            pass  # an end was recorded first; terminal states never change
+        except Exception:
+            log.exception("recording the end of task %s failed", run.task_id)
+
+    # --- cancelling -----------------------------------------------------------------------
+
+    async def cancel_task(self, task_id: str, *, reason: str = "CancelTask") -> Task:
+        """Cancel a task's run (or, without one, record it canceled); return the final task.
+
+        Raises TaskNotFound, or TaskNotCancelable when the task is already terminal. Waits up to
+        RECORD_TIMEOUT for the run to record its end.
+        """
+        task, _ = await self.store.get(task_id)
+        if task.status.state.terminal:
+            raise TaskNotCancelable(
+                f"task {task_id!r} is {task.status.state.name.lower()}; terminal tasks cannot "
+                "be canceled"
+            )
+        run = self._runs.get(task_id)
+        if run is not None:
+            run.cancel(reason)
+            with anyio.move_on_after(RECORD_TIMEOUT):
+                await run.done.wait()
+        else:
+            text = f"Canceled: {REASON_TEXT.get(reason, reason)}"
+            await self._record_end(
+                Run(task_id, task.context_id, None), TaskState.CANCELED, text, reason
+            )
+        task, _ = await self.store.get(task_id)
+        if not task.status.state.terminal:
+            raise TaskNotCancelable(f"task {task_id!r} did not end after cancellation")
+        return task
+
+    def cancel_all(self, reason: str) -> None:
+        """Cancel every run now (synchronously); each records its end with ``reason``."""
+        for run in list(self._runs.values()):
+            run.cancel(reason)
+
+    # --- shutting down --------------------------------------------------------------------
+
+    def begin_shutdown(self) -> None:
+        """Refuse new work from now on (sends get ServerUnavailable)."""
+        self.closing = True
+
+    async def shutdown(self, grace: float) -> None:
+        """Refuse new work, give runs ``grace`` seconds, then cancel the rest.
+
+        Runs parked in ``ctx.ask`` are cancelled at once (they wait for a person, not for work
+        to finish). Every run records its end (reason ``shutdown``) before this returns, or is
+        logged as unrecorded after RECORD_TIMEOUT more seconds.
+        """
+        self.begin_shutdown()
+        for run in list(self._runs.values()):
+            if run.parked:
+                run.cancel("shutdown")
+        with anyio.move_on_after(max(grace, 0.0) if math.isfinite(grace) else math.inf):
+            await self._idle.wait()
+        self.cancel_all("shutdown")
+        with anyio.move_on_after(RECORD_TIMEOUT):
+            await self._idle.wait()
+        for run in self._runs.values():
+            log.error("run of task %s ignored cancellation during shutdown", run.task_id)

@@ -1,0 +1,325 @@
+"""``A2AApp``: the ASGI application. Routing, lifespan, and the per-request task group.
+
+The ownership tree (see DESIGN.md)::
+
+    server (lifespan, or app.running())
+    ├── server nursery: every run; passed in as ``detached=`` or opened here
+    └── request: one task group per HTTP request
+        ├── the method (holds the runs it waits on; writes the answer or the SSE stream)
+        └── disconnect watcher: the only reader of receive() after the body; cancels the group
+
+On a hang-up the watcher cancels the request's group: the method's holds are released, which
+cancels interactive runs no one else holds; detached runs carry on in the server nursery.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+
+from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_version
+from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
+from ..protocol.jsonrpc import error_frame, parse_request, result_frame
+from ..protocol.trajectory import TRAJECTORY_READ_METHOD
+from ..runtime.context import Agent
+from ..runtime.policy import RunPolicy
+from ..runtime.runner import Runner
+from ..store.base import TaskStore
+from ..store.memory import MemoryTaskStore
+from .asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, send_response
+from .asgi import read_body as _read_body
+from .card import build_card
+from .disconnect import watch_disconnect
+from .methods import Call, Methods, Output
+from .sse import SlowConsumer, SSEWriter
+
+log = logging.getLogger("scoped_a2a.server")
+
+CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
+_encode = msgspec.json.Encoder().encode
+
+
+class A2AApp:
+    """An ASGI app serving one agent over A2A 1.0 and 0.3 JSON-RPC at ``/``.
+
+    :param agent: an async callable taking a :class:`~scoped_a2a.RunContext`.
+    :param card: fields that override the generated agent card (name, description, skills...).
+    :param policy: which runs are detached (:class:`~scoped_a2a.RunPolicy`).
+    :param detached: the server nursery (an AnyIO task group) runs belong to. When absent, the
+        app's lifespan (or :meth:`running`) opens one and drains it on shutdown.
+    :param store: where tasks live (default: a bounded in-memory store).
+    :param grace: seconds runs get on shutdown before they are cancelled and recorded.
+    :param public_url: the URL the card advertises (default: taken from the request).
+    :param max_body_bytes: larger request bodies are refused with 413.
+    :param keepalive: seconds between keep-alive comments on an idle stream.
+    :param stream_write_timeout: a stream whose client takes no event for this long is closed.
+    :param extended_card: card fields for ``GetExtendedAgentCard`` (absent: -32007).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        card: Mapping[str, Any] | None = None,
+        policy: RunPolicy | None = None,
+        detached: TaskGroup | None = None,
+        store: TaskStore | None = None,
+        grace: float = 10.0,
+        public_url: str | None = None,
+        max_body_bytes: int = 8 << 20,
+        keepalive: float = 15.0,
+        stream_write_timeout: float = 30.0,
+        extended_card: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.policy = policy or RunPolicy()
+        self.store: TaskStore = store or MemoryTaskStore()
+        self.runner = Runner(agent, self.store, self.policy)
+        self.grace = grace
+        self.public_url = public_url
+        self.max_body_bytes = max_body_bytes
+        self.stream_write_timeout = stream_write_timeout
+        self._card_overrides = dict(card or {})
+        self._card_cache: dict[str, bytes] = {}
+        self._extended = dict(extended_card) if extended_card is not None else None
+        self._detached = detached
+        self._name = str(getattr(agent, "__name__", None) or "scoped-a2a agent")
+        self.methods = Methods(
+            self.runner,
+            self.store,
+            keepalive_every=keepalive,
+            extended_card=self._extended_card if self._extended is not None else None,
+        )
+        self.open_requests = 0
+        """Requests in flight now (tests count them to prove nothing is left behind)."""
+        if detached is not None:
+            self.runner.attach(detached)
+
+    # --- lifetime -------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[A2AApp]:
+        """Run the app's server side for the ``async with`` body (lifespan does this for you).
+
+        Opens the server nursery unless one was passed in. On exit: new sends are refused, runs
+        get ``grace`` seconds, the rest are cancelled, and every one records how it ended. If
+        the exit is itself a cancellation, the grace period is skipped.
+        """
+        if self._detached is not None:
+            self.runner.attach(self._detached)
+            try:
+                yield self
+            finally:
+                await self._drain()
+            return
+        async with anyio.create_task_group() as nursery:
+            self.runner.attach(nursery)
+            try:
+                yield self
+            finally:
+                await self._drain()
+
+    async def _drain(self) -> None:
+        try:
+            await self.runner.shutdown(self.grace)
+        finally:
+            # Interrupted by cancellation: still mark what is left as ended by shutdown.
+            self.runner.cancel_all("shutdown")
+
+    def begin_shutdown(self) -> None:
+        """Refuse new sends from now on (``serve`` calls this as soon as shutdown starts)."""
+        self.runner.begin_shutdown()
+
+    # --- ASGI -----------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        else:  # websocket: not part of A2A
+            await send({"type": "websocket.close", "code": 1000})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        message = await receive()
+        if message["type"] != "lifespan.startup":
+            return
+        try:
+            async with self.running():
+                await send({"type": "lifespan.startup.complete"})
+                while (await receive())["type"] != "lifespan.shutdown":
+                    pass
+        except Exception as exc:
+            log.exception("lifespan failed")
+            await send({"type": "lifespan.shutdown.failed", "message": repr(exc)})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope.get("path", "/"), scope.get("method", "GET")
+        if path in CARD_PATHS:
+            if method not in ("GET", "HEAD"):
+                await _plain(send, 405, "use GET for the agent card")
+            else:
+                await send_response(send, 200, self._card(scope),
+                                    headers=[(b"cache-control", b"max-age=60")])
+            return
+        if path not in ("/", ""):
+            await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at /")
+            return
+        if method != "POST":
+            await _plain(send, 405, "A2A JSON-RPC requests are POSTed to /")
+            return
+        self.open_requests += 1
+        try:
+            await self._rpc(scope, receive, send)
+        finally:
+            self.open_requests -= 1
+
+    async def _rpc(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ctype = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            err = InvalidRequest(
+                f"Content-Type must be application/json, not {ctype or 'absent'!r}")
+            await send_response(send, 415, error_frame(b"null", err, v1=True))
+            return
+        try:
+            body = await _read_body(scope, receive, self.max_body_bytes)
+        except BodyTooLarge:
+            err = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
+            await send_response(send, 413, error_frame(b"null", err, v1=True),
+                                headers=[(b"connection", b"close")])
+            return
+        except ClientGone:
+            return
+        try:
+            rpc = parse_request(body)
+        except A2AError as exc:
+            await send_response(send, 200, error_frame(exc.id_json, exc, v1=True))  # type: ignore[attr-defined]
+            return
+        name = FROM_V03.get(rpc.method)
+        dialect = V03_DIALECT if name is not None else V10_DIALECT
+        name = name or rpc.method
+        out = _AsgiOutput(send, rpc.id_json, dialect.v1, self.stream_write_timeout)
+        try:
+            check_version(header(scope, b"a2a-version") or _query_version(scope))
+            if name == TRAJECTORY_READ_METHOD:
+                handler = self.methods.read_trajectory
+            else:
+                handler = self.methods.table.get(name)  # type: ignore[assignment]
+                if handler is None:
+                    raise MethodNotFound(f"method {rpc.method!r} not found")
+        except A2AError as exc:
+            await out.error(exc)
+            return
+        call = Call(dialect, rpc, _extensions(scope), _last_event_id(scope))
+        async with anyio.create_task_group() as request:
+            request.start_soon(watch_disconnect, receive, request.cancel_scope)
+            try:
+                await handler(call, out)
+            except A2AError as exc:
+                await out.error(exc)
+            except SlowConsumer:
+                log.warning("closed a stream whose client stopped reading (task stream %s)",
+                            rpc.method)
+            except Exception:
+                log.exception("%s failed", rpc.method)
+                await out.error(A2AError("internal error; the server log has the details"))
+            else:
+                await out.finish()
+            request.cancel_scope.cancel()
+
+    # --- cards ----------------------------------------------------------------------------
+
+    def _base_url(self, scope: Scope) -> str:
+        if self.public_url:
+            return self.public_url
+        host = header(scope, b"host")
+        if host is None:
+            server = scope.get("server") or ("localhost", 80)
+            host = f"{server[0]}:{server[1]}"
+        return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}/"
+
+    def _card(self, scope: Scope) -> bytes:
+        url = self._base_url(scope)
+        cached = self._card_cache.get(url)
+        if cached is None:
+            card = build_card(url, self._card_overrides, name=self._name,
+                              extended=self._extended is not None)
+            cached = self._card_cache[url] = _encode(card)
+            if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
+                self._card_cache.clear()
+        return cached
+
+    def _extended_card(self) -> bytes:
+        url = self.public_url or "/"
+        card = build_card(url, {**self._card_overrides, **(self._extended or {})},
+                          name=self._name, extended=True)
+        return _encode(card)
+
+
+class _AsgiOutput(Output):
+    """Writes a method's answer: one JSON response, or an SSE stream started lazily."""
+
+    def __init__(self, send: Send, id_json: bytes, v1: bool, write_timeout: float) -> None:
+        self._send = send
+        self._id = id_json
+        self._v1 = v1
+        self._sse = SSEWriter(send, write_timeout=write_timeout)
+        self._done = False
+
+    async def result(self, result: bytes) -> None:
+        self._done = True
+        await send_response(self._send, 200, result_frame(self._id, result))
+
+    async def event(self, result: bytes, event_id: int | None) -> None:
+        await self._sse.event(result_frame(self._id, result), event_id)
+
+    async def keepalive(self) -> None:
+        await self._sse.keepalive()
+
+    async def error(self, exc: A2AError) -> None:
+        frame = error_frame(self._id, exc, v1=self._v1)
+        if self._sse.started:
+            await self._sse.event(frame)
+            await self.finish()
+        elif not self._done:
+            self._done = True
+            await send_response(self._send, 200, frame)
+
+    async def finish(self) -> None:
+        if self._sse.started and not self._done:
+            self._done = True
+            await self._sse.close()
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    await send_response(send, status, _encode({"error": text}))
+
+
+def _extensions(scope: Scope) -> frozenset[str]:
+    raw = header(scope, b"a2a-extensions") or header(scope, b"x-a2a-extensions") or ""
+    return frozenset(x.strip() for x in raw.split(",") if x.strip())
+
+
+def _last_event_id(scope: Scope) -> int | None:
+    raw = header(scope, b"last-event-id")
+    if raw is None or not raw.strip().isdigit():
+        return None
+    return int(raw.strip())
+
+
+def _query_version(scope: Scope) -> str | None:
+    query = bytes(scope.get("query_string", b"")).decode("latin-1")
+    for pair in query.split("&"):
+        key, _, value = pair.partition("=")
+        if key.lower() == "a2a-version":
+            return value
+    return None

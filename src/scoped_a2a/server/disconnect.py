@@ -1,0 +1,28 @@
+"""The disconnect watcher: the one reader of ``receive()`` once the body has been read.
+
+hypercorn delivers ``http.disconnect`` once, within a millisecond of the client dropping, and a
+second ``receive()`` after it blocks forever; ``send()`` after a drop does not raise. So exactly one
+task must keep reading, and it must turn the disconnect into cancellation: it cancels the request's
+scope, which releases every hold the request has on runs (ending interactive ones) and stops its
+stream writer.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from .asgi import Receive
+
+
+async def watch_disconnect(receive: Receive, request_scope: anyio.CancelScope) -> None:
+    """Wait for ``http.disconnect`` and cancel ``request_scope``.
+
+    Runs as a sibling of the handler in the request's task group; the handler cancels it (by
+    cancelling the group) once the response is complete. Other messages (none are expected
+    after the body) are ignored.
+    """
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            request_scope.cancel()
+            return

@@ -1,0 +1,318 @@
+"""The A2A methods: what each JSON-RPC call does, on top of the runner and the task store.
+
+Each method is ``async def (call, out)``. It raises :class:`A2AError` for a JSON-RPC error (the
+app answers it as JSON, or as a final SSE event once a stream has started) and writes its answer
+through ``out``: one ``result`` for a unary call, ``event``\\ s for a stream.
+
+Cancellation: every method runs in its request's scope. When the caller hangs up, the disconnect
+watcher cancels that scope, the method's ``with run.hold():`` exits, and an interactive run with
+no other holder is cancelled with reason ``hang-up``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ..protocol.dialect import Dialect
+from ..protocol.errors import (
+    ExtendedCardNotConfigured,
+    InvalidParams,
+    PushNotSupported,
+    TaskNotFound,
+    UnsupportedOperation,
+)
+from ..protocol.jsonrpc import RpcRequest, decode_params
+from ..protocol.trajectory import (
+    TRAJECTORY_EXTENSION_URI,
+    TrajectoryEvent,
+    TrajectoryPage,
+    TrajectoryRead,
+    event_kind,
+)
+from ..protocol.types import (
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    Task,
+    TaskState,
+    TaskStatus,
+    utc_timestamp,
+)
+from ..runtime.run import Run
+from ..runtime.runner import Runner
+from ..runtime.tail import tail
+from ..store.base import LogPage, TaskStore
+
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass(slots=True)
+class Call:
+    """One JSON-RPC call, as the methods see it."""
+
+    dialect: Dialect
+    rpc: RpcRequest
+    extensions: frozenset[str]
+    last_event_id: int | None
+
+
+class Output:
+    """Where a method writes its answer; implemented by the app over ASGI."""
+
+    async def result(self, result: bytes) -> None:
+        raise NotImplementedError
+
+    async def event(self, result: bytes, event_id: int | None) -> None:
+        raise NotImplementedError
+
+    async def keepalive(self) -> None:
+        raise NotImplementedError
+
+
+Method = Callable[[Call, Output], Awaitable[None]]
+
+
+def trim(task: Task, history_length: int | None, *, artifacts: bool = True) -> Task:
+    """A copy of ``task`` with at most ``history_length`` recent messages (None: all)."""
+    history = task.history
+    if history_length is not None and history is not None:
+        if history_length < 0:
+            raise InvalidParams("historyLength must not be negative")
+        history = history[len(history) - history_length :] if history_length else None
+    if history is task.history and (artifacts or task.artifacts is None):
+        return task
+    return msgspec.structs.replace(
+        task, history=history, artifacts=task.artifacts if artifacts else None
+    )
+
+
+class Methods:
+    """The method table of one app."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        store: TaskStore,
+        *,
+        keepalive_every: float,
+        extended_card: Callable[[], bytes] | None = None,
+        trajectory_page_events: int = 500,
+        trajectory_page_bytes: int = 1 << 20,
+    ) -> None:
+        self.runner = runner
+        self.store = store
+        self.policy = runner.policy
+        self.keepalive_every = keepalive_every
+        self.extended_card = extended_card
+        self.page_events = trajectory_page_events
+        self.page_bytes = trajectory_page_bytes
+        self.table: dict[str, Method] = {
+            "SendMessage": self.send_message,
+            "SendStreamingMessage": self.send_streaming_message,
+            "GetTask": self.get_task,
+            "ListTasks": self.list_tasks,
+            "CancelTask": self.cancel_task,
+            "SubscribeToTask": self.subscribe,
+            "CreateTaskPushNotificationConfig": self.push_not_supported,
+            "GetTaskPushNotificationConfig": self.push_not_supported,
+            "ListTaskPushNotificationConfigs": self.push_not_supported,
+            "DeleteTaskPushNotificationConfig": self.push_not_supported,
+            "GetExtendedAgentCard": self.get_extended_card,
+        }
+
+    # --- sending --------------------------------------------------------------------------
+
+    async def _begin(self, req: SendMessageRequest) -> tuple[Task, Run, int]:
+        """Create the task (or continue it) and start (or resume) its run.
+
+        Returns the task snapshot, the run, and the log position to follow from. The caller
+        must take its hold on the run before its next checkpoint.
+        """
+        msg = req.message
+        if not msg.parts:
+            raise InvalidParams("the message has no parts")
+        cfg = req.configuration
+        reason = self.policy.detach_reason(
+            return_immediately=bool(cfg and cfg.return_immediately),
+            message_metadata=msg.metadata,
+            request_metadata=req.metadata,
+        )
+        if cfg is not None and cfg.task_push_notification_config is not None:
+            raise PushNotSupported("push notifications are not supported by this server")
+        if msg.task_id:
+            task, pos = await self.store.get(msg.task_id)
+            if task.status.state.terminal:
+                raise UnsupportedOperation(
+                    f"task {task.id!r} is {task.status.state.name.lower()}; a terminal task "
+                    "accepts no more messages"
+                )
+            if msg.context_id and msg.context_id != task.context_id:
+                raise InvalidParams(f"task {task.id!r} belongs to another contextId")
+            msg.context_id = task.context_id
+            run = self.runner.get(task.id)
+            if run is not None:
+                self.runner.resume(run, msg, reason)
+            else:
+                run = self.runner.start(
+                    task, msg, request_metadata=req.metadata, detach_reason=reason
+                )
+            return task, run, pos
+        task_id = uuid.uuid4().hex
+        context_id = msg.context_id or uuid.uuid4().hex
+        msg.task_id, msg.context_id = task_id, context_id
+        task = Task(
+            id=task_id,
+            context_id=context_id,
+            status=TaskStatus(state=TaskState.SUBMITTED, timestamp=utc_timestamp()),
+            history=[msg],
+            metadata=req.metadata,
+        )
+        self.runner.start  # noqa: B018  # fail fast below, before the task is stored
+        if self.runner.closing:
+            self.runner.start(task, msg, request_metadata=None, detach_reason=None)
+        await self.store.create(task)
+        run = self.runner.start(task, msg, request_metadata=req.metadata, detach_reason=reason)
+        return task, run, 0
+
+    async def send_message(self, call: Call, out: Output) -> None:
+        req = call.dialect.send_params(call.rpc.params)
+        history = req.configuration.history_length if req.configuration else None
+        task, run, pos = await self._begin(req)
+        if req.configuration is not None and req.configuration.return_immediately:
+            await out.result(call.dialect.send_result(trim(task, history)))
+            return
+        with run.hold():
+            await tail(self.store, task.id, pos)
+        task, _ = await self.store.get(task.id)
+        await out.result(call.dialect.send_result(trim(task, history)))
+
+    async def send_streaming_message(self, call: Call, out: Output) -> None:
+        req = call.dialect.send_params(call.rpc.params)
+        task, run, pos = await self._begin(req)
+        with run.hold():
+            await out.event(call.dialect.stream_task(task), pos)
+            await self._stream(call, out, task.id, pos)
+
+    async def _stream(self, call: Call, out: Output, task_id: str, after: int) -> None:
+        """Write the log after ``after`` as SSE events until the task ends or is interrupted."""
+        dialect = call.dialect
+        with_trajectory = TRAJECTORY_EXTENSION_URI in call.extensions
+        cursor = after
+
+        async def write(page: LogPage) -> None:
+            nonlocal cursor
+            if page.first_retained > cursor + 1:
+                # Events we never sent were dropped by the per-task cap: restart from the
+                # snapshot, which reflects all of them.
+                task, _ = await self.store.get(task_id)
+                await out.event(dialect.stream_task(task), page.first_retained - 1)
+            for entry in page.entries:
+                if with_trajectory or not isinstance(entry.event, TrajectoryEvent):
+                    await out.event(dialect.stream_event(entry.event, entry.encoded),
+                                    entry.position)
+            cursor = page.next
+
+        await tail(
+            self.store, task_id, after, write, idle=out.keepalive,
+            idle_every=self.keepalive_every,
+        )
+
+    # --- reading --------------------------------------------------------------------------
+
+    async def get_task(self, call: Call, out: Output) -> None:
+        req = call.dialect.get_params(call.rpc.params)
+        task, _ = await self.store.get(req.id)
+        await out.result(call.dialect.task(trim(task, req.history_length)))
+
+    async def list_tasks(self, call: Call, out: Output) -> None:
+        if not call.dialect.v1:
+            raise UnsupportedOperation("ListTasks has no 0.3 JSON-RPC method")
+        req = (
+            ListTasksRequest()
+            if call.rpc.params is None
+            else decode_params(call.rpc.params, ListTasksRequest)
+        )
+        page = await self.store.list(req)
+        tasks = [
+            trim(t, req.history_length, artifacts=req.include_artifacts) for t in page.tasks
+        ]
+        await out.result(
+            _encode(ListTasksResponse(tasks=tasks, next_page_token=page.next_page_token,
+                                      page_size=page.page_size, total_size=page.total_size))
+        )
+
+    async def subscribe(self, call: Call, out: Output) -> None:
+        req = call.dialect.subscribe_params(call.rpc.params)
+        task, pos = await self.store.get(req.id)
+        resume = call.last_event_id
+        if task.status.state.terminal and (resume is None or resume >= pos):
+            raise UnsupportedOperation(
+                f"task {task.id!r} is {task.status.state.name.lower()}; subscribe to a task "
+                "that has not ended (GetTask reads an ended one)"
+            )
+        run = self.runner.get(task.id)
+        hold = run.hold() if run is not None else _no_hold()
+        with hold:
+            if resume is None:
+                await out.event(call.dialect.stream_task(task), pos)
+                after = pos
+            else:
+                after = max(0, min(resume, pos))
+            await self._stream(call, out, task.id, after)
+
+    async def cancel_task(self, call: Call, out: Output) -> None:
+        req = call.dialect.cancel_params(call.rpc.params)
+        task = await self.runner.cancel_task(req.id)
+        await out.result(call.dialect.task(task))
+
+    async def push_not_supported(self, call: Call, out: Output) -> None:
+        raise PushNotSupported("push notifications are not supported by this server")
+
+    async def get_extended_card(self, call: Call, out: Output) -> None:
+        if self.extended_card is None:
+            raise ExtendedCardNotConfigured("this agent has no extended agent card")
+        await out.result(self.extended_card())
+
+    # --- the trajectory extension ---------------------------------------------------------
+
+    async def read_trajectory(self, call: Call, out: Output) -> None:
+        """One bounded cursor read of a task's log (``{task_id, after}`` -> a page)."""
+        req = decode_params(call.rpc.params, TrajectoryRead)
+        if req.after < 0:
+            raise InvalidParams("after must not be negative")
+        page = await self.store.read(
+            req.task_id,
+            req.after,
+            max_events=min(req.max_events or self.page_events, self.page_events),
+            max_bytes=min(req.max_bytes or self.page_bytes, self.page_bytes),
+        )
+        events = [
+            msgspec.Raw(
+                b'{"position":' + str(e.position).encode() + b',"kind":"'
+                + event_kind(e.event).encode() + b'","event":' + e.encoded + b"}"
+            )
+            for e in page.entries
+        ]
+        await out.result(
+            _encode(TrajectoryPage(state=page.task.status.state, events=events,
+                                   next=page.next, has_more=page.has_more))
+        )
+
+
+class _no_hold:
+    """A stand-in for ``run.hold()`` when the task has no live run."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+__all__ = ["Call", "Message", "Methods", "Output", "TaskNotFound", "trim"]

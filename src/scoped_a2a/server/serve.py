@@ -1,0 +1,97 @@
+"""``serve``: run an app under hypercorn on the running AnyIO backend.
+
+Usable inside an AnyIO service's task group (``await tg.start(serve, app, ...)`` hands back the
+bound port). Shutdown is graceful and bounded: when ``shutdown`` is set, the app refuses new sends
+at once, hypercorn stops accepting and waits up to ``grace`` seconds for requests in flight, the
+app's lifespan gives runs their grace period and records the rest, and a deadline around the whole
+server makes sure this returns even where hypercorn's asyncio worker hangs in
+``Server.wait_closed()`` (Python 3.12+, hypercorn #308). Cancelling ``serve`` itself stops at once:
+runs are cancelled and recorded with reason ``shutdown``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+import anyio
+import sniffio
+from anyio.abc import TaskStatus
+from hypercorn.config import Config
+
+log = logging.getLogger("scoped_a2a.serve")
+
+SHUTDOWN_SLACK = 5.0
+"""Seconds beyond the grace periods before serve gives up on hypercorn and returns."""
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=1024)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    shutdown: anyio.Event | None = None,
+    grace: float | None = None,
+    access_log: bool = False,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
+
+    :param grace: seconds for requests in flight to finish on shutdown (default: the app's
+        ``grace``, else 10).
+    :returns: after a graceful shutdown, within ``2 * grace + 5`` seconds of ``shutdown``.
+    """
+    backend = sniffio.current_async_library()
+    grace = grace if grace is not None else float(getattr(app, "grace", 10.0))
+    sock = _listen(host, port)
+    bound_port: int = sock.getsockname()[1]
+    if getattr(app, "public_url", "unset") is None:
+        shown = f"[{host}]" if ":" in host else host
+        app.public_url = f"http://{shown}:{bound_port}/"
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket from here
+    config.graceful_timeout = grace
+    config.shutdown_timeout = grace + SHUTDOWN_SLACK  # the app's lifespan drain
+    config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.keep_alive_timeout = 75
+
+    stopping = anyio.Event()
+    shutdown = shutdown or anyio.Event()
+
+    async def trigger() -> None:
+        await shutdown.wait()
+        begin = getattr(app, "begin_shutdown", None)
+        if begin is not None:
+            begin()
+        stopping.set()
+
+    with anyio.CancelScope() as server_scope:
+        async with anyio.create_task_group() as tg:
+
+            async def deadline() -> None:
+                await stopping.wait()
+                await anyio.sleep(2 * grace + SHUTDOWN_SLACK)
+                log.error("hypercorn did not shut down in time; stopping it")
+                server_scope.cancel()
+
+            tg.start_soon(deadline)
+            task_status.started(bound_port)
+            log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
+            if backend == "trio":
+                import hypercorn.trio
+
+                await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
+            else:
+                import hypercorn.asyncio
+
+                await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
+            tg.cancel_scope.cancel()

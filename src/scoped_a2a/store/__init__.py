@@ -1,0 +1,1 @@
+"""Task stores: snapshots and append-only event logs (in memory; Redis later)."""

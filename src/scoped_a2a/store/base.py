@@ -1,0 +1,109 @@
+"""The task store interface: task snapshots plus each task's append-only event log.
+
+A store owns the one rule that must never bend: **terminal states never change**. An event
+appended to a terminal task is refused (:class:`TaskEnded`), so a late write from a run that lost
+a race with CancelTask or shutdown cannot overwrite the recorded outcome.
+
+Positions are integers per task: the task is created at position 0, and each appended event takes
+the next one. A snapshot is always "the task as of position N", so a reader can take a snapshot and
+then follow the log from N without missing or repeating an event.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+from ..protocol.trajectory import LogEvent
+from ..protocol.types import ListTasksRequest, Task, TaskPushNotificationConfig
+
+
+class TaskEnded(Exception):
+    """An event was appended to a task that is already terminal; the event was dropped."""
+
+
+@dataclass(slots=True)
+class LogEntry:
+    position: int
+    event: LogEvent
+    encoded: bytes  # the event's 1.0 JSON, encoded once and reused by every reader
+
+
+@dataclass(slots=True)
+class LogPage:
+    """A bounded read of a task's log: ``entries`` after the cursor, and where to read next."""
+
+    entries: list[LogEntry]
+    next: int  # the position of the last entry returned (the cursor for the next read)
+    has_more: bool
+    task: Task  # the snapshot at read time (its status tells whether following should go on)
+    first_retained: int = 1  # events before this position were dropped by the per-task cap
+
+
+@dataclass(slots=True)
+class TaskPage:
+    tasks: list[Task]
+    next_page_token: str
+    total_size: int
+    page_size: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class TaskStore(abc.ABC):
+    """Where tasks live. Methods raise ``TaskNotFound`` for unknown (or evicted) task ids.
+
+    Cancellation: every method is safe to cancel; a cancelled ``append`` either happened
+    completely or not at all.
+    """
+
+    @abc.abstractmethod
+    async def create(self, task: Task) -> None:
+        """Store a new task at position 0."""
+
+    @abc.abstractmethod
+    async def get(self, task_id: str) -> tuple[Task, int]:
+        """The task's snapshot and the position it reflects.
+
+        The snapshot belongs to the store: do not mutate it, and encode it before the next await.
+        """
+
+    @abc.abstractmethod
+    async def append(self, task_id: str, event: LogEvent) -> int:
+        """Append one event, apply it to the snapshot, wake waiters; return its position.
+
+        Raises :class:`TaskEnded` if the task is terminal (the event is dropped).
+        """
+
+    @abc.abstractmethod
+    async def read(
+        self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
+    ) -> LogPage:
+        """Events after position ``after``, at most ``max_events`` and about ``max_bytes``.
+
+        The first event is always returned whatever its size, so one large event cannot stall a
+        reader.
+        """
+
+    @abc.abstractmethod
+    async def wait(self, task_id: str, after: int) -> None:
+        """Return once the log holds an event after ``after`` (at once if it already does).
+
+        Also returns when the task is evicted, so a waiter re-reads and sees ``TaskNotFound``.
+        """
+
+    @abc.abstractmethod
+    async def list(self, request: ListTasksRequest) -> TaskPage:
+        """Tasks newest first, filtered and paged as ``ListTasks`` asks."""
+
+    # push-notification configs, stored with the task
+    @abc.abstractmethod
+    async def set_push_config(self, task_id: str, config: TaskPushNotificationConfig) -> None: ...
+
+    @abc.abstractmethod
+    async def push_configs(self, task_id: str) -> list[TaskPushNotificationConfig]: ...
+
+    @abc.abstractmethod
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool: ...
+
+    async def aclose(self) -> None:  # noqa: B027  # optional hook
+        """Release connections; the in-memory store has none."""

@@ -1,0 +1,40 @@
+"""Applying log events to a task snapshot: the one place that defines what an event *means*.
+
+Every store uses this, so a snapshot is always exactly the fold of its log (no I/O).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..protocol.trajectory import LogEvent
+from ..protocol.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+
+
+def apply_event(task: Task, event: LogEvent) -> None:
+    """Fold one event into ``task`` in place.
+
+    A status update replaces the status (its message, if any, joins the history); an artifact
+    update adds the artifact, replaces one with the same id, or with ``append`` extends its parts.
+    Trajectory events leave the snapshot as it is.
+    """
+    if isinstance(event, TaskStatusUpdateEvent):
+        task.status = event.status
+        if event.status.message is not None:
+            if task.history is None:
+                task.history = []
+            task.history.append(event.status.message)
+    elif isinstance(event, TaskArtifactUpdateEvent):
+        # Copy: appends later extend the snapshot's parts, never the logged event's.
+        new = msgspec.structs.replace(event.artifact, parts=list(event.artifact.parts))
+        if task.artifacts is None:
+            task.artifacts = []
+        for i, old in enumerate(task.artifacts):
+            if old.artifact_id == new.artifact_id:
+                if event.append:
+                    old.parts.extend(new.parts)
+                else:
+                    task.artifacts[i] = new
+                break
+        else:
+            task.artifacts.append(new)
