@@ -22,7 +22,8 @@ async def test_blocking_send_completes_with_reply() -> None:
         assert task["status"]["message"]["parts"][0]["text"] == "You said: hello"
         got = await rpc(client, url, "GetTask", {"id": task["id"]})
         assert got["result"]["id"] == task["id"]
-        assert "".join(p["text"] for p in got["result"]["artifacts"][0]["parts"]) == "You said: hello"
+        parts = got["result"]["artifacts"][0]["parts"]
+        assert "".join(p["text"] for p in parts) == "You said: hello"
 
 
 async def test_v03_stream_ends_with_final_status() -> None:

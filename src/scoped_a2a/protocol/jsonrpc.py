@@ -20,7 +20,7 @@ _encode = msgspec.json.Encoder().encode
 class _Envelope(msgspec.Struct):
     jsonrpc: str
     method: str
-    id: int | str | None | msgspec.UnsetType = msgspec.UNSET
+    id: int | str | msgspec.UnsetType | None = msgspec.UNSET
     params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
 
 
@@ -34,7 +34,9 @@ class RpcRequest(msgspec.Struct):
 
 
 def _id_json(value: Any) -> bytes:
-    return _encode(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else b"null"
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return _encode(value)
+    return b"null"
 
 
 def parse_request(body: bytes) -> RpcRequest:

@@ -18,7 +18,7 @@ import msgspec
 
 
 class TaskState(enum.StrEnum):
-    """The 1.0 task states. ``TERMINAL`` states never change; ``INTERRUPTED`` ones wait for input."""
+    """The 1.0 task states. Terminal states never change; interrupted ones wait for input."""
 
     UNSPECIFIED = "TASK_STATE_UNSPECIFIED"
     SUBMITTED = "TASK_STATE_SUBMITTED"
@@ -56,7 +56,7 @@ class Wire(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
 
 
 class Part(Wire):
-    """One piece of content: exactly one of ``text``, ``raw`` (base64 on the wire), ``url``, ``data``."""
+    """One piece of content: exactly one of ``text``, ``raw`` (base64), ``url``, ``data``."""
 
     text: str | None = None
     raw: bytes | None = None

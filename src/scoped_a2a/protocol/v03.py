@@ -14,6 +14,7 @@ import msgspec
 
 from .types import (
     Artifact,
+    AuthenticationInfo,
     Message,
     Part,
     Role,
@@ -25,7 +26,6 @@ from .types import (
     TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
-    AuthenticationInfo,
 )
 
 STATE_TO_V03 = {

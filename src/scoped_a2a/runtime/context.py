@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+import anyio
+
 from ..protocol.trajectory import LogEvent, TrajectoryEvent
 from ..protocol.types import (
     Artifact,
@@ -165,5 +167,6 @@ class RunContext:
         """
         with self._run.parking():
             await self._emit(self._status(TaskState.INPUT_REQUIRED, text))
-            self.message = await self._run.next_message(self._input_timeout)
+            with anyio.fail_after(self._input_timeout):
+                self.message = await self._run.next_message()
         return self.message.text

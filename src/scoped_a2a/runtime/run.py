@@ -95,7 +95,6 @@ class Run:
             self.parked = False
             self._release_check()
 
-    async def next_message(self, timeout: float) -> Message:
-        """The caller's next message; TimeoutError after ``timeout`` seconds."""
-        with anyio.fail_after(timeout):
-            return await self._inbox[1].receive()
+    async def next_message(self) -> Message:
+        """The caller's next message (the caller bounds the wait with a deadline)."""
+        return await self._inbox[1].receive()

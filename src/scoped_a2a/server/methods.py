@@ -238,7 +238,7 @@ class Methods:
             if call.rpc.params is None
             else decode_params(call.rpc.params, ListTasksRequest)
         )
-        page = await self.store.list(req)
+        page = await self.store.list_tasks(req)
         tasks = [
             trim(t, req.history_length, artifacts=req.include_artifacts) for t in page.tasks
         ]

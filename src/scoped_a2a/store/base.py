@@ -92,7 +92,7 @@ class TaskStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def list(self, request: ListTasksRequest) -> TaskPage:
+    async def list_tasks(self, request: ListTasksRequest) -> TaskPage:
         """Tasks newest first, filtered and paged as ``ListTasks`` asks."""
 
     # push-notification configs, stored with the task

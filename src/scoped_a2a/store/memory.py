@@ -125,7 +125,7 @@ class MemoryTaskStore(TaskStore):
             return
         await rec.changed.wait()
 
-    async def list(self, request: ListTasksRequest) -> TaskPage:
+    async def list_tasks(self, request: ListTasksRequest) -> TaskPage:
         size = request.page_size or 50
         if not 1 <= size <= 100:
             raise InvalidParams("pageSize must be between 1 and 100")
