@@ -1,0 +1,182 @@
+"""The runner's shared pieces: figures, the scenario interface, server sessions, progress.
+
+A scenario is a class with a ``name``, a ``number``, the ``metrics`` it reports and an async
+``run(bench)`` that starts its systems with ``bench.servers(...)``, drives them from this process
+(the one load generator for every system) and records figures with ``bench.record``. Anything
+that goes wrong is reported with ``bench.fail``; ``python -m benchmarks`` exits non-zero if any
+scenario failed, so CI notices a benchmark that no longer runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+import traceback
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .sidechannel import Signals
+from .systems import ServerProcess, System, server_env
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One column of a scenario's table.
+
+    ``better`` is "higher" or "lower" (None: not a performance figure, no ratio). Metrics with
+    ``ratio=True`` get a ratio line per peer: the scoped-a2a figure on the same server divided by
+    the peer's, oriented so that a ratio above 1 means scoped-a2a is ahead.
+    """
+
+    key: str
+    label: str
+    unit: str
+    better: str | None = None
+    ratio: bool = False
+    fmt: str = "{:.1f}"
+
+
+@dataclass(slots=True)
+class Row:
+    scenario: str
+    system: str
+    backend: str
+    metric: str
+    value: float | None
+    unit: str
+    role: str = "peer"  # subject | peer | ceiling | control
+    note: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"scenario": self.scenario, "system": self.system,
+                               "backend": self.backend, "metric": self.metric,
+                               "value": self.value, "unit": self.unit, "role": self.role}
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+
+def role_of(system: System) -> str:
+    return {"scoped": "subject", "bare": "ceiling"}.get(system.kind, "peer")
+
+
+@dataclass
+class Sizes:
+    """How big each scenario runs: full by default, small with ``--quick``."""
+
+    quick: bool
+    warmup: float = 1.0
+    duration: float = 5.0
+    stream_runs: int = 30
+    stream_duration: float = 3.0
+    hangup_runs: int = 100
+    hangup_wait: float = 2.0
+    fanout_sizes: tuple[int, ...] = (10, 100, 1000)
+    fanout_events: int = 20
+    events: int = 1000
+    follower_runs: int = 50
+    soak_steps: int = 2000
+
+    @classmethod
+    def make(cls, quick: bool) -> Sizes:
+        if not quick:
+            return cls(quick=False)
+        return cls(quick=True, warmup=0.2, duration=0.7, stream_runs=8, stream_duration=0.7,
+                   hangup_runs=10, hangup_wait=0.5, fanout_sizes=(10, 100), fanout_events=8,
+                   events=150, follower_runs=5, soak_steps=100)
+
+
+class Scenario:
+    name: ClassVar[str]
+    number: ClassVar[int]
+    title: ClassVar[str]
+    metrics: ClassVar[Sequence[Metric]]
+    notes: ClassVar[str] = ""
+
+    async def run(self, bench: Bench) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Bench:
+    """One ``python -m benchmarks`` run: sizes, where servers run, and every figure so far."""
+
+    sizes: Sizes
+    python: str
+    workdir: Path
+    signals: Signals
+    signal_port: int
+    rows: list[Row] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    scenario: str = ""
+
+    # --- reporting ------------------------------------------------------------------------
+
+    def progress(self, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"[{elapsed:6.1f}s] {self.scenario:>8} | {text}", file=sys.stderr, flush=True)
+
+    def record(self, system: System | str, backend: str | None, metric: str,
+               value: float | None, unit: str, *, role: str | None = None,
+               note: str | None = None) -> None:
+        if isinstance(system, System):
+            name, backend, role = system.name, system.server, role or role_of(system)
+        else:
+            name = system
+        self.rows.append(Row(self.scenario, name, backend or "", metric, value, unit,
+                             role or "peer", note))
+
+    def fail(self, text: str) -> None:
+        self.failures.append(f"{self.scenario}: {text}")
+        self.progress(f"FAILED: {text}")
+
+    # --- servers --------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def servers(self, systems: Sequence[System], *, detach_rule: str | None = None
+                      ) -> AsyncIterator[dict[System, ServerProcess]]:
+        """Start ``systems`` (in parallel), yield the ones that came up; always stop them all.
+
+        A system that does not come up is reported with ``fail`` and left out.
+        """
+        env = server_env(self.signal_port, self.workdir)
+        procs = [ServerProcess(s, self.python, self.workdir, env, detach_rule) for s in systems]
+        ready: dict[System, ServerProcess] = {}
+        try:
+            results = await asyncio.gather(*(p.wait_ready() for p in procs),
+                                           return_exceptions=True)
+            for proc, result in zip(procs, results, strict=True):
+                if isinstance(result, BaseException):
+                    self.fail(f"{proc.system.label} did not start: {result}")
+                else:
+                    ready[proc.system] = proc
+            yield ready
+        finally:
+            await asyncio.gather(*(asyncio.to_thread(p.stop) for p in procs))
+
+
+async def run_scenario(bench: Bench, scenario: Scenario, timeout: float) -> None:
+    """Run one scenario within ``timeout`` seconds; an error or overrun is a failure."""
+    bench.scenario = scenario.name
+    bench.progress(f"scenario {scenario.number}: {scenario.title}")
+    try:
+        async with asyncio.timeout(timeout):
+            await scenario.run(bench)
+    except TimeoutError:
+        bench.fail(f"did not finish within {timeout:.0f}s")
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        bench.fail(f"raised {type(exc).__name__}: {exc}")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[rank]

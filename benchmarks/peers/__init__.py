@@ -1,0 +1,1 @@
+"""Peer servers, each run as its own process by the benchmark runner (``python -m benchmarks``)."""

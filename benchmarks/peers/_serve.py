@@ -1,0 +1,48 @@
+"""Run an ASGI app on one of the servers the benchmarks compare, the way scoped-a2a is run.
+
+hypercorn gets the same settings ``scoped_a2a.serve`` uses (backlog 1024, keep-alive 75 s, no
+access log); uvicorn its defaults with logging at warning. SIGTERM ends the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from typing import Any
+
+SERVERS = ("hypercorn-asyncio", "hypercorn-trio", "uvicorn")
+
+
+def arguments(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--server", choices=SERVERS, default="uvicorn")
+    return p
+
+
+def run(app: Any, server: str, port: int) -> None:
+    """Serve ``app`` on 127.0.0.1:``port`` until the process is terminated."""
+    logging.basicConfig(level=logging.WARNING)
+    if server == "uvicorn":
+        import uvicorn
+
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        return
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.backlog = 1024
+    config.keep_alive_timeout = 75
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    if server == "hypercorn-trio":
+        import hypercorn.trio
+        import trio
+
+        trio.run(hypercorn.trio.serve, app, config)
+    else:
+        import hypercorn.asyncio
+
+        asyncio.run(hypercorn.asyncio.serve(app, config))  # type: ignore[arg-type]

@@ -1,0 +1,204 @@
+"""Turning figures into tables, ratios, JSON and a plot.
+
+Ratios are taken pair by pair on the same server (scoped-a2a on uvicorn against a peer on
+uvicorn, and so on), because absolute figures on a shared machine drift while ratios measured
+back to back hold. Every ratio is oriented so that above 1 means scoped-a2a is ahead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .core import Metric, Row, Scenario
+
+PACKAGES = ("scoped-a2a", "anyio", "trio", "hypercorn", "uvicorn", "h11", "a2a-sdk", "fasta2a",
+            "starlette", "msgspec", "pydantic")
+
+
+def _systems(rows: Sequence[Row]) -> list[tuple[str, str, str]]:
+    seen: dict[tuple[str, str], str] = {}
+    for r in rows:
+        seen.setdefault((r.system, r.backend), r.role)
+    order = {"ceiling": 0, "subject": 1, "control": 2, "peer": 3}
+    return sorted(((s, b, role) for (s, b), role in seen.items()), key=lambda x: order[x[2]])
+
+
+def _cell(rows: dict[str, Row], metric: Metric) -> str:
+    row = rows.get(metric.key)
+    if row is None:
+        return "-"
+    if row.value is None or (isinstance(row.value, float) and math.isnan(row.value)):
+        return row.note or "n/a"
+    return metric.fmt.format(row.value)
+
+
+def ratio(subject: float, other: float, better: str) -> float | None:
+    """How far ahead ``subject`` is: >1 means better, whichever way the metric points."""
+    if subject <= 0 or other <= 0:
+        return None
+    return subject / other if better == "higher" else other / subject
+
+
+def ratios(scenario: Scenario, rows: Sequence[Row]) -> list[tuple[str, str, Metric, float | str]]:
+    """(peer system, backend, metric, ratio or a word) for each ratio metric and each peer."""
+    by_sys: dict[tuple[str, str], dict[str, Row]] = {}
+    for r in rows:
+        by_sys.setdefault((r.system, r.backend), {})[r.metric] = r
+    out: list[tuple[str, str, Metric, float | str]] = []
+    for system, backend, role in _systems(rows):
+        if role in ("subject", "control"):
+            continue
+        subject = by_sys.get(("scoped-a2a", backend))
+        if subject is None:
+            continue
+        for m in scenario.metrics:
+            if not m.ratio or m.better is None:
+                continue
+            mine, theirs = subject.get(m.key), by_sys[(system, backend)].get(m.key)
+            if mine is None or theirs is None:
+                continue
+            if mine.value is None or theirs.value is None:
+                if mine.value is not None and theirs.note:
+                    out.append((system, backend, m, theirs.note))
+                continue
+            r = ratio(mine.value, theirs.value, m.better)
+            if r is not None:
+                out.append((system, backend, m, r))
+    return out
+
+
+def table(scenario: Scenario, rows: Sequence[Row]) -> str:
+    """The scenario's table (systems x metrics) and its ratio lines, as plain text."""
+    by_sys: dict[tuple[str, str], dict[str, Row]] = {}
+    for r in rows:
+        by_sys.setdefault((r.system, r.backend), {})[r.metric] = r
+    metrics = [m for m in scenario.metrics if any(r.metric == m.key for r in rows)]
+    header = ["system", "server", *[m.label for m in metrics]]
+    body = [[s, b, *[_cell(by_sys[(s, b)], m) for m in metrics]] for s, b, _ in _systems(rows)]
+    widths = [max(len(x[i]) for x in [header, *body]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    out = [f"Scenario {scenario.number}: {scenario.title}", line(header),
+           "  ".join("-" * w for w in widths)]
+    out += [line(b) for b in body]
+    rs = ratios(scenario, rows)
+    if rs:
+        out.append("")
+        out.append("scoped-a2a on the same server vs (>1: scoped-a2a ahead)")
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for system, backend, m, r in rs:
+            text = f"{r:.2f}x" if isinstance(r, float) else r
+            grouped.setdefault((system, backend), []).append(f"{m.label} {text}")
+        width = max(len(f"{s} / {b}") for s, b in grouped)
+        for (s, b), items in grouped.items():
+            out.append(f"  {f'{s} / {b}':{width}}  " + ", ".join(items))
+    if scenario.notes:
+        out += ["", f"note: {scenario.notes}"]
+    return "\n".join(out)
+
+
+def markdown(scenario: Scenario, rows: Sequence[Row]) -> str:
+    """The same table as GitHub markdown (for RESULTS.md / the README)."""
+    by_sys: dict[tuple[str, str], dict[str, Row]] = {}
+    for r in rows:
+        by_sys.setdefault((r.system, r.backend), {})[r.metric] = r
+    metrics = [m for m in scenario.metrics if any(r.metric == m.key for r in rows)]
+    out = [f"**{scenario.number}. {scenario.title}**", "",
+           "| system | server | " + " | ".join(m.label for m in metrics) + " |",
+           "|---|---|" + "---:|" * len(metrics)]
+    for s, b, _ in _systems(rows):
+        cells = [_cell(by_sys[(s, b)], m) for m in metrics]
+        out.append(f"| {s} | {b} | " + " | ".join(cells) + " |")
+    rs = ratios(scenario, rows)
+    if rs:
+        out += ["", "scoped-a2a on the same server vs each peer (>1: scoped-a2a ahead):", ""]
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for system, backend, m, r in rs:
+            text = f"{r:.2f}x" if isinstance(r, float) else r
+            grouped.setdefault((system, backend), []).append(f"{m.label} **{text}**")
+        out += [f"- {s} / {b}: " + ", ".join(items) for (s, b), items in grouped.items()]
+    if scenario.notes:
+        out += ["", f"_{scenario.notes}_"]
+    return "\n".join(out)
+
+
+def environment(python_for_servers: str) -> dict[str, Any]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (math.nan,) * 3
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "machine": {"platform": platform.platform(), "cpu": model, "cores": os.cpu_count(),
+                    "load_average_at_start": load},
+        "python": sys.version.split()[0],
+        "python_for_servers": python_for_servers,
+        "packages": versions,
+    }
+
+
+def write_json(path: Path, rows: Sequence[Row], env: dict[str, Any], extra: dict[str, Any]) -> None:
+    doc = {**env, **extra, "rows": [r.as_json() for r in rows]}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None:
+    """A horizontal bar chart of every ratio (log scale, 1 = parity)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise SystemExit("--plot needs matplotlib: pip install 'scoped-a2a[bench]'") from exc
+    labels: list[str] = []
+    values: list[float] = []
+    colors: list[str] = []
+    palette = {"a2a-sdk": "#d62728", "fasta2a": "#9467bd", "bare ASGI": "#7f7f7f"}
+    for sc in scenarios:
+        for system, backend, m, r in ratios(sc, [x for x in rows if x.scenario == sc.name]):
+            if not isinstance(r, float):
+                continue
+            labels.append(f"{sc.number} {m.label}  vs {system} / {backend}")
+            values.append(r)
+            colors.append(palette.get(system, "#1f77b4"))
+    if not values:
+        return
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(values) + 1.5))
+    ys = list(range(len(values)))[::-1]
+    ax.barh(ys, values, color=colors)
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    for y, v in zip(ys, values, strict=True):
+        ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7)
+    ax.set_xlabel("scoped-a2a on the same server ÷ other system (>1: scoped-a2a ahead; "
+                  "bare ASGI is the HTTP ceiling)")
+    ax.set_title("scoped-a2a vs peers, pair by pair")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,14 @@
+"""The scenarios, in the order the issue numbers them (each a :class:`benchmarks.core.Scenario`)."""
+
+from __future__ import annotations
+
+from ..core import Scenario
+from .detached import Detached
+from .fanout import Fanout
+from .hangup import Hangup
+from .send import Send
+from .stream import Stream
+
+
+def all_scenarios() -> list[Scenario]:
+    return [Send(), Stream(), Hangup(), Fanout(), Detached()]

@@ -1,0 +1,105 @@
+"""Scenario 1: blocking ``SendMessage`` to an echo agent at 1 and 64 concurrent callers.
+
+Each caller is one keep-alive connection in a closed loop (the next request goes out when the
+previous answer is in). After a warm-up, every answer that completes inside the measured window
+is timed; requests/s is their count over the window. The bare ASGI rows are the ceiling of each
+server; the CPU columns show who is saturated (the server process at ~100% of a core, the
+generator well below it, or the generator is the bottleneck and the figure would be a lie).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..core import Bench, Metric, Scenario, percentile
+from ..loadgen import Loop, RequestTemplate, connect, connect_many
+from ..systems import BARE, SCOPED, SDK, ServerProcess, System
+
+CONCURRENCY = (1, 64)
+MARK = b"TASK_STATE_COMPLETED"
+
+
+def check(status: int, body: bytes) -> bool:
+    return status == 200 and MARK in body
+
+
+class Send(Scenario):
+    name = "send"
+    number = 1
+    title = "send throughput and latency (blocking SendMessage, echo agent)"
+    metrics = (
+        *(
+            m
+            for c in CONCURRENCY
+            for m in (
+                Metric(f"rps_c{c}", f"req/s c={c}", "req/s", "higher", True, "{:.0f}"),
+                Metric(f"p50_c{c}", f"p50 ms c={c}", "ms", "lower", c == 64, "{:.2f}"),
+                Metric(f"p99_c{c}", f"p99 ms c={c}", "ms", "lower", c == 64, "{:.2f}"),
+            )
+        ),
+        Metric("server_cpu_c64", "server CPU c=64", "cores", None, False, "{:.2f}"),
+        Metric("generator_cpu_c64", "generator CPU c=64", "cores", None, False, "{:.2f}"),
+    )
+    notes = ("fasta2a is left out: it answers SendMessage with a submitted task before its agent "
+             "runs, so there is no blocking send to time (scenario 2 times its streams).")
+
+    def systems(self) -> list[System]:
+        return [*BARE, *SCOPED, *SDK]
+
+    async def run(self, bench: Bench) -> None:
+        async with bench.servers(self.systems()) as running:
+            for system, proc in running.items():
+                await self.measure(bench, system, proc)
+
+    async def measure(self, bench: Bench, system: System, proc: ServerProcess) -> None:
+        template = RequestTemplate(proc.port, "SendMessage", "echo hello")
+        async with await connect(proc.port) as probe:
+            status, body = await probe.request(template.make(0))
+        if not check(status, body):
+            bench.fail(f"{system.label} answered {status}: {body[:300]!r}")
+            return
+        sizes = bench.sizes
+        for c in CONCURRENCY:
+            conns = await connect_many(proc.port, c)
+            loops = [Loop(conn, template, check, seq_base=(i + 1) * 10**8, port=proc.port)
+                     for i, conn in enumerate(conns)]
+            try:
+                await _drive(loops, sizes.warmup, record=False)
+                for lp in loops:
+                    lp.latencies.clear()
+                cpu_srv, cpu_gen = proc.cpu(), time.process_time()
+                window = await _drive(loops, sizes.duration, record=True)
+                srv = (proc.cpu() - cpu_srv) / window
+                gen = (time.process_time() - cpu_gen) / window
+            finally:
+                for lp in loops:
+                    lp.conn.close()
+            latencies = [x for lp in loops for x in lp.latencies]
+            errors = sum(lp.errors for lp in loops)
+            if not latencies:
+                bench.fail(f"{system.label} c={c}: no answer completed")
+                continue
+            if errors:
+                bench.fail(f"{system.label} c={c}: {errors} wrong answers")
+            rps = len(latencies) / window
+            p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
+            bench.record(system, None, f"rps_c{c}", rps, "req/s")
+            bench.record(system, None, f"p50_c{c}", p50, "ms")
+            bench.record(system, None, f"p99_c{c}", p99, "ms")
+            if c == 64:
+                bench.record(system, None, "server_cpu_c64", srv, "cores")
+                bench.record(system, None, "generator_cpu_c64", gen, "cores")
+            bench.progress(f"{system.label:32} c={c:<3} {rps:7.0f} req/s  p50 {p50:6.2f} ms  "
+                           f"p99 {p99:6.2f} ms  server CPU {srv:.2f}  generator CPU {gen:.2f}")
+
+
+async def _drive(loops: list[Loop], duration: float, *, record: bool) -> float:
+    """Run every loop for ``duration`` seconds; return the measured window's length."""
+    start = time.perf_counter()
+    stop = start + duration
+    futures = [lp.start(start if record else stop + 3600, stop) for lp in loops]
+    async with asyncio.timeout(duration + 60):
+        await asyncio.gather(*futures)
+    return duration
+
