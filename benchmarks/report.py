@@ -167,7 +167,7 @@ def write_json(path: Path, rows: Sequence[Row], env: dict[str, Any], extra: dict
 
 
 def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None:
-    """A horizontal bar chart of every ratio (log scale, 1 = parity)."""
+    """Two bar charts: scoped-a2a vs each peer, and scoped-a2a's share of the HTTP ceiling."""
     try:
         import matplotlib
 
@@ -175,30 +175,43 @@ def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise SystemExit("--plot needs matplotlib: pip install 'scoped-a2a[bench]'") from exc
-    labels: list[str] = []
-    values: list[float] = []
-    colors: list[str] = []
+    peers: list[tuple[str, float, str]] = []
+    ceiling: list[tuple[str, float, str]] = []
     palette = {"a2a-sdk": "#d62728", "fasta2a": "#9467bd", "bare ASGI": "#7f7f7f"}
     for sc in scenarios:
         for system, backend, m, r in ratios(sc, [x for x in rows if x.scenario == sc.name]):
             if not isinstance(r, float):
                 continue
-            labels.append(f"{sc.number} {m.label}  vs {system} / {backend}")
-            values.append(r)
-            colors.append(palette.get(system, "#1f77b4"))
-    if not values:
+            if system == "bare ASGI":
+                if m.better == "higher":  # throughput only: the share of what the stack can do
+                    ceiling.append((f"{sc.number}. {m.label}  on {backend}", r, "#7f7f7f"))
+            else:
+                peers.append((f"{sc.number}. {m.label}  vs {system} / {backend}", r,
+                              palette.get(system, "#1f77b4")))
+    if not peers and not ceiling:
         return
-    fig, ax = plt.subplots(figsize=(10, 0.32 * len(values) + 1.5))
-    ys = list(range(len(values)))[::-1]
-    ax.barh(ys, values, color=colors)
-    ax.set_yticks(ys, labels, fontsize=8)
-    ax.set_xscale("log")
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    for y, v in zip(ys, values, strict=True):
-        ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7)
-    ax.set_xlabel("scoped-a2a on the same server ÷ other system (>1: scoped-a2a ahead; "
-                  "bare ASGI is the HTTP ceiling)")
-    ax.set_title("scoped-a2a vs peers, pair by pair")
+    height = 0.3 * (len(peers) + len(ceiling)) + 2.5
+    fig, axes = plt.subplots(2, 1, figsize=(10, height), squeeze=False,
+                             gridspec_kw={"height_ratios": [max(len(peers), 1),
+                                                            max(len(ceiling), 1)]})
+    for ax, bars, title in (
+        (axes[0][0], peers, "scoped-a2a ÷ peer on the same server (>1: scoped-a2a ahead)"),
+        (axes[1][0], ceiling, "scoped-a2a ÷ bare ASGI app on the same server (share of the "
+                              "HTTP ceiling)"),
+    ):
+        if not bars:
+            ax.set_visible(False)
+            continue
+        ys = list(range(len(bars)))[::-1]
+        values = [b[1] for b in bars]
+        ax.barh(ys, values, color=[b[2] for b in bars])
+        ax.set_yticks(ys, [b[0] for b in bars], fontsize=8)
+        ax.set_xscale("log")
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        for y, v in zip(ys, values, strict=True):
+            ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7)
+        ax.set_title(title, fontsize=10)
+    fig.suptitle("scoped-a2a vs peers, measured pair by pair in one run", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
