@@ -69,7 +69,6 @@ class Runner:
     def attach(self, nursery: TaskGroup) -> None:
         """Use ``nursery`` as the server nursery for every run started from now on."""
         self._nursery = nursery
-        self.closing = False
 
     @property
     def active(self) -> int:
@@ -80,6 +79,13 @@ class Runner:
         return self._runs.get(task_id)
 
     # --- starting -------------------------------------------------------------------------
+
+    def check_accepting(self) -> None:
+        """Raise ServerUnavailable while shutting down or before the app runs."""
+        if self.closing:
+            raise ServerUnavailable("the server is shutting down and accepts no new work")
+        if self._nursery is None:
+            raise ServerUnavailable("the app is not running (serve it, or enter app.running())")
 
     def start(
         self,
@@ -96,10 +102,7 @@ class Runner:
         no checkpoint in between, so no cancellation can fall into the gap.
         Raises ServerUnavailable while shutting down or before the app runs.
         """
-        if self.closing:
-            raise ServerUnavailable("the server is shutting down and accepts no new work")
-        if self._nursery is None:
-            raise ServerUnavailable("the app is not running (serve it, or enter app.running())")
+        self.check_accepting()
         if task.id in self._runs:
             raise UnsupportedOperation(f"task {task.id!r} is already running")
         run = Run(task.id, task.context_id, detach_reason)

@@ -173,9 +173,7 @@ class Methods:
             history=[msg],
             metadata=req.metadata,
         )
-        self.runner.start  # noqa: B018  # fail fast below, before the task is stored
-        if self.runner.closing:
-            self.runner.start(task, msg, request_metadata=None, detach_reason=None)
+        self.runner.check_accepting()  # before the task is stored: refuse, store nothing
         await self.store.create(task)
         run = self.runner.start(task, msg, request_metadata=req.metadata, detach_reason=reason)
         return task, run, 0

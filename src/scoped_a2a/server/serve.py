@@ -84,7 +84,7 @@ async def serve(
                 server_scope.cancel()
 
             tg.start_soon(deadline)
-            task_status.started(bound_port)
+            tg.start_soon(_announce, app, bound_port, task_status)
             log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
             if backend == "trio":
                 import hypercorn.trio
@@ -95,3 +95,11 @@ async def serve(
 
                 await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
             tg.cancel_scope.cancel()
+
+
+async def _announce(app: Any, port: int, task_status: TaskStatus[int]) -> None:
+    """Report the port once the app's lifespan has started (the socket already listens)."""
+    ready = getattr(app, "ready", None)
+    if isinstance(ready, anyio.Event):
+        await ready.wait()
+    task_status.started(port)
