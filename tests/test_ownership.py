@@ -58,7 +58,8 @@ async def test_crm_system_event_survives_hang_up() -> None:
         await hang_up_after(client, url, 0.08, body)
         [task_id] = probe.started
         task = await wait_for_state(client, url, task_id, "TASK_STATE_COMPLETED")
-        assert task["status"]["message"]["parts"][0]["text"] == "done: write a re-engagement message"
+        reply = task["status"]["message"]["parts"][0]["text"]
+        assert reply == "done: write a re-engagement message"
         assert not probe.cancelled
 
 
