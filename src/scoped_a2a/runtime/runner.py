@@ -95,6 +95,7 @@ class Runner:
         request_metadata: Mapping[str, Any] | None,
         detach_reason: str | None,
         attempt: int = 1,
+        continuing: bool = False,
     ) -> Run:
         """Start a run of the agent for ``task`` in the server nursery; return it at once.
 
@@ -103,6 +104,7 @@ class Runner:
         Raises ServerUnavailable while shutting down or before the app runs.
         """
         self.check_accepting()
+        assert self._nursery is not None  # check_accepting guarantees it
         if task.id in self._runs:
             raise UnsupportedOperation(f"task {task.id!r} is already running")
         run = Run(task.id, task.context_id, detach_reason)
@@ -116,7 +118,8 @@ class Runner:
         )
         self._runs[task.id] = run
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        self._nursery.start_soon(self._execute, run, ctx, name=f"scoped_a2a run {task.id}")
+        self._nursery.start_soon(
+            self._execute, run, ctx, continuing, name=f"scoped_a2a run {task.id}")
         return run
 
     def resume(self, run: Run, message: Message, detach_reason: str | None) -> None:
@@ -140,7 +143,7 @@ class Runner:
 
     # --- executing ------------------------------------------------------------------------
 
-    async def _execute(self, run: Run, ctx: RunContext) -> None:
+    async def _execute(self, run: Run, ctx: RunContext, continuing: bool) -> None:
         mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
         log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
         state: TaskState | None = None
@@ -148,7 +151,10 @@ class Runner:
         reason = "completed"
         try:
             with run.scope:
-                await ctx.working()
+                # A run that continues an existing task records the message that started it
+                # (a new task already holds its first message in its history).
+                await self._append(run, ctx._status(
+                    TaskState.WORKING, None, message=ctx.message if continuing else None))
                 try:
                     reply = await self.agent(ctx)
                 except Exception as exc:

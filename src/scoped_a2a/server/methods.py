@@ -160,7 +160,8 @@ class Methods:
                 self.runner.resume(run, msg, reason)
             else:
                 run = self.runner.start(
-                    task, msg, request_metadata=req.metadata, detach_reason=reason
+                    task, msg, request_metadata=req.metadata, detach_reason=reason,
+                    continuing=True,
                 )
             return task, run, pos
         task_id = uuid.uuid4().hex
