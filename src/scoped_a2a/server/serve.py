@@ -83,18 +83,25 @@ async def serve(
                 log.error("hypercorn did not shut down in time; stopping it")
                 server_scope.cancel()
 
+            async def hypercorn_serve() -> None:
+                # In a child task on purpose: on Python 3.11, hypercorn's asyncio worker can
+                # leave a native cancel request on the task that awaited it (its TaskGroup
+                # cancels its parent on shutdown), which anyio would then take for a cancel
+                # from outside. A child task ends with it instead.
+                if backend == "trio":
+                    import hypercorn.trio
+
+                    await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
+                else:
+                    import hypercorn.asyncio
+
+                    await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
+                tg.cancel_scope.cancel()
+
             tg.start_soon(deadline)
             tg.start_soon(_announce, app, bound_port, task_status)
             log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
-            if backend == "trio":
-                import hypercorn.trio
-
-                await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
-            else:
-                import hypercorn.asyncio
-
-                await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
-            tg.cancel_scope.cancel()
+            tg.start_soon(hypercorn_serve)
 
 
 async def _announce(app: Any, port: int, task_status: TaskStatus[int]) -> None:
