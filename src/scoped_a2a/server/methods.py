@@ -23,7 +23,6 @@ from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
     PushNotSupported,
-    TaskNotFound,
     UnsupportedOperation,
 )
 from ..protocol.jsonrpc import RpcRequest, decode_params
@@ -37,7 +36,6 @@ from ..protocol.trajectory import (
 from ..protocol.types import (
     ListTasksRequest,
     ListTasksResponse,
-    Message,
     SendMessageRequest,
     Task,
     TaskState,
@@ -230,8 +228,6 @@ class Methods:
         await out.result(call.dialect.task(trim(task, req.history_length)))
 
     async def list_tasks(self, call: Call, out: Output) -> None:
-        if not call.dialect.v1:
-            raise UnsupportedOperation("ListTasks has no 0.3 JSON-RPC method")
         req = (
             ListTasksRequest()
             if call.rpc.params is None
@@ -313,5 +309,3 @@ class _no_hold:
     def __exit__(self, *exc: Any) -> None:
         return None
 
-
-__all__ = ["Call", "Message", "Methods", "Output", "TaskNotFound", "trim"]
