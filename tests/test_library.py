@@ -33,16 +33,15 @@ async def test_detached_runs_belong_to_the_nursery_passed_in() -> None:
 async def test_cancelling_the_service_still_records_every_run() -> None:
     probe = Probe()
     app = A2AApp(probe.agent(seconds=30, steps=300))
-    async with anyio.create_task_group() as service:
-        async with app.running():
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://a2a") as client:
-                body = await rpc(client, "http://a2a/", "SendMessage", {
-                    "message": text_message("bg"),
-                    "configuration": {"returnImmediately": True}})
-            await probe.wait_started()
-            service.cancel_scope.cancel()  # the whole service is cancelled from outside
-            await anyio.sleep(10)
+    async with anyio.create_task_group() as service, app.running():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://a2a") as client:
+            body = await rpc(client, "http://a2a/", "SendMessage", {
+                "message": text_message("bg"),
+                "configuration": {"returnImmediately": True}})
+        await probe.wait_started()
+        service.cancel_scope.cancel()  # the whole service is cancelled from outside
+        await anyio.sleep(10)
     task, _ = await app.store.get(body["result"]["task"]["id"])
     assert task.status.state.name == "CANCELED"
     # Cancelled from outside, with no grace period: recorded all the same, reason "nursery".
