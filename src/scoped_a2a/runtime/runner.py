@@ -69,7 +69,6 @@ class Runner:
     def attach(self, nursery: TaskGroup) -> None:
         """Use ``nursery`` as the server nursery for every run started from now on."""
         self._nursery = nursery
-        self.closing = False
 
     @property
     def active(self) -> int:
@@ -81,6 +80,13 @@ class Runner:
 
     # --- starting -------------------------------------------------------------------------
 
+    def check_accepting(self) -> None:
+        """Raise ServerUnavailable while shutting down or before the app runs."""
+        if self.closing:
+            raise ServerUnavailable("the server is shutting down and accepts no new work")
+        if self._nursery is None:
+            raise ServerUnavailable("the app is not running (serve it, or enter app.running())")
+
     def start(
         self,
         task: Task,
@@ -89,6 +95,7 @@ class Runner:
         request_metadata: Mapping[str, Any] | None,
         detach_reason: str | None,
         attempt: int = 1,
+        continuing: bool = False,
     ) -> Run:
         """Start a run of the agent for ``task`` in the server nursery; return it at once.
 
@@ -96,10 +103,8 @@ class Runner:
         no checkpoint in between, so no cancellation can fall into the gap.
         Raises ServerUnavailable while shutting down or before the app runs.
         """
-        if self.closing:
-            raise ServerUnavailable("the server is shutting down and accepts no new work")
-        if self._nursery is None:
-            raise ServerUnavailable("the app is not running (serve it, or enter app.running())")
+        self.check_accepting()
+        assert self._nursery is not None  # check_accepting guarantees it
         if task.id in self._runs:
             raise UnsupportedOperation(f"task {task.id!r} is already running")
         run = Run(task.id, task.context_id, detach_reason)
@@ -113,7 +118,8 @@ class Runner:
         )
         self._runs[task.id] = run
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        self._nursery.start_soon(self._execute, run, ctx, name=f"scoped_a2a run {task.id}")
+        self._nursery.start_soon(
+            self._execute, run, ctx, continuing, name=f"scoped_a2a run {task.id}")
         return run
 
     def resume(self, run: Run, message: Message, detach_reason: str | None) -> None:
@@ -137,7 +143,7 @@ class Runner:
 
     # --- executing ------------------------------------------------------------------------
 
-    async def _execute(self, run: Run, ctx: RunContext) -> None:
+    async def _execute(self, run: Run, ctx: RunContext, continuing: bool) -> None:
         mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
         log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
         state: TaskState | None = None
@@ -145,7 +151,10 @@ class Runner:
         reason = "completed"
         try:
             with run.scope:
-                await ctx.working()
+                # A run that continues an existing task records the message that started it
+                # (a new task already holds its first message in its history).
+                await self._append(run, ctx._status(
+                    TaskState.WORKING, None, message=ctx.message if continuing else None))
                 try:
                     reply = await self.agent(ctx)
                 except Exception as exc:

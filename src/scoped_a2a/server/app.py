@@ -96,6 +96,8 @@ class A2AApp:
             keepalive_every=keepalive,
             extended_card=self._extended_card if self._extended is not None else None,
         )
+        self.ready = anyio.Event()
+        """Set once the server side runs (lifespan started): ``serve`` waits for it."""
         self.open_requests = 0
         """Requests in flight now (tests count them to prove nothing is left behind)."""
         if detached is not None:
@@ -113,6 +115,7 @@ class A2AApp:
         """
         if self._detached is not None:
             self.runner.attach(self._detached)
+            self.ready.set()
             try:
                 yield self
             finally:
@@ -120,6 +123,7 @@ class A2AApp:
             return
         async with anyio.create_task_group() as nursery:
             self.runner.attach(nursery)
+            self.ready.set()
             try:
                 yield self
             finally:

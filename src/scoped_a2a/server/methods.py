@@ -23,7 +23,6 @@ from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
     PushNotSupported,
-    TaskNotFound,
     UnsupportedOperation,
 )
 from ..protocol.jsonrpc import RpcRequest, decode_params
@@ -37,7 +36,6 @@ from ..protocol.trajectory import (
 from ..protocol.types import (
     ListTasksRequest,
     ListTasksResponse,
-    Message,
     SendMessageRequest,
     Task,
     TaskState,
@@ -160,7 +158,8 @@ class Methods:
                 self.runner.resume(run, msg, reason)
             else:
                 run = self.runner.start(
-                    task, msg, request_metadata=req.metadata, detach_reason=reason
+                    task, msg, request_metadata=req.metadata, detach_reason=reason,
+                    continuing=True,
                 )
             return task, run, pos
         task_id = uuid.uuid4().hex
@@ -173,9 +172,7 @@ class Methods:
             history=[msg],
             metadata=req.metadata,
         )
-        self.runner.start  # noqa: B018  # fail fast below, before the task is stored
-        if self.runner.closing:
-            self.runner.start(task, msg, request_metadata=None, detach_reason=None)
+        self.runner.check_accepting()  # before the task is stored: refuse, store nothing
         await self.store.create(task)
         run = self.runner.start(task, msg, request_metadata=req.metadata, detach_reason=reason)
         return task, run, 0
@@ -231,8 +228,6 @@ class Methods:
         await out.result(call.dialect.task(trim(task, req.history_length)))
 
     async def list_tasks(self, call: Call, out: Output) -> None:
-        if not call.dialect.v1:
-            raise UnsupportedOperation("ListTasks has no 0.3 JSON-RPC method")
         req = (
             ListTasksRequest()
             if call.rpc.params is None
@@ -314,5 +309,3 @@ class _no_hold:
     def __exit__(self, *exc: Any) -> None:
         return None
 
-
-__all__ = ["Call", "Message", "Methods", "Output", "TaskNotFound", "trim"]

@@ -83,15 +83,30 @@ async def serve(
                 log.error("hypercorn did not shut down in time; stopping it")
                 server_scope.cancel()
 
+            async def hypercorn_serve() -> None:
+                # In a child task on purpose: on Python 3.11, hypercorn's asyncio worker can
+                # leave a native cancel request on the task that awaited it (its TaskGroup
+                # cancels its parent on shutdown), which anyio would then take for a cancel
+                # from outside. A child task ends with it instead.
+                if backend == "trio":
+                    import hypercorn.trio
+
+                    await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
+                else:
+                    import hypercorn.asyncio
+
+                    await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
+                tg.cancel_scope.cancel()
+
             tg.start_soon(deadline)
-            task_status.started(bound_port)
+            tg.start_soon(_announce, app, bound_port, task_status)
             log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
-            if backend == "trio":
-                import hypercorn.trio
+            tg.start_soon(hypercorn_serve)
 
-                await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
-            else:
-                import hypercorn.asyncio
 
-                await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
-            tg.cancel_scope.cancel()
+async def _announce(app: Any, port: int, task_status: TaskStatus[int]) -> None:
+    """Report the port once the app's lifespan has started (the socket already listens)."""
+    ready = getattr(app, "ready", None)
+    if isinstance(ready, anyio.Event):
+        await ready.wait()
+    task_status.started(port)
