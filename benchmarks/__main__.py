@@ -33,6 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, metavar="PATH", help="write every figure as JSON rows")
     p.add_argument("--plot", type=Path, metavar="PATH.png", help="draw the main ratios")
     p.add_argument("--markdown", type=Path, metavar="PATH", help="write the tables as markdown")
+    p.add_argument("--system", action="append", metavar="TEXT",
+                   help="only systems whose 'name / server' label contains TEXT (repeatable)")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="record a py-spy profile of every scoped-a2a server into DIR")
     p.add_argument("--keep-logs", action="store_true", help="keep the servers' logs")
     return p
 
@@ -55,7 +59,9 @@ async def _main(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="scoped-a2a-bench-"))
     signals, port = await open_signals()
     bench = Bench(sizes=Sizes.make(args.quick), python=python, workdir=workdir, signals=signals,
-                  signal_port=port)
+                  signal_port=port, only_systems=args.system or [], profile_dir=args.profile)
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     budget = 110.0 if args.quick else 1800.0
     started = time.monotonic()
     try:

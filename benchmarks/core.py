@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import shutil
+import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -115,6 +118,8 @@ class Bench:
     failures: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     scenario: str = ""
+    only_systems: Sequence[str] = ()
+    profile_dir: Path | None = None
 
     # --- reporting ------------------------------------------------------------------------
 
@@ -146,8 +151,12 @@ class Bench:
         A system that does not come up is reported with ``fail`` and left out.
         """
         env = server_env(self.signal_port, self.workdir)
+        if self.only_systems:
+            wanted = [_squash(t) for t in self.only_systems]
+            systems = [s for s in systems if any(t in _squash(s.label) for t in wanted)]
         procs = [ServerProcess(s, self.python, self.workdir, env, detach_rule) for s in systems]
         ready: dict[System, ServerProcess] = {}
+        profilers: list[subprocess.Popen[bytes]] = []
         try:
             results = await asyncio.gather(*(p.wait_ready() for p in procs),
                                            return_exceptions=True)
@@ -156,15 +165,35 @@ class Bench:
                     self.fail(f"{proc.system.label} did not start: {result}")
                 else:
                     ready[proc.system] = proc
+            if self.profile_dir is not None:
+                profilers = [self._profile(p) for p in ready.values() if p.system.is_subject]
             yield ready
         finally:
+            for prof in profilers:  # py-spy writes its file when interrupted
+                prof.send_signal(signal.SIGINT)
+            for prof in profilers:
+                try:
+                    prof.wait(30)
+                except subprocess.TimeoutExpired:
+                    prof.kill()
             await asyncio.gather(*(asyncio.to_thread(p.stop) for p in procs))
+
+    def _profile(self, proc: ServerProcess) -> subprocess.Popen[bytes]:
+        """Sample ``proc`` with py-spy (collapsed stacks, idle frames left out) until stopped."""
+        assert self.profile_dir is not None
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        out = self.profile_dir / f"{self.scenario}-{proc.system.server}.txt"
+        self.progress(f"profiling {proc.system.label} into {out}")
+        return subprocess.Popen([spy, "record", "--format", "raw", "--rate", "200", "-o", str(out),
+                                 "--pid", str(proc.pid)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
 
 
 async def run_scenario(bench: Bench, scenario: Scenario, timeout: float) -> None:
     """Run one scenario within ``timeout`` seconds; an error or overrun is a failure."""
     bench.scenario = scenario.name
     bench.progress(f"scenario {scenario.number}: {scenario.title}")
+    before = len(bench.rows)
     try:
         async with asyncio.timeout(timeout):
             await scenario.run(bench)
@@ -173,6 +202,9 @@ async def run_scenario(bench: Bench, scenario: Scenario, timeout: float) -> None
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
         bench.fail(f"raised {type(exc).__name__}: {exc}")
+    else:
+        if len(bench.rows) == before:
+            bench.fail("recorded no figures (no system ran)")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -180,3 +212,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[rank]
+
+
+def _squash(text: str) -> str:
+    return text.replace(" ", "").lower()

@@ -70,6 +70,16 @@ BARE = [System("bare", "hypercorn-asyncio"), System("bare", "hypercorn-trio"),
         System("bare", "uvicorn")]
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the generator dies, however it dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -90,7 +100,7 @@ class ServerProcess:
         self.argv = system.argv(python, self.port, detach_rule=detach_rule)
         self.proc = subprocess.Popen(self.argv, cwd=REPO, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_die_with_parent)
 
     @property
     def pid(self) -> int:
