@@ -10,6 +10,7 @@ seconds), so no run leaves a server behind.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import socket
@@ -70,14 +71,16 @@ BARE = [System("bare", "hypercorn-asyncio"), System("bare", "hypercorn-trio"),
         System("bare", "uvicorn")]
 
 
+try:  # loaded here, not in the forked child: a child must not import (import lock + threads)
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _LIBC = None
+
+
 def _die_with_parent() -> None:
     """In the child: get SIGTERM if the generator dies, however it dies (Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    if _LIBC is not None and hasattr(_LIBC, "prctl"):
+        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
