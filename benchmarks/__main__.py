@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="only systems whose 'name / server' label contains TEXT (repeatable)")
     p.add_argument("--profile", type=Path, metavar="DIR",
                    help="record a py-spy profile of every scoped-a2a server into DIR")
+    p.add_argument("--py311", metavar="PYTHON",
+                   help="the Python 3.11 the follower baseline runs on (default: this Python "
+                        "if it is 3.11, else $BENCH_PY311 or python3.11 on the PATH)")
     p.add_argument("--keep-logs", action="store_true", help="keep the servers' logs")
     return p
 
@@ -59,7 +62,8 @@ async def _main(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="scoped-a2a-bench-"))
     signals, port = await open_signals()
     bench = Bench(sizes=Sizes.make(args.quick), python=python, workdir=workdir, signals=signals,
-                  signal_port=port, only_systems=args.system or [], profile_dir=args.profile)
+                  signal_port=port, only_systems=args.system or [], profile_dir=args.profile,
+                  python311=args.py311)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     budget = 110.0 if args.quick else 1800.0

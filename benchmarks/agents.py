@@ -10,7 +10,9 @@ system does the same work. The first word of the message picks the behaviour:
 - ``fanout KEY M INTERVAL``: signals ``start``, waits for its go-file, then emits M artifact
   chunks INTERVAL apart, each carrying ``@T<monotonic emit time>@`` (scenario 5);
 - ``event KEY SECONDS``: a CRM system event; works for SECONDS in ten steps, then signals
-  ``done`` (or ``cancel`` if cancelled) (scenario 7).
+  ``done`` (or ``cancel`` if cancelled) (scenario 7);
+- ``work SECONDS``: a turn with a live trajectory: a trajectory event every 50 ms for SECONDS,
+  then a reply (the steps of scenarios 4 and 6 follow it).
 
 Every wait is an ``anyio.sleep``: a cancelled run ends at once.
 """
@@ -79,12 +81,22 @@ async def event_agent(ctx: RunContext) -> str:
     return "re-engagement message written"
 
 
+async def work_agent(ctx: RunContext) -> str:
+    seconds = float(ctx.text.split()[1])
+    ticks = max(1, round(seconds / 0.05))
+    for i in range(ticks):
+        await ctx.trajectory({"type": "tick", "step": i})
+        await anyio.sleep(seconds / ticks)
+    return f"worked {seconds:g}s"
+
+
 AGENTS = {
     "echo": echo_agent,
     "stream": stream_agent,
     "slow": slow_agent,
     "fanout": fanout_agent,
     "event": event_agent,
+    "work": work_agent,
 }
 
 

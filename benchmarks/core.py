@@ -82,8 +82,13 @@ class Sizes:
     fanout_sizes: tuple[int, ...] = (10, 100, 1000)
     fanout_events: int = 20
     events: int = 1000
-    follower_runs: int = 50
+    follower_runs: int = 20
+    teardown_cap: float = 5.0
+    teardown_work: float = 0.3
+    give_up: int = 3
     soak_steps: int = 2000
+    soak_runs: int = 2000
+    soak_cap: float = 3.0
 
     @classmethod
     def make(cls, quick: bool) -> Sizes:
@@ -91,7 +96,8 @@ class Sizes:
             return cls(quick=False)
         return cls(quick=True, warmup=0.2, duration=0.7, stream_runs=8, stream_duration=0.7,
                    hangup_runs=10, hangup_wait=0.5, fanout_sizes=(10, 100), fanout_events=8,
-                   events=150, follower_runs=5, soak_steps=100)
+                   events=150, follower_runs=2, teardown_cap=1.0, teardown_work=0.1,
+                   give_up=1, soak_steps=100, soak_runs=100, soak_cap=1.0)
 
 
 class Scenario:
@@ -100,6 +106,8 @@ class Scenario:
     title: ClassVar[str]
     metrics: ClassVar[Sequence[Metric]]
     notes: ClassVar[str] = ""
+    tables: ClassVar[Sequence[tuple[str, Sequence[str]]]] = ()
+    """Split the metrics over several tables: (subtitle, metric keys) each; default one table."""
 
     async def run(self, bench: Bench) -> None:
         raise NotImplementedError
@@ -120,6 +128,12 @@ class Bench:
     scenario: str = ""
     only_systems: Sequence[str] = ()
     profile_dir: Path | None = None
+    python311: str | None = None
+
+    def wants(self, label: str) -> bool:
+        """Whether ``--system`` lets the system labelled ``label`` run."""
+        return not self.only_systems or any(_squash(t) in _squash(label)
+                                            for t in self.only_systems)
 
     # --- reporting ------------------------------------------------------------------------
 
@@ -151,9 +165,7 @@ class Bench:
         A system that does not come up is reported with ``fail`` and left out.
         """
         env = server_env(self.signal_port, self.workdir)
-        if self.only_systems:
-            wanted = [_squash(t) for t in self.only_systems]
-            systems = [s for s in systems if any(t in _squash(s.label) for t in wanted)]
+        systems = [s for s in systems if self.wants(s.label) or s.kind == "faulty"]
         procs = [ServerProcess(s, self.python, self.workdir, env, detach_rule) for s in systems]
         ready: dict[System, ServerProcess] = {}
         profilers: list[subprocess.Popen[bytes]] = []

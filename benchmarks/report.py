@@ -53,10 +53,11 @@ def ratios(scenario: Scenario, rows: Sequence[Row]) -> list[tuple[str, str, Metr
     for r in rows:
         by_sys.setdefault((r.system, r.backend), {})[r.metric] = r
     out: list[tuple[str, str, Metric, float | str]] = []
+    subjects = {b: by_sys[(s, b)] for s, b, role in _systems(rows) if role == "subject"}
     for system, backend, role in _systems(rows):
         if role in ("subject", "control"):
             continue
-        subject = by_sys.get(("scoped-a2a", backend))
+        subject = subjects.get(backend)
         if subject is None:
             continue
         for m in scenario.metrics:
@@ -75,59 +76,71 @@ def ratios(scenario: Scenario, rows: Sequence[Row]) -> list[tuple[str, str, Metr
     return out
 
 
-def table(scenario: Scenario, rows: Sequence[Row]) -> str:
-    """The scenario's table (systems x metrics) and its ratio lines, as plain text."""
+def _groups(scenario: Scenario, rows: Sequence[Row]) -> list[tuple[str, list[Metric]]]:
+    present = {r.metric for r in rows}
+    by_key = {m.key: m for m in scenario.metrics}
+    if scenario.tables:
+        groups = [(title, [by_key[k] for k in keys if k in present])
+                  for title, keys in scenario.tables]
+    else:
+        groups = [("", [m for m in scenario.metrics if m.key in present])]
+    return [(title, ms) for title, ms in groups if ms]
+
+
+def _grid(scenario: Scenario, rows: Sequence[Row], metrics: list[Metric]) -> list[list[str]]:
     by_sys: dict[tuple[str, str], dict[str, Row]] = {}
     for r in rows:
         by_sys.setdefault((r.system, r.backend), {})[r.metric] = r
-    metrics = [m for m in scenario.metrics if any(r.metric == m.key for r in rows)]
-    header = ["system", "server", *[m.label for m in metrics]]
-    body = [[s, b, *[_cell(by_sys[(s, b)], m) for m in metrics]] for s, b, _ in _systems(rows)]
-    widths = [max(len(x[i]) for x in [header, *body]) for i in range(len(header))]
+    keys = {m.key for m in metrics}
+    return [[s, b, *[_cell(by_sys[(s, b)], m) for m in metrics]]
+            for s, b, _ in _systems(rows) if keys & by_sys[(s, b)].keys()]
 
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
 
-    out = [f"Scenario {scenario.number}: {scenario.title}", line(header),
-           "  ".join("-" * w for w in widths)]
-    out += [line(b) for b in body]
-    rs = ratios(scenario, rows)
-    if rs:
-        out.append("")
-        out.append("scoped-a2a on the same server vs (>1: scoped-a2a ahead)")
-        grouped: dict[tuple[str, str], list[str]] = {}
-        for system, backend, m, r in rs:
-            text = f"{r:.2f}x" if isinstance(r, float) else r
-            grouped.setdefault((system, backend), []).append(f"{m.label} {text}")
-        width = max(len(f"{s} / {b}") for s, b in grouped)
-        for (s, b), items in grouped.items():
-            out.append(f"  {f'{s} / {b}':{width}}  " + ", ".join(items))
+def _ratio_lines(scenario: Scenario, rows: Sequence[Row]) -> list[tuple[str, list[str]]]:
+    grouped: dict[str, list[str]] = {}
+    for system, backend, m, r in ratios(scenario, rows):
+        text = f"{r:.2f}x" if isinstance(r, float) else r
+        grouped.setdefault(f"{system} / {backend}", []).append(f"{m.label} {text}")
+    return list(grouped.items())
+
+
+def table(scenario: Scenario, rows: Sequence[Row]) -> str:
+    """The scenario's table(s) (systems x metrics) and its ratio lines, as plain text."""
+    out = [f"Scenario {scenario.number}: {scenario.title}"]
+    for title, metrics in _groups(scenario, rows):
+        header = ["system", "server", *[m.label for m in metrics]]
+        body = _grid(scenario, rows, metrics)
+        widths = [max(len(x[i]) for x in [header, *body]) for i in range(len(header))]
+
+        def line(cells: list[str], widths: list[int] = widths) -> str:
+            return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+        if title:
+            out.append(f"-- {title}")
+        out += [line(header), "  ".join("-" * w for w in widths), *[line(b) for b in body]]
+    lines = _ratio_lines(scenario, rows)
+    if lines:
+        out += ["", "scoped-a2a on the same server vs (>1: scoped-a2a ahead)"]
+        width = max(len(k) for k, _ in lines)
+        out += [f"  {k:{width}}  " + ", ".join(items) for k, items in lines]
     if scenario.notes:
         out += ["", f"note: {scenario.notes}"]
     return "\n".join(out)
 
 
 def markdown(scenario: Scenario, rows: Sequence[Row]) -> str:
-    """The same table as GitHub markdown (for RESULTS.md / the README)."""
-    by_sys: dict[tuple[str, str], dict[str, Row]] = {}
-    for r in rows:
-        by_sys.setdefault((r.system, r.backend), {})[r.metric] = r
-    metrics = [m for m in scenario.metrics if any(r.metric == m.key for r in rows)]
-    out = [f"**{scenario.number}. {scenario.title}**", "",
-           "| system | server | " + " | ".join(m.label for m in metrics) + " |",
-           "|---|---|" + "---:|" * len(metrics)]
-    for s, b, _ in _systems(rows):
-        cells = [_cell(by_sys[(s, b)], m) for m in metrics]
-        out.append(f"| {s} | {b} | " + " | ".join(cells) + " |")
-    rs = ratios(scenario, rows)
-    if rs:
+    """The same tables as GitHub markdown (for RESULTS.md / the README)."""
+    out = [f"**{scenario.number}. {scenario.title}**"]
+    for title, metrics in _groups(scenario, rows):
+        out += ["", f"_{title}_", ""] if title else [""]
+        out += ["| system | server | " + " | ".join(m.label for m in metrics) + " |",
+                "|---|---|" + "---:|" * len(metrics)]
+        out += ["| " + " | ".join(cells) + " |" for cells in _grid(scenario, rows, metrics)]
+    lines = _ratio_lines(scenario, rows)
+    if lines:
         out += ["", "scoped-a2a on the same server vs each peer (>1: scoped-a2a ahead):", ""]
-        grouped: dict[tuple[str, str], list[str]] = {}
-        for system, backend, m, r in rs:
-            text = f"{r:.2f}x" if isinstance(r, float) else r
-            grouped.setdefault((system, backend), []).append(f"{m.label} **{text}**")
-        out += [f"- {s} / {b}: " + ", ".join(items) for (s, b), items in grouped.items()]
+        out += [f"- {k}: " + ", ".join(items) for k, items in lines]
     if scenario.notes:
         out += ["", f"_{scenario.notes}_"]
     return "\n".join(out)

@@ -32,13 +32,15 @@ DETACH_RULE = "evoai_crm_event=inactivity_action"
 class System:
     """One implementation on one server."""
 
-    kind: str  # "scoped" | "sdk" | "fasta2a" | "bare"
+    kind: str  # "scoped" | "sdk" | "fasta2a" | "bare" | "faulty"
     server: str  # "hypercorn-trio" | "hypercorn-asyncio" | "uvicorn"
+    options: tuple[str, ...] = ()
+    """Extra command-line options (the faulty agent's fault)."""
 
     @property
     def name(self) -> str:
         return {"scoped": "scoped-a2a", "sdk": "a2a-sdk", "fasta2a": "fasta2a",
-                "bare": "bare ASGI"}[self.kind]
+                "bare": "bare ASGI", "faulty": "faulty agent"}[self.kind]
 
     @property
     def label(self) -> str:
@@ -57,10 +59,10 @@ class System:
                     "--backend", backend, "--port", p, "--grace", "1", "--log-level", "WARNING",
                     *rule]
         module = {"scoped": "scoped_uvicorn", "sdk": "sdk_server", "fasta2a": "fasta2a_server",
-                  "bare": "bare_server"}[self.kind]
-        extra = ["--agent", SCOPED_AGENT, *rule] if self.kind == "scoped" else []
+                  "bare": "bare_server", "faulty": "faulty_agent"}[self.kind]
+        extra = ["--agent", SCOPED_AGENT, *rule] if self.kind in ("scoped", "faulty") else []
         return [python, "-m", f"benchmarks.peers.{module}", "--port", p, "--server", self.server,
-                *extra]
+                *extra, *self.options]
 
 
 SCOPED = [System("scoped", "hypercorn-trio"), System("scoped", "hypercorn-asyncio"),
@@ -98,6 +100,7 @@ class ServerProcess:
         self.system = system
         self.port = free_port()
         slug = f"{system.kind}-{system.server}-{self.port}"
+        self.url = f"http://127.0.0.1:{self.port}/"
         self.log_path = workdir / f"{slug}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.argv = system.argv(python, self.port, detach_rule=detach_rule)

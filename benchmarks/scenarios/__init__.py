@@ -8,7 +8,8 @@ from .fanout import Fanout
 from .hangup import Hangup
 from .send import Send
 from .stream import Stream
+from .teardown import Teardown
 
 
 def all_scenarios() -> list[Scenario]:
-    return [Send(), Stream(), Hangup(), Fanout(), Detached()]
+    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Detached()]
