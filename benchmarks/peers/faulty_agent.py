@@ -9,8 +9,10 @@ cursor read, ``SubscribeToTask``), where it misbehaves:
 - ``gone``: follower reads are answered while the task runs; once the task has ended the agent is
   "gone" for them and every read has its connection closed (the agent of the original incident,
   which went away after the turn);
-- ``random``: each request at all (sends included) is, with probability ``--fault-rate``,
-  closed at once, answered 500, or cut mid-answer (the soak).
+- ``random`` (the soak): every task's follower reads start failing (connection closed) at a
+  random moment between 0 and 0.6 s after its first read, mid-turn or after it; and any request
+  at all (sends included) is, with probability ``--fault-rate``, closed at once, answered 500,
+  or cut mid-answer.
 
 Every follower read that hits a fault is reported on the side channel (``fault`` with a unique
 key prefixed by the task id) with its time, so the generator can count the failed reads that
@@ -45,6 +47,7 @@ class Proxy:
         self.fault = fault
         self.rate = rate
         self.rng = random.Random(6)
+        self.gone_at: dict[str, float] = {}
 
     async def handle(self, client: SocketStream) -> None:
         async with client:
@@ -78,8 +81,13 @@ class Proxy:
                 if task.status.state.terminal:
                     return "close"
             return "forward"
-        if self.fault == "random" and method is not None and self.rng.random() < self.rate:
-            return self.rng.choice(("close", "500", "cut"))
+        if self.fault == "random":
+            if method in FOLLOWER_METHODS and task_id is not None:
+                now = anyio.current_time()
+                if now >= self.gone_at.setdefault(task_id, now + self.rng.uniform(0.0, 0.6)):
+                    return "close"
+            if method is not None and self.rng.random() < self.rate:
+                return self.rng.choice(("close", "500", "cut"))
         return "forward"
 
     async def _forward(self, client: SocketStream, head: bytes, body: bytes, *, cut: bool) -> None:

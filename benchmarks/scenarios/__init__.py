@@ -7,9 +7,10 @@ from .detached import Detached
 from .fanout import Fanout
 from .hangup import Hangup
 from .send import Send
+from .soak import Soak
 from .stream import Stream
 from .teardown import Teardown
 
 
 def all_scenarios() -> list[Scenario]:
-    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Detached()]
+    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached()]
