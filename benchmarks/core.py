@@ -79,6 +79,9 @@ class Sizes:
     stream_duration: float = 3.0
     hangup_runs: int = 100
     hangup_wait: float = 2.0
+    give_up_cancel: int = 3
+    """Hang-ups in a row with no cancellation seen before a peer is called "never"."""
+    idle_settle: float = 0.5
     fanout_sizes: tuple[int, ...] = (10, 100, 1000)
     fanout_events: int = 20
     events: int = 1000
@@ -94,10 +97,10 @@ class Sizes:
     def make(cls, quick: bool) -> Sizes:
         if not quick:
             return cls(quick=False)
-        return cls(quick=True, warmup=0.2, duration=0.7, stream_runs=8, stream_duration=0.7,
-                   hangup_runs=10, hangup_wait=0.5, fanout_sizes=(10, 100), fanout_events=8,
+        return cls(quick=True, warmup=0.1, duration=0.5, stream_runs=5, stream_duration=0.5,
+                   hangup_runs=10, hangup_wait=0.5, give_up_cancel=2, idle_settle=0.2, fanout_sizes=(10, 100), fanout_events=8,
                    events=150, follower_runs=2, teardown_cap=1.0, teardown_work=0.1,
-                   give_up=1, soak_steps=100, soak_runs=100, soak_cap=1.0)
+                   give_up=1, soak_steps=80, soak_runs=80, soak_cap=1.0)
 
 
 class Scenario:

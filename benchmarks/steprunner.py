@@ -1,7 +1,7 @@
 """The client side of scenarios 4 and 6, run as its own process (one per system under test).
 
     python -m benchmarks.steprunner --pattern scoped|old --backend asyncio|trio --url URL \\
-        teardown --ending cancelled|raises|returns --runs N --cap S
+        teardown --ending cancelled,raises,returns --runs N --cap S
     python -m benchmarks.steprunner ... soak --steps N --concurrency C --cap S
 
 ``scoped`` runs scoped-a2a's ``Step`` (its follower reads the turn's live trajectory); ``old``
@@ -76,13 +76,17 @@ def text_for(ending: str) -> str:
 
 async def scoped_step(client: Any, ending: str, cap: float, *, cancel_after: float | None = None
                       ) -> dict[str, Any]:
-    """One step of one turn that ends as ``ending``; returns its timeline."""
+    """One step of one turn that ends as ``ending``; returns its timeline.
+
+    ``t0`` is when the step was told to end: cancelled, or its body raised or returned (also
+    when the turn itself raised, e.g. its send failed); ``end`` is when the step had ended.
+    """
     import anyio
 
     from scoped_a2a import MemorySink, Step
 
     rec: dict[str, Any] = {"ending": ending}
-    started = anyio.Event()
+    started, told, ended = anyio.Event(), anyio.Event(), anyio.Event()
     box: list[Any] = []
     scope = anyio.CancelScope()
 
@@ -96,15 +100,20 @@ async def scoped_step(client: Any, ending: str, cap: float, *, cancel_after: flo
                     rec["turn_end"] = time.monotonic()
                 if ending == "cancelled":
                     await anyio.sleep_forever()
-                rec["t0"] = time.monotonic()
                 if ending == "raises":
                     raise RuntimeError("the body failed")
         finally:
-            rec["end"] = time.monotonic()
+            rec.setdefault("t0", rec.get("turn_end", time.monotonic()))
+            told.set()
+            started.set()  # (a turn that failed before its first event: nothing to wait for)
 
     async def run() -> None:
-        with scope, suppress(Exception):
-            await body()
+        try:
+            with scope, suppress(Exception):
+                await body()
+        finally:
+            rec["end"] = time.monotonic()
+            ended.set()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
@@ -112,14 +121,15 @@ async def scoped_step(client: Any, ending: str, cap: float, *, cancel_after: flo
             with anyio.move_on_after(10):
                 await started.wait()
             await anyio.sleep(cancel_after if cancel_after is not None else CANCEL_AFTER)
-            rec["t0"] = rec["turn_end"] = time.monotonic()
+            if not told.is_set():
+                rec["t0"] = rec["turn_end"] = time.monotonic()
+                told.set()
             scope.cancel()
-        with anyio.move_on_after(cap + 30):
-            while "end" not in rec:
-                await anyio.sleep(0.001)
-                if "t0" in rec and time.monotonic() - rec["t0"] > cap:
-                    break
-        rec["hung"] = "end" not in rec
+        with anyio.move_on_after(60):
+            await told.wait()
+        with anyio.move_on_after(cap):
+            await ended.wait()
+        rec["hung"] = not ended.is_set()
         scope.cancel()  # (a no-op for a step that ended)
     if box and box[0].turns:
         turn = box[0].turns[0]
@@ -135,11 +145,12 @@ async def scoped_main(args: argparse.Namespace) -> None:
 
     async with A2AClient(args.url, timeout=5.0) as client:
         if args.command == "teardown":
-            for i in range(args.runs):
-                rec = await scoped_step(client, args.ending, args.cap)
-                emit({"run": i, **rec})
-                if rec["hung"]:
-                    break
+            for ending in args.ending.split(","):
+                for i in range(args.runs):
+                    rec = await scoped_step(client, ending, args.cap)
+                    emit({"run": i, **rec})
+                    if rec["hung"]:
+                        break
         else:
             await soak(args, lambda ending, rng: scoped_step(
                 client, ending, args.cap, cancel_after=rng.uniform(0.0, 0.5)))
@@ -155,21 +166,22 @@ async def old_run(http: Any, url: str, ending: str, cap: float, *,
     from .oldstep import OldStats, old_step
 
     stats = OldStats()
-    started = asyncio.Event()
+    started, told, ended = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    stats.told = told
     task = asyncio.create_task(old_step(http, url, text_for(ending), ending, stats, started))
-    ended = asyncio.Event()
     task.add_done_callback(lambda _: (setattr(stats, "end", time.monotonic()), ended.set()))
     if ending == "cancelled":
         with suppress(TimeoutError):
             async with asyncio.timeout(10):
                 await started.wait()
         await asyncio.sleep(cancel_after if cancel_after is not None else CANCEL_AFTER)
-        stats.t0 = stats.turn_end = time.monotonic()
+        if not told.is_set():
+            stats.t0 = stats.turn_end = time.monotonic()
+            told.set()
         task.cancel()
-    else:
-        async with asyncio.timeout(30):  # the turn itself (the agent works 0.3 s)
-            while stats.t0 is None and not task.done():
-                await asyncio.sleep(0.001)
+    with suppress(TimeoutError):
+        async with asyncio.timeout(60):
+            await told.wait()
     with suppress(TimeoutError):
         async with asyncio.timeout(cap):
             await ended.wait()
@@ -186,13 +198,14 @@ async def old_main(args: argparse.Namespace) -> None:
 
     async with httpx.AsyncClient(timeout=5.0) as http:
         if args.command == "teardown":
-            hung = 0
-            for i in range(args.runs):
-                rec = await old_run(http, args.url, args.ending, args.cap)
-                emit({"run": i, **rec})
-                hung += rec["hung"]
-                if hung >= args.give_up:
-                    break
+            for ending in args.ending.split(","):
+                hung = 0
+                for i in range(args.runs):
+                    rec = await old_run(http, args.url, ending, args.cap)
+                    emit({"run": i, **rec})
+                    hung += rec["hung"]
+                    if hung >= args.give_up:
+                        break
         else:
             await soak(args, lambda ending, rng: old_run(
                 http, args.url, ending, args.cap, cancel_after=rng.uniform(0.0, 0.5)))
@@ -238,7 +251,8 @@ def main() -> None:
                    help="seconds after it was told to end before a step counts as hung")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("teardown")
-    t.add_argument("--ending", choices=["cancelled", "raises", "returns"], required=True)
+    t.add_argument("--ending", required=True,
+                   help="cancelled, raises or returns, or several separated by commas")
     t.add_argument("--runs", type=int, default=20)
     t.add_argument("--give-up", type=int, default=3, help="stop after this many hung runs")
     s = sub.add_parser("soak")
@@ -256,6 +270,9 @@ def main() -> None:
 
             anyio.run(scoped_main, args, backend=args.backend)
     except BaseException as exc:  # report, then leave without waiting on abandoned tasks
+        import traceback
+
+        traceback.print_exc()
         emit({"error": f"{type(exc).__name__}: {exc}"})
         os._exit(1)
     os._exit(0)

@@ -20,8 +20,6 @@ from ..loadgen import Conn, RequestTemplate, connect, connect_many, http_request
 from ..systems import FASTA2A, SCOPED, SDK, ServerProcess, System
 
 INTERVAL = 0.02
-IDLE_SETTLE = 0.5
-"""Seconds the open streams idle before memory is read (lets allocations settle)."""
 STAMP = b"@T"
 
 
@@ -81,7 +79,7 @@ class Fanout(Scenario):
                 ends.append(_subscribe(c, subscribe, i, firsts[i], latencies, counts))
             async with asyncio.timeout(60):
                 await asyncio.gather(*firsts)
-            await asyncio.sleep(IDLE_SETTLE)
+            await asyncio.sleep(bench.sizes.idle_settle)  # let allocations settle
             rss_open = proc.rss()
             Path(bench.workdir, f"go-{key}").touch()
             async with asyncio.timeout(60 + m * INTERVAL):

@@ -16,6 +16,8 @@ hung runs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..clients import CLIENTS, ClientSystem, find_python311, run_client
 from ..core import Bench, Metric, Scenario
 from ..systems import ServerProcess, System, server_env
@@ -58,13 +60,11 @@ class Teardown(Scenario):
             for system, proc in running.items():
                 fault = system.options[1]
                 for client in CLIENTS:
-                    if not bench.wants(f"{client.name} / {client.backend}"):
-                        continue
-                    for ending in ENDINGS:
-                        await self.measure(bench, python, proc, client, fault, ending)
+                    if bench.wants(f"{client.name} / {client.backend}"):
+                        await self.measure(bench, python, proc, client, fault)
 
     async def measure(self, bench: Bench, python: str, proc: ServerProcess, client: ClientSystem,
-                      fault: str, ending: str) -> None:
+                      fault: str) -> None:
         sizes = bench.sizes
         cap = sizes.teardown_cap
         env = server_env(bench.signal_port, bench.workdir)
@@ -72,12 +72,19 @@ class Teardown(Scenario):
             records = await run_client(
                 python, env, client, proc.url,
                 ["--cap", str(cap), "--work", str(sizes.teardown_work), "teardown", "--ending",
-                 ending, "--runs", str(sizes.follower_runs), "--give-up", str(sizes.give_up)],
-                timeout=sizes.follower_runs * (cap + sizes.teardown_work + 3) + 60)
+                 ",".join(ENDINGS), "--runs", str(sizes.follower_runs), "--give-up",
+                 str(sizes.give_up)],
+                timeout=len(ENDINGS) * sizes.follower_runs * (cap + sizes.teardown_work + 3) + 60)
         except RuntimeError as exc:
             bench.fail(str(exc))
             return
-        runs = [r for r in records if "run" in r]
+        for ending in ENDINGS:
+            self.report(bench, client, fault, ending,
+                        [r for r in records if "run" in r and r["ending"] == ending])
+
+    def report(self, bench: Bench, client: ClientSystem, fault: str, ending: str,
+               runs: list[dict[str, Any]]) -> None:
+        cap = bench.sizes.teardown_cap
         if not runs:
             bench.fail(f"{client.name} ({client.backend}) {fault}/{ending}: no run finished")
             return
