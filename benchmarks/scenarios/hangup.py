@@ -7,9 +7,9 @@ difference is the real hang-up-to-cancel time across processes. Measured for a b
 ``SendMessage`` and for a ``SendStreamingMessage``.
 
 A peer that never cancels on disconnect (the a2a-sdk and fasta2a cancel only on ``CancelTask``)
-is tried three times (twice with ``--quick``), and reported as "never" when none of these runs was cancelled within
-the wait; its agent then runs its five seconds to the end. For scoped-a2a every run must be
-cancelled: a run that is not is a failure.
+is tried three times (twice with ``--quick``), and reported as "never" when none of these runs
+was cancelled within the wait; its agent then runs its five seconds to the end. For scoped-a2a
+every run must be cancelled: a run that is not is a failure.
 """
 
 from __future__ import annotations
