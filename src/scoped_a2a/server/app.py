@@ -32,7 +32,16 @@ from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.memory import MemoryTaskStore
-from .asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, send_response
+from .asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    discard_body,
+    header,
+    send_response,
+)
 from .asgi import read_body as _read_body
 from .card import build_card
 from .disconnect import watch_disconnect
@@ -170,15 +179,18 @@ class A2AApp:
         path, method = scope.get("path", "/"), scope.get("method", "GET")
         if path in CARD_PATHS:
             if method not in ("GET", "HEAD"):
+                await discard_body(scope, receive)
                 await _plain(send, 405, "use GET for the agent card")
             else:
                 await send_response(send, 200, self._card(scope),
                                     headers=[(b"cache-control", b"max-age=60")])
             return
         if path not in ("/", ""):
+            await discard_body(scope, receive)
             await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at /")
             return
         if method != "POST":
+            await discard_body(scope, receive)
             await _plain(send, 405, "A2A JSON-RPC requests are POSTed to /")
             return
         self.open_requests += 1
@@ -192,11 +204,14 @@ class A2AApp:
         if ctype != "application/json":
             err = InvalidRequest(
                 f"Content-Type must be application/json, not {ctype or 'absent'!r}")
+            await discard_body(scope, receive)
             await send_response(send, 415, error_frame(b"null", err, v1=True))
             return
         try:
             body = await _read_body(scope, receive, self.max_body_bytes)
-        except BodyTooLarge:
+        except BodyTooLarge as exc:
+            if exc.more_body:
+                await discard_body(scope, receive)
             err = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
             await send_response(send, 413, error_frame(b"null", err, v1=True),
                                 headers=[(b"connection", b"close")])
