@@ -78,10 +78,10 @@ Method = Callable[[Call, Output], Awaitable[None]]
 
 def trim(task: Task, history_length: int | None, *, artifacts: bool = True) -> Task:
     """A copy of ``task`` with at most ``history_length`` recent messages (None: all)."""
+    if history_length is not None and history_length < 0:
+        raise InvalidParams("historyLength must not be negative")
     history = task.history
     if history_length is not None and history is not None:
-        if history_length < 0:
-            raise InvalidParams("historyLength must not be negative")
         history = history[len(history) - history_length :] if history_length else None
     if history is task.history and (artifacts or task.artifacts is None):
         return task
@@ -136,6 +136,9 @@ class Methods:
         if not msg.parts:
             raise InvalidParams("the message has no parts")
         cfg = req.configuration
+        if cfg is not None and cfg.history_length is not None and cfg.history_length < 0:
+            # Checked here, not when the answer is trimmed: by then the task would exist.
+            raise InvalidParams("configuration.historyLength must not be negative")
         reason = self.policy.detach_reason(
             return_immediately=bool(cfg and cfg.return_immediately),
             message_metadata=msg.metadata,
