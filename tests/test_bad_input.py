@@ -19,6 +19,8 @@ import pytest
 
 from scoped_a2a import A2AApp
 from scoped_a2a.agents.demo import demo_agent
+from scoped_a2a.protocol.types import Task
+from scoped_a2a.store.memory import MemoryTaskStore
 
 from .helpers import rpc, served, sse_events, text_message
 
@@ -302,6 +304,16 @@ async def test_bad_requests_get_clear_errors_and_disturb_nothing(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stream_slow_run)
                 await streaming.wait()
+                running = stream_events[0]["task"]["id"]
+                cases += [
+                    Case("SendMessage to a working task",
+                         call("SendMessage", {"message": text_message("x", taskId=running)}),
+                         -32004, ("is working",)),
+                    Case("an answer from another context",
+                         call("SendMessage", {"message": text_message(
+                             "x", taskId=asked["id"], contextId="another-context")}),
+                         -32602, ("another contextId",)),
+                ]
                 for case in cases:
                     check_error(case, await post(client, url, case.body, case.headers))
                 # The version also comes as a query parameter.
@@ -400,3 +412,53 @@ async def test_extended_card_when_configured() -> None:
             assert card["name"] == "demo (extended)", method
             assert card["description"] == "for callers who signed in"
             assert card["supportedInterfaces"][0]["url"] == url
+
+
+class _GatedStore(MemoryTaskStore):
+    """A memory store whose reads can be held at a gate, to line requests up in one tick."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: anyio.Event | None = None
+        self.waiting = 0
+
+    async def get(self, task_id: str) -> tuple[Task, int]:
+        if self.gate is not None:
+            self.waiting += 1
+            await self.gate.wait()
+        return await super().get(task_id)
+
+
+async def test_two_answers_to_one_question(caplog: pytest.LogCaptureFixture) -> None:
+    """Two callers answer the same input-required task at the same instant: one answer is
+    taken, the other is told the task is working (-32004); nothing fails inside."""
+    caplog.set_level(logging.WARNING)
+    store = _GatedStore()
+    app = A2AApp(demo_agent, grace=1.0, store=store)
+    assert app.store is store  # (an empty store once went unused: it is falsy)
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        asked = (await rpc(client, url, "SendMessage",
+                           {"message": text_message("ask")}))["result"]["task"]
+        answers: dict[str, dict[str, Any]] = {}
+
+        async def answer(text: str) -> None:
+            message = text_message(text, taskId=asked["id"])
+            answers[text] = await rpc(client, url, "SendMessage", {"message": message})
+
+        with anyio.fail_after(10):
+            store.gate = gate = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer, "first")
+                tg.start_soon(answer, "second")
+                while store.waiting < 2:  # both requests are about to resume the task
+                    await anyio.sleep(0.005)
+                store.gate = None
+                gate.set()
+        taken = [t for t, r in answers.items() if "result" in r]
+        refused = [r["error"] for r in answers.values() if "error" in r]
+        assert len(taken) == 1 and len(refused) == 1, answers
+        assert refused[0]["code"] == -32004 and "working" in refused[0]["message"]
+        task = answers[taken[0]]["result"]["task"]
+        assert task["status"]["message"]["parts"][0]["text"] == f"You said: {taken[0]}"
+        await settled(app)
+    no_error_logs(caplog)

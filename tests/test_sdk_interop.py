@@ -240,8 +240,13 @@ async def test_input_required_turn_while_subscribed(proto: str) -> None:
         assert (answered.id, answered.context_id) == (asked.id, asked.context_id)
         assert state(answered) == "TASK_STATE_COMPLETED"
         assert status_text(answered) == "You said: pineapple"
-        assert [state(e) for e in (seen[0], seen[-1])] == [
-            "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_COMPLETED"]
+        assert [(m.role, m.parts[0].text) for m in answered.history] == [
+            (Role.ROLE_USER, "ask"), (Role.ROLE_AGENT, "What should I echo?"),
+            (Role.ROLE_USER, "pineapple"), (Role.ROLE_AGENT, "You said: pineapple")]
+        # The answer puts the task back to working, then it completes.
+        assert [state(e) for e in seen] == [
+            "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
+        assert seen[1].status_update.status.message.parts[0].text == "pineapple"
         assert seen[-1].status_update.status.message.parts[0].text == "You said: pineapple"
         assert peer.methods == peer.expect(proto, "send", "subscribe", "send")
 

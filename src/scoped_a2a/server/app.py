@@ -87,8 +87,9 @@ class A2AApp:
         extended_card: Mapping[str, Any] | None = None,
     ) -> None:
         self.agent = agent
-        self.policy = policy or RunPolicy()
-        self.store: TaskStore = store or MemoryTaskStore()
+        self.policy = policy if policy is not None else RunPolicy()
+        # Not ``store or ...``: an empty MemoryTaskStore has len() 0, so it is falsy.
+        self.store: TaskStore = store if store is not None else MemoryTaskStore()
         self.runner = Runner(agent, self.store, self.policy)
         self.grace = grace
         self.public_url = public_url
