@@ -292,7 +292,7 @@ async def test_bad_requests_get_clear_errors_and_disturb_nothing(
         streaming = anyio.Event()
 
         async def stream_slow_run() -> None:
-            req = call("SendStreamingMessage", {"message": text_message("slow 1")})
+            req = call("SendStreamingMessage", {"message": text_message("slow 2")})
             async with client.stream("POST", url, json=req,
                                      headers={"A2A-Version": "1.0"}) as resp:
                 async for _, event in sse_events(resp):
@@ -305,10 +305,13 @@ async def test_bad_requests_get_clear_errors_and_disturb_nothing(
                 tg.start_soon(stream_slow_run)
                 await streaming.wait()
                 running = stream_events[0]["task"]["id"]
-                cases += [
+                # First, while the slow run surely still works (it has seconds to go).
+                cases[:0] = [
                     Case("SendMessage to a working task",
                          call("SendMessage", {"message": text_message("x", taskId=running)}),
                          -32004, ("is working",)),
+                ]
+                cases += [
                     Case("an answer from another context",
                          call("SendMessage", {"message": text_message(
                              "x", taskId=asked["id"], contextId="another-context")}),
@@ -341,7 +344,7 @@ async def test_bad_requests_get_clear_errors_and_disturb_nothing(
         assert stream_events[0]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
         final = stream_events[-1]["statusUpdate"]["status"]
         assert final["state"] == "TASK_STATE_COMPLETED"
-        assert final["message"]["parts"][0]["text"] == "done after 1s"
+        assert final["message"]["parts"][0]["text"] == "done after 2s"
         # The completed task is exactly as it was.
         got = await rpc(client, url, "GetTask", {"id": done["id"]})
         assert got["result"] == done
