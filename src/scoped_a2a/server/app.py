@@ -27,6 +27,7 @@ from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_version
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
 from ..protocol.jsonrpc import error_frame, parse_request, result_frame
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
+from ..push import PushService, PushSettings
 from ..runtime.context import Agent
 from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
@@ -69,6 +70,8 @@ class A2AApp:
     :param keepalive: seconds between keep-alive comments on an idle stream.
     :param stream_write_timeout: a stream whose client takes no event for this long is closed.
     :param extended_card: card fields for ``GetExtendedAgentCard`` (absent: -32007).
+    :param push: push-notification settings (:class:`~scoped_a2a.push.PushSettings`); push is
+        on by default, refusing webhooks on non-public addresses unless allowed.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class A2AApp:
         keepalive: float = 15.0,
         stream_write_timeout: float = 30.0,
         extended_card: Mapping[str, Any] | None = None,
+        push: PushSettings | None = None,
     ) -> None:
         self.agent = agent
         self.policy = policy if policy is not None else RunPolicy()
@@ -100,11 +104,13 @@ class A2AApp:
         self._extended = dict(extended_card) if extended_card is not None else None
         self._detached = detached
         self._name = str(getattr(agent, "__name__", None) or "scoped-a2a agent")
+        self.push = PushService(self.store, push or PushSettings())
         self.methods = Methods(
             self.runner,
             self.store,
             keepalive_every=keepalive,
             extended_card=self._extended_card if self._extended is not None else None,
+            push=self.push,
         )
         self.ready = anyio.Event()
         """Set once the server side runs (lifespan started): ``serve`` waits for it."""
@@ -112,6 +118,7 @@ class A2AApp:
         """Requests in flight now (tests count them to prove nothing is left behind)."""
         if detached is not None:
             self.runner.attach(detached)
+            self.push.attach(detached)
 
     # --- lifetime -------------------------------------------------------------------------
 
@@ -124,20 +131,36 @@ class A2AApp:
         the exit is itself a cancellation, the grace period is skipped.
         """
         if self._detached is not None:
-            self.runner.attach(self._detached)
-            self.ready.set()
-            try:
-                yield self
-            finally:
-                await self._drain()
+            # Push deliveries drain after the runs (their last states are deliveries too).
+            async with self.push.serving(self._detached, grace=self.push_grace):
+                self.runner.attach(self._detached)
+                self.ready.set()
+                try:
+                    yield self
+                finally:
+                    await self._drain()
             return
-        async with anyio.create_task_group() as nursery:
+        async with (
+            anyio.create_task_group() as nursery,
+            self.push.serving(nursery, grace=self.push_grace),
+        ):
             self.runner.attach(nursery)
             self.ready.set()
             try:
                 yield self
             finally:
                 await self._drain()
+
+    @property
+    def push_grace(self) -> float:
+        """Seconds pending push deliveries get on shutdown, after the runs have ended."""
+        configured = self.push.settings.shutdown_grace
+        return self.grace if configured is None else configured
+
+    @property
+    def drain_seconds(self) -> float:
+        """How long the lifespan's shutdown may take: runs, then push deliveries (``serve``)."""
+        return self.grace + self.push_grace
 
     async def _drain(self) -> None:
         try:
@@ -272,6 +295,7 @@ class A2AApp:
         cached = self._card_cache.get(url)
         if cached is None:
             card = build_card(url, self._card_overrides, name=self._name,
+                              push_notifications=self.push.enabled,
                               extended=self._extended is not None)
             cached = self._card_cache[url] = _encode(card)
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
@@ -281,7 +305,7 @@ class A2AApp:
     def _extended_card(self) -> bytes:
         url = self.public_url or "/"
         card = build_card(url, {**self._card_overrides, **(self._extended or {})},
-                          name=self._name, extended=True)
+                          name=self._name, push_notifications=self.push.enabled, extended=True)
         return _encode(card)
 
 
