@@ -94,23 +94,27 @@ async def test_crm_event_delivered_once_after_hang_up(v1: bool) -> None:
 
 async def test_503_twice_then_200_is_delivered_once_after_retries() -> None:
     receiver = Receiver(answers=[503, 503])
-    app = A2AApp(demo_agent,
-                 push=PushSettings(allow_hosts=["127.0.0.1"], deliver="terminal", **FAST))
+    app = A2AApp(demo_agent, push=PushSettings(allow_hosts=["127.0.0.1"], **FAST))
     async with receiving(receiver) as hook, served(app) as url, httpx.AsyncClient() as client:
         body = await rpc(client, url, "SendMessage", {
             "message": text_message("hello"),
             "configuration": {"taskPushNotificationConfig": push_config(hook)}})
         task_id = body["result"]["task"]["id"]
         await eventually(lambda: app.push.active == 0)
-        assert [r.status for r in receiver.requests] == [503, 503, 200]
-        # The same delivery three times: one key, one body; the receiver accepted it once.
-        assert len({r.headers["idempotency-key"] for r in receiver.requests}) == 1
-        assert len({r.body for r in receiver.requests}) == 1
-        [accepted] = receiver.accepted()
-        assert accepted.json["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
-        [record] = await deliveries(client, url, task_id)
-        assert record["status"] == "delivered" and record["attempts"] == 3
-        assert record["state"] == "TASK_STATE_COMPLETED" and record["lastError"] is None
+        got = receiver.requests
+        assert [r.status for r in got] == [503, 503, 200, 200]
+        # The first delivery (working) three times: one key, one body. The completed task
+        # waited behind it (in order) and was accepted once.
+        assert len({r.headers["idempotency-key"] for r in got[:3]}) == 1
+        assert len({r.body for r in got[:3]}) == 1
+        assert got[3].headers["idempotency-key"] != got[0].headers["idempotency-key"]
+        working, completed = receiver.accepted()
+        assert working.json["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
+        assert completed.json["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        records = await deliveries(client, url, task_id)
+        assert [(r["state"], r["status"], r["attempts"], r["lastError"]) for r in records] == [
+            ("TASK_STATE_WORKING", "delivered", 3, None),
+            ("TASK_STATE_COMPLETED", "delivered", 1, None)]
 
 
 async def test_receiver_that_never_answers_fails_within_bound(
@@ -162,6 +166,7 @@ async def test_shutdown_records_pending_deliveries_as_undelivered(
         assert [(r.state, r.status) for r in records] == [
             (TaskState.WORKING, "undelivered"), (TaskState.COMPLETED, "undelivered")]
         assert all("shut down" in (r.reason or "") for r in records)
+        # In order: the completed state was never sent while the working one was pending.
         assert records[0].attempts >= 2 and records[1].attempts == 0
         assert records[0].last_error is not None and "503" in records[0].last_error
     logged = [r.getMessage() for r in caplog.records if "push undelivered" in r.getMessage()]
@@ -229,3 +234,23 @@ async def test_config_id_defaults_and_unknown_task() -> None:
         err = await rpc(client, url, "CreateTaskPushNotificationConfig",
                         {"url": "http://127.0.0.1:9/hook"})
         assert err["error"]["code"] == -32602 and "taskId" in err["error"]["message"]
+
+
+async def test_deleting_a_config_ends_its_pending_delivery() -> None:
+    receiver = Receiver(answers=[503] * 10_000)
+    app = A2AApp(demo_agent, push=PushSettings(allow_hosts=["127.0.0.1"], retry_for=60, **FAST))
+    async with receiving(receiver) as hook, served(app) as url, httpx.AsyncClient() as client:
+        body = await rpc(client, url, "message/send", {
+            "message": text_message("hello", v1=False),
+            "configuration": {"pushNotificationConfig": push_config(hook)}}, version=None)
+        task_id = body["result"]["id"]
+        await eventually(lambda: len(receiver.requests) >= 1)
+        gone = await rpc(client, url, "tasks/pushNotificationConfig/delete",
+                         {"id": task_id, "pushNotificationConfigId": "crm"}, version=None)
+        assert gone["result"] is None
+        await eventually(lambda: app.push.active == 0)
+        [record] = await deliveries(client, url, task_id)
+        assert record["status"] == "undelivered" and "deleted" in record["reason"]
+        listed = await rpc(client, url, "tasks/pushNotificationConfig/list", {"id": task_id},
+                           version=None)
+        assert listed["result"] == []

@@ -162,3 +162,18 @@ def test_address_classes() -> None:
     assert allow.allows_address(ipaddress.ip_address("10.8.3.4"))
     assert allow.allows_address(ipaddress.ip_address("::1"))
     assert not allow.allows_address(ipaddress.ip_address("127.0.0.2"))
+
+
+async def test_configs_per_task_are_bounded() -> None:
+    app = A2AApp(demo_agent, push=PushSettings(allow_hosts=["127.0.0.1"],
+                                               max_configs_per_task=2))
+    async with served(app) as url, httpx.AsyncClient() as client:
+        task_id = (await rpc(client, url, "SendMessage", {"message": text_message("hi")}))[
+            "result"]["task"]["id"]
+        for n in (1, 2, 2):  # replacing an existing id is not a new config
+            ok = await rpc(client, url, "CreateTaskPushNotificationConfig",
+                           {"taskId": task_id, "id": f"c{n}", "url": "http://127.0.0.1:9/"})
+            assert ok["result"]["id"] == f"c{n}"
+        err = await rpc(client, url, "CreateTaskPushNotificationConfig",
+                        {"taskId": task_id, "id": "c3", "url": "http://127.0.0.1:9/"})
+        assert err["error"]["code"] == -32602 and "already has 2" in err["error"]["message"]

@@ -197,9 +197,10 @@ class PushService:
     def _watch(self, task_id: str, config_id: str, *, v1: bool, after: int,
                state: TaskState) -> None:
         watch = self._watches.get((task_id, config_id))
-        if watch is not None:
+        if watch is not None and not watch.scope.cancel_called:
             watch.v1 = v1  # a replaced config: the running watch delivers to it from here on
             return
+        # (A watch being cancelled, e.g. its config was just deleted, is replaced by a new one.)
         if self._nursery is None:
             raise ServerUnavailable("the app is not running (serve it, or enter app.running())")
         watch = _Watch(task_id, config_id, v1, after, state)
@@ -235,7 +236,9 @@ class PushService:
                 if recording.cancelled_caught:
                     log.error("could not record the undelivered pushes of task %s within %gs",
                               watch.task_id, RECORD_TIMEOUT)
-            del self._watches[(watch.task_id, watch.config_id)]
+            key = (watch.task_id, watch.config_id)
+            if self._watches.get(key) is watch:
+                del self._watches[key]
             if not self._watches:
                 self._idle.set()
 
