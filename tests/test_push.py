@@ -137,7 +137,10 @@ async def test_receiver_that_never_answers_fails_within_bound(
         assert record["status"] == "failed"
         assert record["reason"].startswith("gave up after")
         assert "timed out" in record["lastError"] or "no answer" in record["lastError"]
-        assert record["attempts"] >= 2 and len(receiver.requests) == record["attempts"]
+        # Retries while a whole attempt (0.3 s) fits in retry_for (1 s); each attempt that got
+        # through to the receiver is recorded there.
+        assert 2 <= record["attempts"] <= 4
+        assert 1 <= len(receiver.requests) <= record["attempts"]
         assert all(r.status == 0 for r in receiver.requests)  # it never answered
         # Bounded: retry_for (1 s) plus scheduling slack; generous on a loaded machine.
         assert elapsed < settings.retry_for + 3
@@ -254,3 +257,14 @@ async def test_deleting_a_config_ends_its_pending_delivery() -> None:
         listed = await rpc(client, url, "tasks/pushNotificationConfig/list", {"id": task_id},
                            version=None)
         assert listed["result"] == []
+
+
+def test_backoff_doubles_is_capped_and_jittered() -> None:
+    from scoped_a2a.push.delivery import Sender
+
+    sender = Sender(PushSettings(first_backoff=0.5, max_backoff=4.0))
+    for retry in range(1, 12):
+        full = min(4.0, 0.5 * 2 ** (retry - 1))
+        waits = [sender.backoff(retry) for _ in range(200)]
+        assert all(full / 2 <= w <= full for w in waits)
+        assert len(set(waits)) > 1  # jittered: failing deliveries do not retry in lockstep

@@ -11,8 +11,8 @@ Outcomes. A 2xx answer delivers. A network error, a timeout, 408, 425, 429 or 5x
 after ``first_backoff * 2**n`` seconds (capped at ``max_backoff``, with jitter: half fixed, half
 random, so many failing deliveries do not retry in lockstep; a ``Retry-After`` in seconds is
 honoured up to the cap). A redirect, any other 4xx, or a URL that has become unsafe fails at once.
-No retry starts after ``retry_for`` seconds, and no retry attempt runs past that bound, so a
-delivery ends within ``max(retry_for, attempt_timeout)`` of its first attempt.
+A retry is made only if its whole ``attempt_timeout`` fits before ``retry_for`` seconds have
+passed since the first attempt, so a delivery ends within ``max(retry_for, attempt_timeout)``.
 
 Cancellation (shutdown) ends an attempt or a backoff at once; the caller records the delivery as
 undelivered.
@@ -111,10 +111,7 @@ class Sender:
                 return
             record.url = config.url
             record.attempts += 1
-            budget = s.attempt_timeout
-            if record.attempts > 1:
-                budget = min(budget, deadline - anyio.current_time())
-            outcome = await self._attempt(config, record.delivery_id, body, budget)
+            outcome = await self._attempt(config, record.delivery_id, body, s.attempt_timeout)
             if outcome.delivered:
                 record.last_error = None
                 record.finish("delivered")
@@ -133,7 +130,9 @@ class Sender:
             delay = self.backoff(record.attempts)
             if outcome.retry_after is not None:
                 delay = max(delay, min(outcome.retry_after, s.max_backoff))
-            if anyio.current_time() + delay >= deadline:
+            # Retry only if the whole attempt fits before the bound: a retry squeezed into the
+            # last milliseconds could only time out.
+            if anyio.current_time() + delay + s.attempt_timeout > deadline:
                 reason = (f"gave up after {record.attempts} attempts over {elapsed:.1f}s "
                           f"(retry_for={s.retry_for:g}s); last error: {outcome.error}")
                 record.finish("failed", reason)

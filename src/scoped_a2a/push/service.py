@@ -53,6 +53,7 @@ class _Watch:
     state: TaskState  # the state as of ``cursor``
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     current: DeliveryRecord | None = None  # the delivery in flight
+    config: TaskPushNotificationConfig | None = None  # as last read from the store
     stop_reason: str | None = None  # set by whoever cancels the watch
     record_rest: bool = True  # on cancellation, record unread state changes as undelivered
 
@@ -186,11 +187,14 @@ class PushService:
         return deleted
 
     async def _config(self, watch: _Watch) -> TaskPushNotificationConfig | None:
+        """The config as stored now (None: deleted); if the task itself has been evicted from
+        the store meanwhile, the config as last seen, so the delivery in flight carries on."""
         try:
             configs = await self.store.push_configs(watch.task_id)
         except TaskNotFound:
-            return None
-        return next((c for c in configs if c.id == watch.config_id), None)
+            return watch.config
+        watch.config = next((c for c in configs if c.id == watch.config_id), None)
+        return watch.config
 
     # --- watches --------------------------------------------------------------------------
 
@@ -216,7 +220,9 @@ class PushService:
                 try:
                     await self._follow(watch)
                 except TaskNotFound:
-                    log.info("push watch of task %s ended: the task was evicted", watch.task_id)
+                    log.warning("push watch of task %s config %s ended: the task was evicted "
+                                "from the store; state changes after position %d are not pushed",
+                                watch.task_id, watch.config_id, watch.cursor)
                 except Exception:
                     log.exception("push watch of task %s config %s failed", watch.task_id,
                                   watch.config_id)

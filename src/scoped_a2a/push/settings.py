@@ -40,7 +40,7 @@ class PushSettings:
     :param first_backoff: seconds before the first retry; doubled per retry, with jitter.
     :param max_backoff: the cap on the wait between retries.
     :param retry_for: seconds from a delivery's first attempt after which it is recorded as
-        failed; no attempt runs past this bound.
+        failed; a retry is made only if its whole ``attempt_timeout`` fits in this bound.
     :param shutdown_grace: seconds pending deliveries get on shutdown after the runs have ended
         (None: the app's ``grace``); the rest are recorded as undelivered.
     :param max_configs_per_task: more configs on one task are refused (bounds the fan-out).
