@@ -131,10 +131,14 @@ def jsonrpc_cases(done: str) -> list[Case]:
         Case("SendMessage message without messageId",
              call("SendMessage", {"message": {"role": "ROLE_USER", "parts": [{"text": "x"}]}}),
              -32602, (missing, "`messageId`")),
-        Case("SendMessage push config", call("SendMessage", {
+        Case("SendMessage push config on a loopback address", call("SendMessage", {
             "message": text_message("x"),
             "configuration": {"taskPushNotificationConfig": {"url": "http://127.0.0.1:9/"}}}),
-            -32003, ("push",)),
+            -32602, ("127.0.0.1 is a loopback address", "--allow-webhook-host")),
+        Case("message/send push config not http", call("message/send", {
+            "message": v03_msg(),
+            "configuration": {"pushNotificationConfig": {"url": "ftp://example.com/"}}}),
+            -32602, ("http or https",), v1=False),
         Case("GetTask id a number", call("GetTask", {"id": 5}), -32602, ("$.id",)),
         Case("GetTask negative historyLength", call("GetTask", {"id": done, "historyLength": -2}),
              -32602, ("historyLength",)),
@@ -227,13 +231,32 @@ def jsonrpc_cases(done: str) -> list[Case]:
                    "tasks/get", "tasks/cancel", "tasks/resubscribe"):
         cases.append(Case(f"{method} of an unknown task", call(method, {"id": "no-such-task"}),
                           -32001, ("'no-such-task'", "not found"), v1="/" not in method))
-    for method in ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
-                   "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig",
-                   "tasks/pushNotificationConfig/set", "tasks/pushNotificationConfig/get",
-                   "tasks/pushNotificationConfig/list", "tasks/pushNotificationConfig/delete"):
-        cases.append(Case(f"{method} (no push support)",
-                          call(method, {"taskId": done, "id": done}), -32003,
-                          ("push notifications are not supported",), v1="/" not in method))
+    # Push configs (push is on by default; tests/test_push*.py cover it switched off).
+    cases += [
+        Case("CreateTaskPushNotificationConfig without url",
+             call("CreateTaskPushNotificationConfig", {"taskId": done, "id": done}), -32602,
+             (missing, "`url`")),
+        Case("CreateTaskPushNotificationConfig of an unknown task",
+             call("CreateTaskPushNotificationConfig",
+                  {"taskId": "no-such-task", "url": "https://example.com/"}), -32001),
+        Case("GetTaskPushNotificationConfig of an unknown config",
+             call("GetTaskPushNotificationConfig", {"taskId": done, "id": "nope"}), -32001,
+             ("no push notification config 'nope'",)),
+        Case("DeleteTaskPushNotificationConfig without id",
+             call("DeleteTaskPushNotificationConfig", {"taskId": done}), -32602, ("id",)),
+        Case("tasks/pushNotificationConfig/set without a config",
+             call("tasks/pushNotificationConfig/set", {"taskId": done}), -32602,
+             (missing, "`pushNotificationConfig`"), v1=False),
+        Case("tasks/pushNotificationConfig/get of an unknown task",
+             call("tasks/pushNotificationConfig/get", {"id": "no-such-task"}), -32001,
+             v1=False),
+        Case("tasks/pushNotificationConfig/list with a list",
+             call("tasks/pushNotificationConfig/list", [done]), -32602, ("`object`",),
+             v1=False),
+        Case("tasks/pushNotificationConfig/delete without a config id",
+             call("tasks/pushNotificationConfig/delete", {"id": done}), -32602,
+             (missing, "`pushNotificationConfigId`"), v1=False),
+    ]
     return cases
 
 
