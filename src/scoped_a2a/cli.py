@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -62,10 +63,24 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-ended-tasks", type=int, default=10_000,
                    help="ended tasks kept in memory (oldest evicted first)")
     s.add_argument("--log-level", default="INFO")
+    # Push notifications (scoped_a2a.push).
+    s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
+                   help="allow push webhooks on HOST although it is (or resolves to) a "
+                        "loopback, private, link-local or reserved address; HOST is a name, an "
+                        "address or a network such as 10.8.0.0/16 (repeatable)")
+    s.add_argument("--push-bearer-token", default=os.environ.get("SCOPED_A2A_PUSH_BEARER_TOKEN"),
+                   help="send 'Authorization: Bearer TOKEN' with deliveries whose config has no "
+                        "authentication (default: $SCOPED_A2A_PUSH_BEARER_TOKEN)")
+    s.add_argument("--push-signing-secret",
+                   default=os.environ.get("SCOPED_A2A_PUSH_SIGNING_SECRET"),
+                   help="sign deliveries with HMAC-SHA256 (Standard Webhooks headers) "
+                        "(default: $SCOPED_A2A_PUSH_SIGNING_SECRET)")
+    s.add_argument("--no-push", action="store_true", help="switch push notifications off")
     return p
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    from .push import PushSettings
     from .server.app import A2AApp
     from .server.serve import serve
     from .store.memory import MemoryTaskStore
@@ -80,6 +95,12 @@ async def _serve(args: argparse.Namespace) -> None:
         public_url=args.public_url,
         max_body_bytes=args.max_body_bytes,
         store=MemoryTaskStore(max_ended_tasks=args.max_ended_tasks),
+        push=PushSettings(
+            enabled=not args.no_push,
+            allow_hosts=tuple(args.allow_webhook_host),
+            bearer_token=args.push_bearer_token or None,
+            signing_secret=args.push_signing_secret or None,
+        ),
     )
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:

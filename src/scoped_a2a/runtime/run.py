@@ -77,7 +77,13 @@ class Run:
     # --- ctx.ask support ------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
-        """Hand the caller's next message to a run parked in ``ctx.ask``."""
+        """Hand the caller's next message to a run parked in ``ctx.ask``.
+
+        The run stops counting as parked at once: the question is answered, and a second
+        answer arriving before the agent wakes must be refused, not silently dropped (the
+        inbox hands the first straight to the waiting agent, so a second would fit too).
+        """
+        self.parked = False
         self._inbox[0].send_nowait(message)
 
     @contextmanager

@@ -47,7 +47,8 @@ async def serve(
 
     :param grace: seconds for requests in flight to finish on shutdown (default: the app's
         ``grace``, else 10).
-    :returns: after a graceful shutdown, within ``2 * grace + 5`` seconds of ``shutdown``.
+    :returns: after a graceful shutdown, within ``grace + drain + 5`` seconds of ``shutdown``
+        (``drain``: the app's ``drain_seconds``, runs then push deliveries; else ``grace``).
     """
     backend = sniffio.current_async_library()
     grace = grace if grace is not None else float(getattr(app, "grace", 10.0))
@@ -59,7 +60,9 @@ async def serve(
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket from here
     config.graceful_timeout = grace
-    config.shutdown_timeout = grace + SHUTDOWN_SLACK  # the app's lifespan drain
+    # The app's lifespan drain: its runs, then its push deliveries (A2AApp.drain_seconds).
+    drain = float(getattr(app, "drain_seconds", grace))
+    config.shutdown_timeout = drain + SHUTDOWN_SLACK
     config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75
@@ -79,7 +82,7 @@ async def serve(
 
             async def deadline() -> None:
                 await stopping.wait()
-                await anyio.sleep(2 * grace + SHUTDOWN_SLACK)
+                await anyio.sleep(grace + drain + SHUTDOWN_SLACK)
                 log.error("hypercorn did not shut down in time; stopping it")
                 server_scope.cancel()
 
