@@ -22,9 +22,11 @@ def _frame(raw: str) -> str:
     if not m:
         return raw
     where = m.group(1).rsplit(":", 1)[0]
-    parts = where.split("/")
-    short = "/".join(parts[-2:]) if len(parts) > 1 else where
-    return f"{raw[: m.start()]} ({short})"
+    for marker in ("site-packages/", "/src/", "/lib/python3"):
+        if marker in where:
+            where = where.split(marker, 1)[1]
+            break
+    return f"{raw[: m.start()]} ({where})"
 
 
 def summarise(path: Path, top: int, match: str | None) -> str:
