@@ -74,19 +74,20 @@ async def _main(args: argparse.Namespace) -> int:
     finally:
         signals.close()
     elapsed = time.monotonic() - started
+    load_end = report.environment(python)["machine"]["load_average_at_start"]
     out = []
     for scenario in scenarios:
         rows = [r for r in bench.rows if r.scenario == scenario.name]
         if rows:
             out.append(report.table(scenario, rows))
     print("\n\n".join(out))
-    print(f"\n{len(scenarios)} scenario(s) in {elapsed:.0f}s; load average at start "
-          f"{env['machine']['load_average_at_start'][0]:.2f}, at end "
-          f"{report.environment(python)['machine']['load_average_at_start'][0]:.2f}; "
+    print(f"\n{len(scenarios)} scenario(s) in {elapsed:.0f}s; load average (1 min) at start "
+          f"{env['machine']['load_average_at_start'][0]:.2f}, at end {load_end[0]:.2f}; "
           f"Python {env['python']}")
-    extra = {"quick": args.quick, "elapsed_s": elapsed, "failures": bench.failures}
+    extra = {"quick": args.quick, "elapsed_s": elapsed, "failures": bench.failures,
+             "load_average_at_end": load_end}
     if args.json:
-        report.write_json(args.json, bench.rows, env, extra)
+        report.write_json(args.json, scenarios, bench.rows, env, extra)
     if args.markdown:
         args.markdown.write_text("\n\n".join(
             report.markdown(s, [r for r in bench.rows if r.scenario == s.name])

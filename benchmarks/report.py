@@ -174,8 +174,20 @@ def environment(python_for_servers: str) -> dict[str, Any]:
     }
 
 
-def write_json(path: Path, rows: Sequence[Row], env: dict[str, Any], extra: dict[str, Any]) -> None:
-    doc = {**env, **extra, "rows": [r.as_json() for r in rows]}
+def write_json(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row],
+               env: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Every figure, then every ratio (unit "x", metric "ratio:<metric>", system = the peer)."""
+    out = [r.as_json() for r in rows]
+    for sc in scenarios:
+        for system, backend, m, r in ratios(sc, [x for x in rows if x.scenario == sc.name]):
+            row: dict[str, Any] = {"scenario": sc.name, "system": system, "backend": backend,
+                                   "metric": f"ratio:{m.key}", "unit": "x"}
+            if isinstance(r, float):
+                row["value"] = r
+            else:
+                row["value"], row["note"] = None, r
+            out.append(row)
+    doc = {**env, **extra, "rows": out}
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
