@@ -1,5 +1,12 @@
 """scoped-a2a: an A2A server, client and step runner on AnyIO structured concurrency."""
 
+from .client import (
+    A2AClient,
+    DirectorySink,
+    MemorySink,
+    Step,
+    follow_trajectory,
+)
 from .protocol.errors import A2AError
 from .protocol.types import Message, Part, Role, Task, TaskState
 from .runtime.context import Agent, RunContext
@@ -11,8 +18,13 @@ from .store.memory import MemoryTaskStore
 
 __all__ = [
     "A2AApp",
+    "A2AClient",
     "A2AError",
     "Agent",
+    "DirectorySink",
+    "MemorySink",
+    "Step",
+    "follow_trajectory",
     "MemoryTaskStore",
     "Message",
     "Part",

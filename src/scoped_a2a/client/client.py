@@ -181,16 +181,17 @@ class A2AClient:
     async def send(
         self, message: Message | str, *, return_immediately: bool = False,
         history_length: int | None = None, metadata: dict[str, Any] | None = None,
-        accepted_output_modes: list[str] | None = None, timeout: float | None = None,
+        accepted_output_modes: list[str] | None = None,
     ) -> Task | Message:
         """Send a message; return the task (ended or interrupted, unless ``return_immediately``)
-        or the agent's direct reply message. ``timeout`` overrides the client's for this call
-        (a blocking send lasts as long as the agent works)."""
+        or the agent's direct reply message. A blocking send has no deadline of its own (it
+        lasts as long as the agent works): bound it with ``anyio.fail_after`` if you want."""
         transport, codec = await self._rpc()
         req = self._send_request(
             message, return_immediately=return_immediately, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
-        raw = await transport.call(codec.send_method, codec.send_params(req), timeout=timeout)
+        raw = await transport.call(
+            codec.send_method, codec.send_params(req), bounded=return_immediately)
         return codec.send_result(raw)
 
     @asynccontextmanager
@@ -261,7 +262,7 @@ class A2AClient:
 
     async def read_trajectory(
         self, task_id: str, after: int = 0, *, max_events: int | None = None,
-        max_bytes: int | None = None, timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> LivePage:
         """One cursor read of a task's live trajectory (the agent's trajectory extension).
 
@@ -272,7 +273,7 @@ class A2AClient:
         transport, _ = await self._rpc()
         params = _encode(TrajectoryRead(
             task_id=task_id, after=after, max_events=max_events, max_bytes=max_bytes))
-        raw = await transport.call(TRAJECTORY_READ_METHOD, params, timeout=timeout)
+        raw = await transport.call(TRAJECTORY_READ_METHOD, params)
         try:
             page = _page_decoder.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:

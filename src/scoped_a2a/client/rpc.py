@@ -41,7 +41,7 @@ _answer_decoder = msgspec.json.Decoder(RpcAnswer)
 
 
 def decode_answer(body: bytes | str) -> bytes:
-    """The raw ``result`` of a JSON-RPC response; raises the remote error or InvalidAgentResponse."""
+    """The raw ``result`` of a JSON-RPC answer; raises its remote error or InvalidAgentResponse."""
     try:
         answer = _answer_decoder.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -100,9 +100,13 @@ class RpcTransport:
             + msgspec.json.encode(method) + b',"params":' + params + b"}"
         )
 
-    async def call(self, method: str, params: bytes, *, timeout: float | None = None) -> bytes:
-        """POST one call; return its raw ``result``. ``timeout`` overrides the transport's."""
-        deadline = self.timeout if timeout is None else timeout
+    async def call(self, method: str, params: bytes, *, bounded: bool = True) -> bytes:
+        """POST one call; return its raw ``result``.
+
+        ``bounded=False`` drops the transport's deadline (a blocking send lasts as long as the
+        agent works; its caller bounds it with a cancel scope if it wants).
+        """
+        deadline = self.timeout if bounded else None
         try:
             with anyio.fail_after(deadline):
                 response = await self.http.post(
