@@ -2,7 +2,8 @@
 
 ``serve`` runs an agent (the built-in demo by default) under hypercorn on trio or asyncio. SIGINT
 and SIGTERM start a graceful shutdown (new sends refused, runs get ``--grace`` seconds, the rest
-are cancelled and recorded); a second signal stops at once.
+are cancelled and recorded); a second signal stops at once. ``send`` sends one message to an agent
+and prints the task as it runs (:mod:`scoped_a2a.client.cli_send`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from .client.cli_send import add_send_parser, run_send
 from .runtime.policy import RunPolicy
 
 log = logging.getLogger("scoped_a2a.cli")
@@ -76,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="sign deliveries with HMAC-SHA256 (Standard Webhooks headers) "
                         "(default: $SCOPED_A2A_PUSH_SIGNING_SECRET)")
     s.add_argument("--no-push", action="store_true", help="switch push notifications off")
+    add_send_parser(sub)
     return p
 
 
@@ -132,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
         return 0
+    if args.command == "send":
+        return run_send(args)
     return 2
 
 
