@@ -221,11 +221,13 @@ class Follower:
                 await self._failed(exc)
                 continue
             self._failures = 0
-            page, ended = _cut_at_end(page)
+            page, end_state = _cut_at_end(page)
+            ended = end_state is not None
             if page.events:
                 await self.sink(page)
             self.cursor = max(self.cursor, page.next)
-            self.state = page.state
+            # The snapshot may already be past this turn (the next turn of the same task runs).
+            self.state = end_state or page.state
             if page.has_more:
                 continue
             if ended or (page.state is not None and page.state.terminal):
@@ -291,8 +293,8 @@ class Follower:
         return LivePage(self.task_id, after, position, logged, state)
 
 
-def _cut_at_end(page: LivePage) -> tuple[LivePage, bool]:
-    """The page up to the turn's end (a terminal or interrupted status), and whether it has it.
+def _cut_at_end(page: LivePage) -> tuple[LivePage, TaskState | None]:
+    """The page up to the turn's end (a terminal or interrupted status), and that end's state.
 
     Events after the end belong to the next turn of the same task (its own follower reads them).
     """
@@ -305,8 +307,8 @@ def _cut_at_end(page: LivePage) -> tuple[LivePage, bool]:
             if i + 1 < len(page.events):
                 page = dataclasses.replace(
                     page, events=page.events[: i + 1], next=e.position, has_more=False)
-            return page, True
-    return page, False
+            return page, TaskState(e.event["status"]["state"])
+    return page, None
 
 
 class _StreamClosed(AgentUnreachable):
