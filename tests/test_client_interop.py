@@ -21,7 +21,7 @@ import pytest
 
 from scoped_a2a import A2AClient, MemorySink, Step
 from scoped_a2a.protocol.errors import TaskNotFound
-from scoped_a2a.protocol.types import Message, Task, TaskState
+from scoped_a2a.protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
 
 from .client_helpers import assert_no_followers_left
 
@@ -90,7 +90,8 @@ async def test_calls_against_the_sdk_server(sdk_agents: dict[str, str], version:
         assert [k for k, _ in kinds] == ["task", "statusUpdate", "artifactUpdate",
                                          "artifactUpdate", "artifactUpdate", "statusUpdate"]
         last = kinds[-1][1]
-        assert getattr(last, "status").state is TaskState.COMPLETED
+        assert isinstance(last, TaskStatusUpdateEvent)
+        assert last.status.state is TaskState.COMPLETED
         # get
         streamed_id = kinds[0][1].id  # type: ignore[union-attr]
         got = await client.get_task(streamed_id, history_length=1)

@@ -69,21 +69,21 @@ class Reader:
 @pytest.mark.parametrize("mode", ["read", "subscribe"])
 async def test_directory_layout_of_a_two_turn_step(tmp_path: Path, mode: str) -> None:
     reader = Reader(tmp_path)
-    async with served(A2AApp(demo_agent)) as url, A2AClient(url) as client:
-        async with anyio.create_task_group() as tg:
 
-            async def poll() -> None:
-                while True:
-                    reader.poll()
-                    await anyio.sleep(0.001)
+    async def poll() -> None:
+        while True:
+            reader.poll()
+            await anyio.sleep(0.001)
 
-            tg.start_soon(poll)
-            async with Step(client, sink=DirectorySink(tmp_path), mode=mode) as step:  # type: ignore[arg-type]
-                asked = await step.turn("ask")
-                assert isinstance(asked, Task) and asked.status.state is TaskState.INPUT_REQUIRED
-                done = await step.turn("bananas")
-                assert isinstance(done, Task) and done.status.state is TaskState.COMPLETED
-            tg.cancel_scope.cancel()
+    async with served(A2AApp(demo_agent)) as url, A2AClient(url) as client, \
+            anyio.create_task_group() as tg:
+        tg.start_soon(poll)
+        async with Step(client, sink=DirectorySink(tmp_path), mode=mode) as step:  # type: ignore[arg-type]
+            asked = await step.turn("ask")
+            assert isinstance(asked, Task) and asked.status.state is TaskState.INPUT_REQUIRED
+            done = await step.turn("bananas")
+            assert isinstance(done, Task) and done.status.state is TaskState.COMPLETED
+        tg.cancel_scope.cancel()
     reader.poll()
     assert_no_followers_left()
     turns = reader.turns()
