@@ -166,3 +166,19 @@ def test_sse_decoder_handles_split_frames_and_line_endings() -> None:
     # A CR at the end of a chunk may be half of a CRLF: the event completes with the next chunk.
     assert [(e.id, e.data) for e in d.feed(b"\n")] == [("4", "z")]
     assert d.last_event_id == "4"
+
+
+async def test_step_polls_an_agent_that_does_not_stream() -> None:
+    from scoped_a2a import Step
+
+    app = A2AApp(demo_agent, card={"capabilities": {"streaming": False}})
+    async with served(app) as url, A2AClient(url) as client:
+        sink = MemorySink()
+        async with Step(client, sink=sink, poll_interval=0.02) as step:
+            task = await step.turn("no stream")
+        assert isinstance(task, Task) and task.status.state is TaskState.COMPLETED
+        assert _reply(task) == "You said: no stream"
+        follower = step.turns[0].follower
+        assert follower is not None and follower.outcome in ("ended", "drained")
+        assert sink.turns["0001"].end == {"state": "TASK_STATE_COMPLETED",
+                                          "next": follower.cursor}
