@@ -53,7 +53,7 @@ async def run_step(url: str, ending: str, *, vanish: Any = None, mode: str = "au
                     await anyio.sleep_forever()
                 elif ending == "raises":
                     try:
-                        await turn(step, "slow 0.3")
+                        await turn(step, "slow 0.15")
                     except TransportError:
                         times["t0"] = anyio.current_time()
                         raise
@@ -61,7 +61,7 @@ async def run_step(url: str, ending: str, *, vanish: Any = None, mode: str = "au
                     raise RuntimeError("the body failed")
                 else:
                     with suppress(TransportError):
-                        await turn(step, "slow 0.3")
+                        await turn(step, "slow 0.15")
                     times["t0"] = anyio.current_time()
         finally:
             times["end"] = anyio.current_time()
@@ -77,10 +77,10 @@ async def run_step(url: str, ending: str, *, vanish: Any = None, mode: str = "au
             tg.start_soon(run)
             await started.wait()
             if vanish is not None:
-                await anyio.sleep(0.1)
+                await anyio.sleep(0.05)
                 vanish()
             if ending == "cancelled":
-                await anyio.sleep(0.2)
+                await anyio.sleep(0.1)
                 times["t0"] = anyio.current_time()
                 scope.cancel()
     return times, box[0], sink

@@ -9,6 +9,7 @@ local run, 3.13 in CI) and trio: every time, the follower ends and the step ends
 
 from __future__ import annotations
 
+import os
 import random
 
 import anyio
@@ -25,7 +26,7 @@ from .helpers import served
 
 pytestmark = pytest.mark.anyio
 
-ROUNDS = 100
+ROUNDS = int(os.environ.get("SCOPED_A2A_RACE_ROUNDS", "100"))
 
 
 async def quick_agent(ctx: RunContext) -> str:

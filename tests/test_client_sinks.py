@@ -114,3 +114,27 @@ async def test_a_cancelled_turn_is_recorded_canceled(tmp_path: Path) -> None:
     assert turn["end"]["state"] == "TASK_STATE_CANCELED"
     assert turn["end"]["next"] == (turn["spans"][-1][1] if turn["spans"] else 0)
     assert step.turns[0].state is None  # the step never saw the task end
+
+
+async def test_a_failing_sink_never_fails_the_turn_or_the_step(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from scoped_a2a.client import LivePage, MemorySink
+
+    class BrokenPages(MemorySink):
+        def pages(self, turn: str) -> Any:
+            async def write(page: LivePage) -> None:
+                raise OSError("disk full")
+
+            return write
+
+    sink = BrokenPages()
+    async with served(A2AApp(demo_agent)) as url, A2AClient(url) as client:
+        async with Step(client, sink=sink) as step:
+            task = await step.turn("hello")
+        assert isinstance(task, Task) and task.status.state is TaskState.COMPLETED
+    assert_no_followers_left()
+    assert step.turns[0].follower is not None and step.turns[0].follower.outcome == "error"
+    assert "failed" in caplog.text and "disk full" in caplog.text
+    # the end is still recorded, with the state the step saw
+    assert sink.turns["0001"].end == {"state": "TASK_STATE_COMPLETED", "next": 0}
