@@ -38,7 +38,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from ..protocol.errors import UnsupportedOperation
+from ..protocol.errors import InvalidAgentResponse, UnsupportedOperation
 from ..protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
 from ..store.snapshot import apply_event
 from .backoff import Backoff
@@ -254,7 +254,7 @@ class Step:
             log.info("turn %s: the stream broke; resubscribing", turn.id)
             return await self._resume(turn, task, last, on_event, failures=1)
         if task is None:
-            raise UnsupportedOperation("the agent closed the stream without a task or message")
+            raise InvalidAgentResponse("the agent closed the stream without a task or message")
         if isinstance(task, Message):
             return task
         return await self._resume(turn, task, last, on_event, failures=0)
@@ -301,7 +301,7 @@ class Step:
                 await self._sink("meta", self.sink.meta(turn.id, self._meta(turn, None)))
                 return ev
             if not isinstance(ev, Task):
-                raise UnsupportedOperation(f"the stream began with {item.kind}, not a task")
+                raise InvalidAgentResponse(f"the stream began with {item.kind}, not a task")
             task = msgspec.structs.replace(ev)
             self._start_follower(turn, task, item.position or 0)
             return task
