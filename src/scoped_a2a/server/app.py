@@ -80,7 +80,8 @@ class A2AApp:
         self.agent = agent
         self.policy = policy or RunPolicy()
         self.store: TaskStore = store or MemoryTaskStore()
-        self.runner = Runner(agent, self.store, self.policy)
+        # A shared store (Redis) may queue detached runs durably instead of running them here.
+        self.runner = Runner(agent, self.store, self.policy, launcher=self.store.run_launcher())
         self.grace = grace
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes

@@ -159,8 +159,8 @@ class Methods:
             if run is not None:
                 self.runner.resume(run, msg, reason)
             else:
-                run = self.runner.start(
-                    task, msg, request_metadata=req.metadata, detach_reason=reason
+                run = await self.runner.launch(
+                    task, msg, request_metadata=req.metadata, detach_reason=reason, new=False
                 )
             return task, run, pos
         task_id = uuid.uuid4().hex
@@ -173,11 +173,10 @@ class Methods:
             history=[msg],
             metadata=req.metadata,
         )
-        self.runner.start  # noqa: B018  # fail fast below, before the task is stored
-        if self.runner.closing:
-            self.runner.start(task, msg, request_metadata=None, detach_reason=None)
-        await self.store.create(task)
-        run = self.runner.start(task, msg, request_metadata=req.metadata, detach_reason=reason)
+        # Stores the task (and, on a shared store, queues a detached run durably) first.
+        run = await self.runner.launch(
+            task, msg, request_metadata=req.metadata, detach_reason=reason, new=True
+        )
         return task, run, 0
 
     async def send_message(self, call: Call, out: Output) -> None:
