@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
 from .runtime.policy import RunPolicy
 
 log = logging.getLogger("scoped_a2a.cli")
@@ -62,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-ended-tasks", type=int, default=10_000,
                    help="ended tasks kept in memory (oldest evicted first)")
     s.add_argument("--log-level", default="INFO")
+    # --- Redis: shared tasks, durable detached runs, the worker command (redis_cli.py) ---
+    add_store_options(s)
+    add_worker_command(sub)
     return p
 
 
@@ -73,6 +77,9 @@ async def _serve(args: argparse.Namespace) -> None:
     policy = RunPolicy.from_rules(
         args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect
     )
+    if args.store != "memory":  # Redis (redis_cli.py)
+        await serve_on_redis(args, load_agent(args.agent), policy, _on_signals)
+        return
     app = A2AApp(
         load_agent(args.agent),
         policy=policy,
@@ -83,20 +90,21 @@ async def _serve(args: argparse.Namespace) -> None:
     )
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
-
-        async def on_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    if shutdown.is_set():
-                        log.warning("second signal: stopping now")
-                        tg.cancel_scope.cancel()
-                        return
-                    log.info("%s: shutting down gracefully", signal.Signals(signum).name)
-                    shutdown.set()
-
-        tg.start_soon(on_signals)
+        tg.start_soon(_on_signals, shutdown, tg.cancel_scope)
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace)
         tg.cancel_scope.cancel()
+
+
+async def _on_signals(shutdown: anyio.Event, scope: anyio.CancelScope) -> None:
+    """The first SIGINT/SIGTERM sets ``shutdown`` (graceful); a second cancels ``scope``."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            if shutdown.is_set():
+                log.warning("second signal: stopping now")
+                scope.cancel()
+                return
+            log.info("%s: shutting down gracefully", signal.Signals(signum).name)
+            shutdown.set()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -108,6 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         try:
             anyio.run(_serve, args, backend=args.backend)
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    if args.command == "worker":  # Redis (redis_cli.py)
+        try:
+            anyio.run(run_worker, args, load_agent(args.agent), _on_signals,
+                      backend=args.backend)
         except KeyboardInterrupt:
             return 130
         return 0

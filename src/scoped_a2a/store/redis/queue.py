@@ -14,6 +14,7 @@ run's end is recorded. Each lease taken counts one attempt on the task.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 import weakref
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from coredis.exceptions import ResponseError
+from coredis.exceptions import StreamDuplicateConsumerGroupError
 
 from ...protocol.errors import InvalidParams
 from ...protocol.types import Message, Task
@@ -102,11 +103,8 @@ class RunQueue:
     async def ensure_group(self) -> None:
         """Create the consumer group (reading from the start of the stream) unless it exists."""
         async def create() -> None:
-            try:
+            with contextlib.suppress(StreamDuplicateConsumerGroupError):
                 await self.conn.client.xgroup_create(self.key, GROUP, "0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
 
         await self.conn.call(create)
 
