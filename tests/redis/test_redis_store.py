@@ -140,7 +140,7 @@ async def test_retention_trims_logs_and_evicts_and_expires_ended_tasks(
     redis_server: RedisServer,
 ) -> None:
     async with open_redis_store(redis_server.url, max_events_per_task=3, max_ended_tasks=2,
-                                ended_ttl=1.0) as store:
+                                ended_ttl=0.5) as store:
         running = new_task()
         await store.create(running)
         for i in range(6):
@@ -156,7 +156,7 @@ async def test_retention_trims_logs_and_evicts_and_expires_ended_tasks(
             await store.get(ended[0].id)  # oldest-ended evicted beyond max_ended_tasks
         listed = await store.list_tasks(ListTasksRequest())
         assert {t.id for t in listed.tasks} == {running.id, ended[1].id, ended[2].id}
-        await anyio.sleep(1.5)
+        await anyio.sleep(0.8)
         for task in ended[1:]:
             with pytest.raises(TaskNotFound):
                 await store.get(task.id)  # expired after ended_ttl
