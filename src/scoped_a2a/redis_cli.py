@@ -63,6 +63,8 @@ def add_worker_command(sub: Any) -> None:
 def _check_url(url: str) -> None:
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise SystemExit(f"--store must be 'memory' or a redis:// URL, not {url!r}")
+    # coredis logs each (expected) script reload at INFO: keep the run log readable.
+    logging.getLogger("coredis").setLevel(logging.WARNING)
     try:
         import coredis  # noqa: F401
     except ImportError:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+import urllib.parse
 from typing import Any
 
 import anyio
@@ -49,3 +52,39 @@ async def wait_for_start(store: RedisTaskStore, task_id: str, timeout: float = 3
             if starts:
                 return starts[0]
             await anyio.sleep(0.05)
+
+
+async def post_json(url: str, payload: dict[str, Any], *, hang_up_after_first_event: bool
+                    ) -> dict[str, Any]:
+    """One JSON-RPC POST over a fresh connection, written by hand to keep the load generator
+    cheap (httpx costs more CPU per request than the servers do, on a 2-core machine).
+
+    Returns the JSON-RPC response, or with ``hang_up_after_first_event`` the first SSE event's
+    data, after which the connection is closed mid-stream: the caller hangs up.
+    """
+    parts = urllib.parse.urlsplit(url)
+    body = json.dumps(payload).encode()
+    head = (f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            f"Content-Type: application/json\r\nA2A-Version: 1.0\r\nConnection: close\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    stream = await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 80)
+    async with stream:
+        await stream.send(head + body)
+        data = b""
+        while True:
+            data += await stream.receive()  # EndOfStream here means a truncated answer
+            headers, _, rest = data.partition(b"\r\n\r\n")
+            if not _:
+                continue
+            assert headers.startswith(b"HTTP/1.1 200"), headers
+            if hang_up_after_first_event:
+                m = re.search(rb"\ndata: (\{.*\})\r?\n", rest)
+                if m:
+                    event: dict[str, Any] = json.loads(m.group(1))
+                    return event  # leaving the block closes the connection: a hang-up
+                continue
+            length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", headers)
+            assert length is not None, headers
+            if len(rest) >= int(length.group(1)):
+                answer: dict[str, Any] = json.loads(rest)
+                return answer

@@ -15,6 +15,7 @@ process recovers by itself when Redis returns.
 from __future__ import annotations
 
 import logging
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -26,6 +27,7 @@ import coredis
 from coredis.commands.script import Script
 from coredis.exceptions import ConnectionError as RedisConnectionError
 from coredis.exceptions import RedisError
+from coredis.patterns.pubsub import PubSub
 from coredis.retry import (
     CompositeRetryPolicy,
     ConstantRetryPolicy,
@@ -38,6 +40,9 @@ from ...protocol.errors import ServerUnavailable
 log = logging.getLogger("scoped_a2a.redis")
 
 T = TypeVar("T")
+
+WATCH_LINGER = 10.0
+"""Seconds a task's channel stays subscribed after its last waiter left (streams wait often)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +83,8 @@ class Keys:
     def runs(self) -> str:  # stream: the durable queue of detached runs
         return f"{self.prefix}:runs"
 
-    @property
-    def appended(self) -> str:  # channel: a task id, published on every append
-        return f"{self.prefix}:appended"
+    def appended(self, task_id: str) -> str:  # channel: the task id, on each of its appends
+        return f"{self.prefix}:appended:{task_id}"
 
     @property
     def cancel(self) -> str:  # channel: a task id whose run must stop now
@@ -104,6 +108,9 @@ class _Waiters:
             entry[1] -= 1
             if entry[1] == 0 and self._events.get(task_id) is entry:
                 del self._events[task_id]
+
+    def __contains__(self, task_id: str) -> bool:
+        return task_id in self._events
 
     def wake(self, task_id: str) -> None:
         entry = self._events.get(task_id)
@@ -136,6 +143,8 @@ class RedisConnection:
         """Called with a task id when any process asks for that task's run to stop."""
         self.listening = anyio.Event()
         """Set once the listener is subscribed (tests wait for it; waiters also poll)."""
+        self._pubsub: PubSub[bytes] | None = None
+        self._watched: dict[str, float] = {}  # task id -> when a waiter last needed it
 
     @classmethod
     @asynccontextmanager
@@ -205,6 +214,23 @@ class RedisConnection:
 
     # --- the listener ---------------------------------------------------------------------
 
+    async def watch(self, task_id: str) -> None:
+        """Make sure this process hears ``task_id``'s appends (its channel is subscribed).
+
+        Returns once Redis has confirmed the subscription, so a check made afterwards cannot
+        miss a notification; if the listener is reconnecting it returns at once (waiters poll).
+        Channels no waiter needed for ``WATCH_LINGER`` seconds are unsubscribed.
+        """
+        self._watched[task_id] = time.monotonic()
+        pubsub = self._pubsub
+        if pubsub is None or self.keys.appended(task_id).encode() in pubsub.channels:
+            return
+        with anyio.move_on_after(2):
+            try:
+                await pubsub.subscribe(self.keys.appended(task_id))
+            except (RedisError, TimeoutError) as exc:
+                log.debug("could not subscribe to task %s: %s", task_id, exc)
+
     async def _listen(self) -> None:
         """Dispatch ``appended`` and ``cancel`` messages until cancelled; never raises.
 
@@ -217,22 +243,43 @@ class RedisConnection:
             ),
             ConstantRetryPolicy((TimeoutError,), retries=3, delay=0.1),
         )
-        appended, cancel = self.keys.appended.encode(), self.keys.cancel.encode()
+        cancel = self.keys.cancel.encode()
+        appended = self.keys.appended("").encode()
         while True:
             try:
                 async with self.client.pubsub(
-                    channels=[self.keys.appended, self.keys.cancel],
-                    ignore_subscribe_messages=True, retry_policy=retry, max_idle_seconds=5,
-                ) as pubsub:
+                    channels=[self.keys.cancel], ignore_subscribe_messages=True,
+                    retry_policy=retry, max_idle_seconds=5,
+                ) as pubsub, anyio.create_task_group() as tg:
+                    self._pubsub = pubsub
                     self.listening.set()
+                    tg.start_soon(self._forget_idle_channels, pubsub)
                     async for message in pubsub:
                         channel, data = message["channel"], message["data"]
-                        task_id = data.decode() if isinstance(data, bytes) else str(data)
-                        if channel == appended:
-                            self.waiters.wake(task_id)
+                        if isinstance(channel, str):
+                            channel = channel.encode()
+                        if channel.startswith(appended):
+                            self.waiters.wake(channel[len(appended):].decode())
                         elif channel == cancel:
+                            task_id = data.decode() if isinstance(data, bytes) else str(data)
                             for handler in list(self.cancel_handlers):
                                 handler(task_id)
+                    tg.cancel_scope.cancel()
             except Exception as exc:  # the listener must outlive any Redis trouble
                 log.warning("Redis listener stopped (%s); resubscribing", exc)
+            finally:
+                self._pubsub = None
             await anyio.sleep(0.5)
+
+    async def _forget_idle_channels(self, pubsub: PubSub[bytes]) -> None:
+        while True:
+            await anyio.sleep(WATCH_LINGER / 2)
+            cutoff = time.monotonic() - WATCH_LINGER
+            idle = [t for t, used in self._watched.items()
+                    if used < cutoff and t not in self.waiters]
+            for task_id in idle:
+                del self._watched[task_id]
+            channels = [c for c in (self.keys.appended(t) for t in idle)
+                        if c.encode() in pubsub.channels]
+            if channels:
+                await pubsub.unsubscribe(*channels)

@@ -9,7 +9,8 @@ Consumer side (used by :class:`.worker.Worker`): XREADGROUP hands new entries to
 XAUTOCLAIM hands entries idle for ``min_idle`` (their worker died or stalled) to another; a
 per-run lease key (SET NX PX, renewed by the worker's heartbeat together with the entry's idle
 time) makes sure a run executes in one place at a time; XACK + XDEL retire an entry once the
-run's end is recorded. Each lease taken counts one attempt on the task.
+run's end is recorded (an entry whose run stopped without an end is redelivered). Each lease
+taken counts one attempt on the task.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class RunQueue:
         self._create = conn.script(scripts.CREATE)
         self._claim = conn.script(scripts.CLAIM)
         self._renew = conn.script(scripts.RENEW)
-        self._finish = conn.script(scripts.FINISH)
+        self._retire = conn.script(scripts.RETIRE)
         self._release = conn.script(scripts.RELEASE)
         self._runners: weakref.WeakSet[Runner] = weakref.WeakSet()
         conn.cancel_handlers.append(self._on_cancel)
@@ -134,10 +135,15 @@ class RunQueue:
             self.key, GROUP, consumer, min_idle_ms, "0-0", count=count))
         return self._jobs(got[1])
 
-    async def claim(self, job: Job, token: str, lease_ms: int) -> int:
-        """Take the run's lease: the attempt number, or 0 (ended), -1 (gone), -2 (busy)."""
+    async def claim(self, job: Job, token: str, lease_ms: int) -> tuple[int, Task | None]:
+        """Take the run's lease: (attempt, the task), or (0, None) if the task ended, (-1,
+        None) if it is gone, (-2, None) if another worker holds the lease."""
         keys = [self.conn.keys.task(job.task_id), self.conn.keys.lease(job.task_id)]
-        return int(await self.conn.run(self._claim, keys, [token, lease_ms]))
+        reply = await self.conn.run(self._claim, keys, [token, lease_ms])
+        attempt = int(reply[0])
+        if attempt < 1:
+            return attempt, None
+        return attempt, self.store.prime(job.task_id, reply[1], int(reply[2]))
 
     async def renew(self, job: Job, consumer: str, token: str, lease_ms: int) -> int:
         """Extend the lease and the entry: 1 running, 0 the task ended, -1 the lease is lost."""
@@ -145,10 +151,10 @@ class RunQueue:
         args: list[Any] = [token, lease_ms, GROUP, consumer, job.entry_id]
         return int(await self.conn.run(self._renew, keys, args))
 
-    async def finish(self, job: Job, token: str) -> None:
-        """Retire the entry (its run's end is recorded) and drop our lease."""
-        keys = [self.key, self.conn.keys.lease(job.task_id)]
-        await self.conn.run(self._finish, keys, [GROUP, job.entry_id, token])
+    async def retire(self, job: Job, token: str) -> bool:
+        """Drop our lease; acknowledge the entry if its run's end is recorded (True)."""
+        keys = [self.conn.keys.task(job.task_id), self.key, self.conn.keys.lease(job.task_id)]
+        return bool(await self.conn.run(self._retire, keys, [GROUP, job.entry_id, token]) == 1)
 
     async def release(self, job: Job, token: str) -> None:
         """Drop our lease but keep the entry, so the run is redelivered after the idle time."""

@@ -43,7 +43,7 @@ APPEND = _TERMINAL + """
 -- KEYS: task hash, log stream, push hash, ended zset, tasks zset, lease
 -- ARGV: expected last position, op, kind, event, snapshot ('' = unchanged), state, timestamp,
 --       max events, ended ttl ms, max ended tasks, now ms, task id, lease token ('' = none),
---       wake channel, key prefix
+--       the task's wake-up channel, key prefix
 -- Returns {code, position}: 1 appended, 2 already appended (retry), -1 no such task,
 -- -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is not ours.
 local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op')
@@ -83,7 +83,7 @@ if TERMINAL[ARGV[6]] then
       redis.call('DEL', ARGV[15] .. 'task:' .. id, ARGV[15] .. 'log:' .. id,
                  ARGV[15] .. 'push:' .. id)
       redis.call('ZREM', KEYS[5], id)
-      redis.call('PUBLISH', ARGV[14], id)
+      redis.call('PUBLISH', ARGV[15] .. 'appended:' .. id, id)
     end
   end
 end
@@ -121,18 +121,21 @@ return redis.call('HDEL', KEYS[2], ARGV[1])
 
 CLAIM = _TERMINAL + """
 -- KEYS: task hash, lease.  ARGV: token, lease ms
--- Returns the attempt number (>= 1) with the lease taken, 0 if the task already ended,
--- -1 if it is gone, -2 if another worker holds its lease.
+-- Returns {attempt, snapshot, position} with the lease taken (attempt >= 1), or {0} if the
+-- task already ended, {-1} if it is gone, {-2} if another worker holds its lease.
 local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return -1 end
-if TERMINAL[state] then return 0 end
-if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if redis.call('GET', KEYS[2]) == ARGV[1] then
-    return tonumber(redis.call('HGET', KEYS[1], 'attempts'))
-  end
-  return -2
+if not state then return {-1} end
+if TERMINAL[state] then return {0} end
+local n
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+elseif redis.call('GET', KEYS[2]) == ARGV[1] then
+  n = tonumber(redis.call('HGET', KEYS[1], 'attempts'))  -- a retried claim
+else
+  return {-2}
 end
-return redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+local cur = redis.call('HMGET', KEYS[1], 'snap', 'last')
+return {n, cur[1], cur[2]}
 """
 
 RENEW = _TERMINAL + """
@@ -147,11 +150,15 @@ if (not state) or TERMINAL[state] then return 0 end
 return 1
 """
 
-FINISH = """
--- KEYS: run queue stream, lease.  ARGV: group, entry id, token ('' = leave the lease alone)
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
+RETIRE = _TERMINAL + """
+-- KEYS: task hash, run queue stream, lease.  ARGV: group, entry id, token
+-- Drops our lease; acknowledges and deletes the entry if the run's end is recorded (or the
+-- task is gone). Returns 1 if retired, 0 if the entry stays queued for redelivery.
+local state = redis.call('HGET', KEYS[1], 'state')
+if redis.call('GET', KEYS[3]) == ARGV[3] then redis.call('DEL', KEYS[3]) end
+if state and not TERMINAL[state] then return 0 end
+redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[2], ARGV[2])
 return 1
 """
 

@@ -171,7 +171,7 @@ class RedisTaskStore(TaskStore):
                 last, op, kind, encoded, snap, task.status.state.value,
                 task.status.timestamp or "", self.max_events_per_task,
                 int(self.ended_ttl * 1000), self.max_ended_tasks, int(time.time() * 1000),
-                task_id, token, self.keys.appended, self.keys.base,
+                task_id, token, self.keys.appended(task_id), self.keys.base,
             ]
             code, pos = await self.conn.run(self._append, keys, args)
             if code in (1, 2):
@@ -185,6 +185,11 @@ class RedisTaskStore(TaskStore):
                 raise TaskNotFound(f"task {task_id!r} not found")
             # -2: the task is terminal; -4: our lease went to another worker.
             raise TaskEnded(task_id)
+
+    def prime(self, task_id: str, snapshot: bytes, position: int) -> Task:
+        """Seed the writer's cache with a snapshot just read; return a separate copy of it."""
+        self._remember(task_id, _decode_task(snapshot), position)
+        return _decode_task(snapshot)
 
     def _remember(self, task_id: str, task: Task, pos: int) -> None:
         self._cache[task_id] = (task, pos)
@@ -216,6 +221,7 @@ class RedisTaskStore(TaskStore):
 
     async def wait(self, task_id: str, after: int) -> None:
         with self.conn.waiters.watching(task_id) as woken:
+            await self.conn.watch(task_id)  # subscribed before the check: no lost wake-up
             raw = await self.conn.call(
                 lambda: self.conn.client.hget(self.keys.task(task_id), "last")
             )

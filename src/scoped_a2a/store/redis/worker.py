@@ -26,7 +26,7 @@ import uuid
 
 import anyio
 
-from ...protocol.errors import ServerUnavailable, TaskNotFound, UnsupportedOperation
+from ...protocol.errors import ServerUnavailable, UnsupportedOperation
 from ...runtime.run import Run
 from ...runtime.runner import Runner
 from .queue import Job, RunQueue
@@ -116,18 +116,13 @@ class Worker:
 
     async def _execute(self, job: Job, token: str) -> None:
         claimed_at = time.monotonic()
-        attempt = await self.queue.claim(job, token, self._lease_ms)
+        attempt, task = await self.queue.claim(job, token, self._lease_ms)
         if attempt in (0, -1):  # ended (e.g. canceled while queued) or expired: nothing to run
-            await self.queue.finish(job, "")
+            await self.queue.retire(job, token)
             return
-        if attempt < 0:  # another worker holds the lease and keeps the entry alive
+        if task is None:  # another worker holds the lease and keeps the entry alive
             return
         store = self.queue.store
-        try:
-            task, _ = await store.get(job.task_id)
-        except TaskNotFound:
-            await self.queue.finish(job, token)
-            return
         with store.fenced(job.task_id, token):
             try:
                 run = self.runner.start(
@@ -147,21 +142,7 @@ class Worker:
                 # Retire the entry only if the run's end is recorded; otherwise it is
                 # redelivered. Shielded: this runs even when the worker is being cancelled.
                 with anyio.move_on_after(5, shield=True):
-                    await self._retire(job, token)
-
-    async def _retire(self, job: Job, token: str) -> None:
-        try:
-            task, _ = await self.queue.store.get(job.task_id)
-        except TaskNotFound:
-            await self.queue.finish(job, token)
-            return
-        except ServerUnavailable as exc:
-            log.warning("run of task %s ended; cannot retire it yet: %s", job.task_id, exc)
-            return
-        if task.status.state.terminal:
-            await self.queue.finish(job, token)
-        else:
-            await self.queue.release(job, token)
+                    await self.queue.retire(job, token)
 
     async def _heartbeat(self, job: Job, run: Run, token: str, last_ok: float) -> None:
         """Renew the lease every ``claim_idle / 4`` s; cancel the run once it cannot be held.
