@@ -18,7 +18,7 @@ import pytest
 from scoped_a2a import A2AApp
 from scoped_a2a.store.redis import open_redis_store
 
-from ..helpers import rpc, served, sse_events, text_message
+from ..helpers import rpc, served, text_message
 from .agents import probe_agent
 from .conftest import Proc, RedisServer
 from .util import log_of, post_json, wait_for_start, wait_until_ended

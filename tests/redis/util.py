@@ -24,7 +24,9 @@ async def log_of(store: RedisTaskStore, task_id: str) -> tuple[list[dict[str, An
     return starts, states
 
 
-async def wait_until_ended(store: RedisTaskStore, task_ids: list[str], timeout: float) -> list[Task]:
+async def wait_until_ended(
+    store: RedisTaskStore, task_ids: list[str], timeout: float
+) -> list[Task]:
     """Poll until every task is terminal (fails after ``timeout`` seconds)."""
     pending = list(task_ids)
     ended: dict[str, Task] = {}
