@@ -66,6 +66,33 @@ async def test_a_sigkilled_workers_run_completes_on_another_worker_exactly_once(
     await survivor.wait_for(rf"run end task={task_id} outcome=completed")
 
 
+async def test_a_redeployed_workers_run_is_left_for_another_worker(
+    redis_server: RedisServer, spawn: Callable[..., Proc],
+) -> None:
+    workers = [spawn("worker", "--store", redis_server.url, "--claim-idle", "1", "--grace", "0.3")
+               for _ in range(2)]
+    for worker in workers:
+        await worker.wait_for(STARTED)
+    async with open_redis_store(redis_server.url) as store:
+        app = A2AApp(probe_agent, store=store)
+        async with served(app) as url, httpx.AsyncClient(timeout=30) as client:
+            sent = await rpc(client, url, "SendMessage", detached("first-sleep 60"))
+            task_id = sent["result"]["task"]["id"]
+            first = await wait_for_start(store, task_id)
+            leaving = next(w for w in workers if w.pid == first["pid"])
+            staying = next(w for w in workers if w is not leaving)
+            leaving.popen.terminate()  # SIGTERM: a redeploy; the run outlives the grace period
+            assert leaving.popen.wait(15) == 0
+            assert f"run of task {task_id} stopped (shutdown); left for redelivery" in (
+                leaving.text())
+            (task,) = await wait_until_ended(store, [task_id], timeout=30)
+            assert task.status.message is not None
+            assert task.status.message.text == f"done pid={staying.pid} attempt=2"
+            starts, states = await log_of(store, task_id)
+            assert [s["attempt"] for s in starts] == [1, 2]
+            assert [s for s in states if s in ("COMPLETED", "FAILED", "CANCELED")] == ["COMPLETED"]
+
+
 async def test_queued_runs_survive_a_redis_restart_from_its_append_only_file(
     redis_server: RedisServer, spawn: Callable[..., Proc],
 ) -> None:
