@@ -188,7 +188,7 @@ class RedisConnection:
                 if attempt == 2:
                     raise ServerUnavailable(
                         f"the task store is unreachable (Redis at {self.url}): "
-                        f"{exc or type(exc).__name__}; nothing was accepted, try again later"
+                        f"{exc or type(exc).__name__}; try again later"
                     ) from exc
                 await anyio.sleep(0.05)
             except RedisError as exc:

@@ -3,8 +3,8 @@
 Each script is one atomic step, so every rule that must never bend is checked where the write
 happens: a terminal task refuses every further event (``APPEND``), a task and its queued run are
 stored together or not at all (``CREATE``), a run's lease is taken by one worker at a time
-(``CLAIM``). Writes carry an operation id (``op``) so that a command retried after a lost reply is
-recognised and not applied twice.
+(``CLAIM``). Writes carry an operation id (``op``) so that a command retried after a lost reply
+is recognised and not applied twice (as long as it is still the task's latest write).
 
 Keys of other tasks are built inside ``APPEND`` (eviction of the oldest ended tasks), so these
 scripts target a single Redis (or Sentinel-managed primary), not Redis Cluster.
