@@ -19,14 +19,21 @@ async def served(app: A2AApp, *, grace: float | None = None) -> AsyncIterator[st
     On exit the server shuts down gracefully (as SIGTERM would) and this waits for it.
     """
     shutdown = anyio.Event()
+    failure: Exception | None = None
     async with anyio.create_task_group() as tg:
         port = await tg.start(lambda task_status: serve(
             app, host="127.0.0.1", port=0, shutdown=shutdown, grace=grace,
             task_status=task_status))
         try:
             yield f"http://127.0.0.1:{port}/"
+        except Exception as exc:
+            # A failing test still shuts the server down gracefully (not by cancelling it),
+            # so its report is not buried under the server's teardown noise.
+            failure = exc
         finally:
             shutdown.set()
+    if failure is not None:
+        raise failure
 
 
 def text_message(text: str, *, v1: bool = True, **extra: Any) -> dict[str, Any]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
 from .runtime.policy import RunPolicy
@@ -63,6 +65,19 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-ended-tasks", type=int, default=10_000,
                    help="ended tasks kept in memory (oldest evicted first)")
     s.add_argument("--log-level", default="INFO")
+    # Push notifications (scoped_a2a.push).
+    s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
+                   help="allow push webhooks on HOST although it is (or resolves to) a "
+                        "loopback, private, link-local or reserved address; HOST is a name, an "
+                        "address or a network such as 10.8.0.0/16 (repeatable)")
+    s.add_argument("--push-bearer-token", default=os.environ.get("SCOPED_A2A_PUSH_BEARER_TOKEN"),
+                   help="send 'Authorization: Bearer TOKEN' with deliveries whose config has no "
+                        "authentication (default: $SCOPED_A2A_PUSH_BEARER_TOKEN)")
+    s.add_argument("--push-signing-secret",
+                   default=os.environ.get("SCOPED_A2A_PUSH_SIGNING_SECRET"),
+                   help="sign deliveries with HMAC-SHA256 (Standard Webhooks headers) "
+                        "(default: $SCOPED_A2A_PUSH_SIGNING_SECRET)")
+    s.add_argument("--no-push", action="store_true", help="switch push notifications off")
     # --- Redis: shared tasks, durable detached runs, the worker command (redis_cli.py) ---
     add_store_options(s)
     add_worker_command(sub)
@@ -70,24 +85,38 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    from .push import PushSettings
     from .server.app import A2AApp
     from .server.serve import serve
+    from .store.base import TaskStore
     from .store.memory import MemoryTaskStore
 
     policy = RunPolicy.from_rules(
         args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect
     )
+    agent = load_agent(args.agent)
+
+    def make_app(store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
+        return A2AApp(
+            agent,
+            policy=policy,
+            grace=args.grace,
+            public_url=args.public_url,
+            max_body_bytes=args.max_body_bytes,
+            store=store,
+            detached=detached,
+            push=PushSettings(
+                enabled=not args.no_push,
+                allow_hosts=tuple(args.allow_webhook_host),
+                bearer_token=args.push_bearer_token or None,
+                signing_secret=args.push_signing_secret or None,
+            ),
+        )
+
     if args.store != "memory":  # Redis (redis_cli.py)
-        await serve_on_redis(args, load_agent(args.agent), policy, _on_signals)
+        await serve_on_redis(args, make_app, _on_signals)
         return
-    app = A2AApp(
-        load_agent(args.agent),
-        policy=policy,
-        grace=args.grace,
-        public_url=args.public_url,
-        max_body_bytes=args.max_body_bytes,
-        store=MemoryTaskStore(max_ended_tasks=args.max_ended_tasks),
-    )
+    app = make_app(MemoryTaskStore(max_ended_tasks=args.max_ended_tasks))
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(_on_signals, shutdown, tg.cancel_scope)

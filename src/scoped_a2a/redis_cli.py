@@ -74,11 +74,13 @@ def _check_url(url: str) -> None:
 
 
 async def serve_on_redis(
-    args: argparse.Namespace, agent: Any, policy: RunPolicy, on_signals: OnSignals
+    args: argparse.Namespace, make_app: Callable[..., Any], on_signals: OnSignals
 ) -> None:
-    """``serve`` with tasks in Redis, plus a worker unless ``--no-worker``."""
+    """``serve`` with tasks in Redis, plus a worker unless ``--no-worker``.
+
+    ``make_app(store, detached)`` builds the app as ``serve`` configured it.
+    """
     _check_url(args.store)
-    from .server.app import A2AApp
     from .server.serve import serve
     from .store.redis import Worker, open_redis_store
 
@@ -86,10 +88,7 @@ async def serve_on_redis(
         args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
     ) as store, anyio.create_task_group() as nursery:
         # The server nursery is opened here so the worker can start runs in it from the start.
-        app = A2AApp(
-            agent, policy=policy, grace=args.grace, public_url=args.public_url,
-            max_body_bytes=args.max_body_bytes, store=store, detached=nursery,
-        )
+        app = make_app(store, nursery)
         shutdown = anyio.Event()
         nursery.start_soon(on_signals, shutdown, nursery.cancel_scope)
         if not args.no_worker:

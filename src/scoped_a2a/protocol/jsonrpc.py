@@ -42,6 +42,17 @@ def _id_json(value: Any) -> bytes:
 def parse_request(body: bytes) -> RpcRequest:
     """Parse one JSON-RPC request. Raises A2AError carrying ``id_json`` for the error answer."""
     try:
+        return _parse_request(body)
+    except RecursionError:
+        # msgspec refuses JSON nested ~1000 deep with RecursionError, not DecodeError; without
+        # this the app would crash on it (a 500).
+        err = ParseError("the body nests JSON too deeply to be read")
+        err.id_json = b"null"  # type: ignore[attr-defined]
+        raise err from None
+
+
+def _parse_request(body: bytes) -> RpcRequest:
+    try:
         env = _envelope_decoder.decode(body)
     except msgspec.DecodeError as exc:
         try:
@@ -78,6 +89,8 @@ def decode_params(params: msgspec.Raw | None, type_: type[T]) -> T:
         return msgspec.json.decode(params, type=type_)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidParams(f"invalid params: {exc}") from None
+    except RecursionError:
+        raise InvalidParams("invalid params: nested too deeply to be read") from None
 
 
 def result_frame(id_json: bytes, result: bytes) -> bytes:

@@ -53,9 +53,14 @@ class _W(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
 
 class _FileContent(_W):
     uri: str | None = None
-    bytes: str | None = None  # base64 text in 0.3
+    # base64 text in 0.3; msgspec decodes (and validates) it, so bad base64 is a params error.
+    content: bytes | None = msgspec.field(name="bytes", default=None)
     name: str | None = None
     mime_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.uri is None) == (self.content is None):
+            raise ValueError("a file holds exactly one of 'bytes' or 'uri'")
 
 
 class TextPart03(_W, tag_field="kind", tag="text"):
@@ -152,18 +157,10 @@ def part_from_v03(p: Part03) -> Part:
         return Part(text=p.text, metadata=p.metadata)
     if isinstance(p, DataPart03):
         return Part(data=p.data, metadata=p.metadata)
-    f = p.file
-    if f.bytes is not None:
-        import base64
-
-        try:
-            raw = base64.b64decode(f.bytes, validate=True)
-        except ValueError as exc:
-            raise ValueError("file.bytes is not valid base64") from exc
-        return Part(raw=raw, filename=f.name, media_type=f.mime_type, metadata=p.metadata)
-    if f.uri is not None:
-        return Part(url=f.uri, filename=f.name, media_type=f.mime_type, metadata=p.metadata)
-    raise ValueError("a file part needs 'bytes' or 'uri'")
+    f = p.file  # exactly one of content/uri (checked on decoding)
+    if f.content is not None:
+        return Part(raw=f.content, filename=f.name, media_type=f.mime_type, metadata=p.metadata)
+    return Part(url=f.uri, filename=f.name, media_type=f.mime_type, metadata=p.metadata)
 
 
 def message_from_v03(m: Message03) -> Message:

@@ -94,8 +94,10 @@ class RunContext:
         """True when the run finishes whoever hangs up."""
         return self._run.detached
 
-    def _status(self, state: TaskState, text: str | None) -> TaskStatusUpdateEvent:
-        msg = None
+    def _status(
+        self, state: TaskState, text: str | None, *, message: Message | None = None
+    ) -> TaskStatusUpdateEvent:
+        msg = message
         if text is not None:
             msg = agent_message(text, task_id=self.task_id, context_id=self.context_id)
         return TaskStatusUpdateEvent(
@@ -169,4 +171,5 @@ class RunContext:
             await self._emit(self._status(TaskState.INPUT_REQUIRED, text))
             with anyio.fail_after(self._input_timeout):
                 self.message = await self._run.next_message()
+        await self._emit(self._status(TaskState.WORKING, None, message=self.message))
         return self.message.text

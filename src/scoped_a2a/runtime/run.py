@@ -77,7 +77,13 @@ class Run:
     # --- ctx.ask support ------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
-        """Hand the caller's next message to a run parked in ``ctx.ask``."""
+        """Hand the caller's next message to a run parked in ``ctx.ask``.
+
+        The run stops counting as parked at once: the question is answered, and a second
+        answer arriving before the agent wakes must be refused, not silently dropped (the
+        inbox hands the first straight to the waiting agent, so a second would fit too).
+        """
+        self.parked = False
         self._inbox[0].send_nowait(message)
 
     @contextmanager
@@ -85,15 +91,16 @@ class Run:
         """Mark the run as waiting for input (``ctx.ask``) for the ``with`` body.
 
         While parked the run is not cancelled for lack of holders: nobody waits on an
-        input-required task. On leaving, the usual rule applies again at once, so a resuming
-        caller that already hung up still ends an interactive run.
+        input-required task. When the answer arrives, the usual rule applies again at once, so a
+        resuming caller that already hung up still ends an interactive run. When the wait ends
+        in an error (no answer in time) the error is the outcome, not a hang-up.
         """
         self.parked = True
         try:
             yield
         finally:
             self.parked = False
-            self._release_check()
+        self._release_check()
 
     async def next_message(self) -> Message:
         """The caller's next message (the caller bounds the wait with a deadline)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -81,7 +81,6 @@ class Runner:
     def attach(self, nursery: TaskGroup) -> None:
         """Use ``nursery`` as the server nursery for every run started from now on."""
         self._nursery = nursery
-        self.closing = False
 
     @property
     def active(self) -> int:
@@ -93,6 +92,13 @@ class Runner:
 
     # --- starting -------------------------------------------------------------------------
 
+    def check_accepting(self) -> None:
+        """Raise ServerUnavailable while shutting down or before the app runs."""
+        if self.closing:
+            raise ServerUnavailable("the server is shutting down and accepts no new work")
+        if self._nursery is None:
+            raise ServerUnavailable("the app is not running (serve it, or enter app.running())")
+
     def start(
         self,
         task: Task,
@@ -101,6 +107,7 @@ class Runner:
         request_metadata: Mapping[str, Any] | None,
         detach_reason: str | None,
         attempt: int = 1,
+        continuing: bool = False,
         redeliverable: bool = False,
     ) -> Run:
         """Start a run of the agent for ``task`` in the server nursery; return it at once.
@@ -111,10 +118,8 @@ class Runner:
         ``redeliverable``: the run came from a durable queue, so when it is stopped by shutdown
         or a lost lease it records no end (the queue runs it again elsewhere).
         """
-        if self.closing:
-            raise ServerUnavailable("the server is shutting down and accepts no new work")
-        if self._nursery is None:
-            raise ServerUnavailable("the app is not running (serve it, or enter app.running())")
+        self.check_accepting()
+        assert self._nursery is not None  # check_accepting guarantees it
         if task.id in self._runs:
             raise UnsupportedOperation(f"task {task.id!r} is already running")
         run = Run(task.id, task.context_id, detach_reason)
@@ -129,7 +134,8 @@ class Runner:
         self._runs[task.id] = run
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._nursery.start_soon(
-            self._execute, run, ctx, redeliverable, name=f"scoped_a2a run {task.id}"
+            self._execute, run, ctx, continuing, redeliverable,
+            name=f"scoped_a2a run {task.id}",
         )
         return run
 
@@ -143,18 +149,19 @@ class Runner:
         request_metadata: Mapping[str, Any] | None,
         detach_reason: str | None,
         new: bool,
+        stored: Callable[[], Awaitable[None]] | None = None,
     ) -> Run:
-        """Store a ``new`` task (or take an existing one) and start its run; return the run.
+        """Store a ``new`` task (or continue an existing one) and start its run; return it.
 
         With a launcher, a new detached run is stored and queued durably (atomically, before
         this returns) and executed by any worker process; the returned Run is a stand-in that
         only carries the ids (holding it keeps nothing alive, as for any detached run). Other
-        runs execute here, as :meth:`start`; after the store write there is no checkpoint
-        before the run is returned, so the caller can take its hold safely.
+        runs execute here, as :meth:`start`. ``stored`` is awaited once a new task is stored,
+        before its run starts here; after it there is no checkpoint before the run is
+        returned, so the caller can take its hold safely.
         Raises ServerUnavailable while shutting down or when the store is unreachable.
         """
-        if self.closing or self._nursery is None:
-            self.start(task, message, request_metadata=None, detach_reason=None)  # raises
+        self.check_accepting()
         if self.launcher is not None:
             if not new:
                 # A non-terminal task with no run here has one in another process (or queued).
@@ -167,11 +174,16 @@ class Runner:
                     task, message, request_metadata=request_metadata,
                     detach_reason=detach_reason,
                 )
+                if stored is not None:
+                    await stored()
                 return Run(task.id, task.context_id, detach_reason)
         if new:
             await self.store.create(task)
+            if stored is not None:
+                await stored()
         return self.start(
-            task, message, request_metadata=request_metadata, detach_reason=detach_reason
+            task, message, request_metadata=request_metadata, detach_reason=detach_reason,
+            continuing=not new,
         )
 
     def resume(self, run: Run, message: Message, detach_reason: str | None) -> None:
@@ -195,7 +207,9 @@ class Runner:
 
     # --- executing ------------------------------------------------------------------------
 
-    async def _execute(self, run: Run, ctx: RunContext, redeliverable: bool = False) -> None:
+    async def _execute(
+        self, run: Run, ctx: RunContext, continuing: bool, redeliverable: bool = False
+    ) -> None:
         mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
         log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
         state: TaskState | None = None
@@ -203,7 +217,10 @@ class Runner:
         reason = "completed"
         try:
             with run.scope:
-                await ctx.working()
+                # A run that continues an existing task records the message that started it
+                # (a new task already holds its first message in its history).
+                await self._append(run, ctx._status(
+                    TaskState.WORKING, None, message=ctx.message if continuing else None))
                 try:
                     reply = await self.agent(ctx)
                 except Exception as exc:

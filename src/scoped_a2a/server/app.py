@@ -27,12 +27,22 @@ from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_version
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
 from ..protocol.jsonrpc import error_frame, parse_request, result_frame
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
+from ..push import PushService, PushSettings
 from ..runtime.context import Agent
 from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.memory import MemoryTaskStore
-from .asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, send_response
+from .asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    discard_body,
+    header,
+    send_response,
+)
 from .asgi import read_body as _read_body
 from .card import build_card
 from .disconnect import watch_disconnect
@@ -60,6 +70,8 @@ class A2AApp:
     :param keepalive: seconds between keep-alive comments on an idle stream.
     :param stream_write_timeout: a stream whose client takes no event for this long is closed.
     :param extended_card: card fields for ``GetExtendedAgentCard`` (absent: -32007).
+    :param push: push-notification settings (:class:`~scoped_a2a.push.PushSettings`); push is
+        on by default, refusing webhooks on non-public addresses unless allowed.
     """
 
     def __init__(
@@ -76,10 +88,12 @@ class A2AApp:
         keepalive: float = 15.0,
         stream_write_timeout: float = 30.0,
         extended_card: Mapping[str, Any] | None = None,
+        push: PushSettings | None = None,
     ) -> None:
         self.agent = agent
-        self.policy = policy or RunPolicy()
-        self.store: TaskStore = store or MemoryTaskStore()
+        self.policy = policy if policy is not None else RunPolicy()
+        # Not ``store or ...``: an empty MemoryTaskStore has len() 0, so it is falsy.
+        self.store: TaskStore = store if store is not None else MemoryTaskStore()
         # A shared store (Redis) may queue detached runs durably instead of running them here.
         self.runner = Runner(agent, self.store, self.policy, launcher=self.store.run_launcher())
         self.grace = grace
@@ -91,16 +105,21 @@ class A2AApp:
         self._extended = dict(extended_card) if extended_card is not None else None
         self._detached = detached
         self._name = str(getattr(agent, "__name__", None) or "scoped-a2a agent")
+        self.push = PushService(self.store, push or PushSettings())
         self.methods = Methods(
             self.runner,
             self.store,
             keepalive_every=keepalive,
             extended_card=self._extended_card if self._extended is not None else None,
+            push=self.push,
         )
+        self.ready = anyio.Event()
+        """Set once the server side runs (lifespan started): ``serve`` waits for it."""
         self.open_requests = 0
         """Requests in flight now (tests count them to prove nothing is left behind)."""
         if detached is not None:
             self.runner.attach(detached)
+            self.push.attach(detached)
 
     # --- lifetime -------------------------------------------------------------------------
 
@@ -113,18 +132,36 @@ class A2AApp:
         the exit is itself a cancellation, the grace period is skipped.
         """
         if self._detached is not None:
-            self.runner.attach(self._detached)
-            try:
-                yield self
-            finally:
-                await self._drain()
+            # Push deliveries drain after the runs (their last states are deliveries too).
+            async with self.push.serving(self._detached, grace=self.push_grace):
+                self.runner.attach(self._detached)
+                self.ready.set()
+                try:
+                    yield self
+                finally:
+                    await self._drain()
             return
-        async with anyio.create_task_group() as nursery:
+        async with (
+            anyio.create_task_group() as nursery,
+            self.push.serving(nursery, grace=self.push_grace),
+        ):
             self.runner.attach(nursery)
+            self.ready.set()
             try:
                 yield self
             finally:
                 await self._drain()
+
+    @property
+    def push_grace(self) -> float:
+        """Seconds pending push deliveries get on shutdown, after the runs have ended."""
+        configured = self.push.settings.shutdown_grace
+        return self.grace if configured is None else configured
+
+    @property
+    def drain_seconds(self) -> float:
+        """How long the lifespan's shutdown may take: runs, then push deliveries (``serve``)."""
+        return self.grace + self.push_grace
 
     async def _drain(self) -> None:
         try:
@@ -167,15 +204,18 @@ class A2AApp:
         path, method = scope.get("path", "/"), scope.get("method", "GET")
         if path in CARD_PATHS:
             if method not in ("GET", "HEAD"):
+                await discard_body(scope, receive)
                 await _plain(send, 405, "use GET for the agent card")
             else:
                 await send_response(send, 200, self._card(scope),
                                     headers=[(b"cache-control", b"max-age=60")])
             return
         if path not in ("/", ""):
+            await discard_body(scope, receive)
             await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at /")
             return
         if method != "POST":
+            await discard_body(scope, receive)
             await _plain(send, 405, "A2A JSON-RPC requests are POSTed to /")
             return
         self.open_requests += 1
@@ -189,11 +229,14 @@ class A2AApp:
         if ctype != "application/json":
             err = InvalidRequest(
                 f"Content-Type must be application/json, not {ctype or 'absent'!r}")
+            await discard_body(scope, receive)
             await send_response(send, 415, error_frame(b"null", err, v1=True))
             return
         try:
             body = await _read_body(scope, receive, self.max_body_bytes)
-        except BodyTooLarge:
+        except BodyTooLarge as exc:
+            if exc.more_body:
+                await discard_body(scope, receive)
             err = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
             await send_response(send, 413, error_frame(b"null", err, v1=True),
                                 headers=[(b"connection", b"close")])
@@ -253,6 +296,7 @@ class A2AApp:
         cached = self._card_cache.get(url)
         if cached is None:
             card = build_card(url, self._card_overrides, name=self._name,
+                              push_notifications=self.push.enabled,
                               extended=self._extended is not None)
             cached = self._card_cache[url] = _encode(card)
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
@@ -262,7 +306,7 @@ class A2AApp:
     def _extended_card(self) -> bytes:
         url = self.public_url or "/"
         card = build_card(url, {**self._card_overrides, **(self._extended or {})},
-                          name=self._name, extended=True)
+                          name=self._name, push_notifications=self.push.enabled, extended=True)
         return _encode(card)
 
 

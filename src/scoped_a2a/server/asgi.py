@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+import anyio
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -15,7 +17,14 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 class BodyTooLarge(Exception):
-    """The request body is over the configured limit (answered 413)."""
+    """The request body is over the configured limit (answered 413).
+
+    ``more_body`` tells whether the client is still sending (so the rest may be discarded).
+    """
+
+    def __init__(self, more_body: bool = True) -> None:
+        super().__init__("the request body is over the limit")
+        self.more_body = more_body
 
 
 class ClientGone(Exception):
@@ -48,10 +57,40 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise BodyTooLarge
+            raise BodyTooLarge(more_body=bool(message.get("more_body", False)))
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+DISCARD_BYTES = 1 << 20
+"""At most this many bytes of a refused body are read and dropped before answering."""
+DISCARD_SECONDS = 2.0
+"""...and for at most this long."""
+
+
+async def discard_body(scope: Scope, receive: Receive) -> None:
+    """Read and drop the rest of a request body that will not be used, within bounds.
+
+    Call it before answering a request refused without reading (all) its body, unless the body
+    was read to its end. Why: hypercorn closes the connection as soon as such a response ends,
+    and closing a socket with unread request data makes the kernel reset the connection, so the
+    client can lose the answer (seen with chunked bodies on the asyncio worker). Draining lets the
+    client finish sending and read our answer. Beyond ``DISCARD_BYTES`` or ``DISCARD_SECONDS``
+    (or a declared length larger than that) it gives up at once: the client may then see a reset
+    instead of the answer, which is the price of not reading unbounded input. Returns at a
+    disconnect; cancellation just stops the reading.
+    """
+    declared = header(scope, b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > DISCARD_BYTES:
+        return
+    size = 0
+    with anyio.move_on_after(DISCARD_SECONDS):
+        while size <= DISCARD_BYTES:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
+            size += len(message.get("body", b""))
 
 
 async def send_response(

@@ -23,7 +23,6 @@ from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
     PushNotSupported,
-    TaskNotFound,
     UnsupportedOperation,
 )
 from ..protocol.jsonrpc import RpcRequest, decode_params
@@ -37,13 +36,15 @@ from ..protocol.trajectory import (
 from ..protocol.types import (
     ListTasksRequest,
     ListTasksResponse,
-    Message,
     SendMessageRequest,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
     TaskStatus,
     utc_timestamp,
 )
+from ..push.rpc import PushRpc
+from ..push.service import PushService
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..runtime.tail import tail
@@ -80,10 +81,10 @@ Method = Callable[[Call, Output], Awaitable[None]]
 
 def trim(task: Task, history_length: int | None, *, artifacts: bool = True) -> Task:
     """A copy of ``task`` with at most ``history_length`` recent messages (None: all)."""
+    if history_length is not None and history_length < 0:
+        raise InvalidParams("historyLength must not be negative")
     history = task.history
     if history_length is not None and history is not None:
-        if history_length < 0:
-            raise InvalidParams("historyLength must not be negative")
         history = history[len(history) - history_length :] if history_length else None
     if history is task.history and (artifacts or task.artifacts is None):
         return task
@@ -104,6 +105,7 @@ class Methods:
         extended_card: Callable[[], bytes] | None = None,
         trajectory_page_events: int = 500,
         trajectory_page_bytes: int = 1 << 20,
+        push: PushService | None = None,
     ) -> None:
         self.runner = runner
         self.store = store
@@ -125,26 +127,34 @@ class Methods:
             "DeleteTaskPushNotificationConfig": self.push_not_supported,
             "GetExtendedAgentCard": self.get_extended_card,
         }
+        # Push notifications (scoped_a2a.push): the config methods, unless switched off.
+        self.push = push if push is not None and push.enabled else None
+        if self.push is not None:
+            self.table.update(PushRpc(self.push, store).table)
 
     # --- sending --------------------------------------------------------------------------
 
-    async def _begin(self, req: SendMessageRequest) -> tuple[Task, Run, int]:
+    async def _begin(self, req: SendMessageRequest, v1: bool = True) -> tuple[Task, Run, int]:
         """Create the task (or continue it) and start (or resume) its run.
 
         Returns the task snapshot, the run, and the log position to follow from. The caller
-        must take its hold on the run before its next checkpoint.
+        must take its hold on the run before its next checkpoint. A push config in the send's
+        configuration is checked first (a refused URL creates no task) and stored with the task
+        before the run starts (``v1``: the caller's dialect, which shapes the deliveries).
         """
         msg = req.message
         if not msg.parts:
             raise InvalidParams("the message has no parts")
         cfg = req.configuration
+        if cfg is not None and cfg.history_length is not None and cfg.history_length < 0:
+            # Checked here, not when the answer is trimmed: by then the task would exist.
+            raise InvalidParams("configuration.historyLength must not be negative")
         reason = self.policy.detach_reason(
             return_immediately=bool(cfg and cfg.return_immediately),
             message_metadata=msg.metadata,
             request_metadata=req.metadata,
         )
-        if cfg is not None and cfg.task_push_notification_config is not None:
-            raise PushNotSupported("push notifications are not supported by this server")
+        push_cfg = await self._accept_push(cfg.task_push_notification_config if cfg else None)
         if msg.task_id:
             task, pos = await self.store.get(msg.task_id)
             if task.status.state.terminal:
@@ -155,6 +165,8 @@ class Methods:
             if msg.context_id and msg.context_id != task.context_id:
                 raise InvalidParams(f"task {task.id!r} belongs to another contextId")
             msg.context_id = task.context_id
+            if push_cfg is not None:
+                await self._set_push(task.id, push_cfg, v1, pos, task.status.state)
             run = self.runner.get(task.id)
             if run is not None:
                 self.runner.resume(run, msg, reason)
@@ -173,16 +185,24 @@ class Methods:
             history=[msg],
             metadata=req.metadata,
         )
-        # Stores the task (and, on a shared store, queues a detached run durably) first.
+        self.runner.check_accepting()  # before the task is stored: refuse, store nothing
+
+        async def stored() -> None:  # the task exists, its run has not started here yet
+            if push_cfg is not None:
+                await self._set_push(task_id, push_cfg, v1, 0, TaskState.SUBMITTED)
+
+        # Stores the task (on a shared store, with its detached run queued durably), then
+        # starts the run here unless it was queued.
         run = await self.runner.launch(
-            task, msg, request_metadata=req.metadata, detach_reason=reason, new=True
+            task, msg, request_metadata=req.metadata, detach_reason=reason, new=True,
+            stored=stored,
         )
         return task, run, 0
 
     async def send_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         history = req.configuration.history_length if req.configuration else None
-        task, run, pos = await self._begin(req)
+        task, run, pos = await self._begin(req, call.dialect.v1)
         if req.configuration is not None and req.configuration.return_immediately:
             await out.result(call.dialect.send_result(trim(task, history)))
             return
@@ -193,10 +213,25 @@ class Methods:
 
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
-        task, run, pos = await self._begin(req)
+        task, run, pos = await self._begin(req, call.dialect.v1)
         with run.hold():
             await out.event(call.dialect.stream_task(task), pos)
             await self._stream(call, out, task.id, pos)
+
+    async def _accept_push(
+        self, config: TaskPushNotificationConfig | None
+    ) -> TaskPushNotificationConfig | None:
+        """Check a send's push config (-32602 saying why it is refused; -32003 if push is off)."""
+        if config is None:
+            return None
+        if self.push is None:
+            raise PushNotSupported("push notifications are not supported by this server")
+        return await self.push.accept(config)
+
+    async def _set_push(self, task_id: str, config: TaskPushNotificationConfig, v1: bool,
+                        pos: int, state: TaskState) -> None:
+        assert self.push is not None
+        await self.push.set_config(task_id, config, v1=v1, after=pos, state=state)
 
     async def _stream(self, call: Call, out: Output, task_id: str, after: int) -> None:
         """Write the log after ``after`` as SSE events until the task ends or is interrupted."""
@@ -230,8 +265,6 @@ class Methods:
         await out.result(call.dialect.task(trim(task, req.history_length)))
 
     async def list_tasks(self, call: Call, out: Output) -> None:
-        if not call.dialect.v1:
-            raise UnsupportedOperation("ListTasks has no 0.3 JSON-RPC method")
         req = (
             ListTasksRequest()
             if call.rpc.params is None
@@ -313,5 +346,3 @@ class _no_hold:
     def __exit__(self, *exc: Any) -> None:
         return None
 
-
-__all__ = ["Call", "Message", "Methods", "Output", "TaskNotFound", "trim"]

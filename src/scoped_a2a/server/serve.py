@@ -47,7 +47,8 @@ async def serve(
 
     :param grace: seconds for requests in flight to finish on shutdown (default: the app's
         ``grace``, else 10).
-    :returns: after a graceful shutdown, within ``2 * grace + 5`` seconds of ``shutdown``.
+    :returns: after a graceful shutdown, within ``grace + drain + 5`` seconds of ``shutdown``
+        (``drain``: the app's ``drain_seconds``, runs then push deliveries; else ``grace``).
     """
     backend = sniffio.current_async_library()
     grace = grace if grace is not None else float(getattr(app, "grace", 10.0))
@@ -59,7 +60,9 @@ async def serve(
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket from here
     config.graceful_timeout = grace
-    config.shutdown_timeout = grace + SHUTDOWN_SLACK  # the app's lifespan drain
+    # The app's lifespan drain: its runs, then its push deliveries (A2AApp.drain_seconds).
+    drain = float(getattr(app, "drain_seconds", grace))
+    config.shutdown_timeout = drain + SHUTDOWN_SLACK
     config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75
@@ -79,19 +82,34 @@ async def serve(
 
             async def deadline() -> None:
                 await stopping.wait()
-                await anyio.sleep(2 * grace + SHUTDOWN_SLACK)
+                await anyio.sleep(grace + drain + SHUTDOWN_SLACK)
                 log.error("hypercorn did not shut down in time; stopping it")
                 server_scope.cancel()
 
+            async def hypercorn_serve() -> None:
+                # In a child task on purpose: on Python 3.11, hypercorn's asyncio worker can
+                # leave a native cancel request on the task that awaited it (its TaskGroup
+                # cancels its parent on shutdown), which anyio would then take for a cancel
+                # from outside. A child task ends with it instead.
+                if backend == "trio":
+                    import hypercorn.trio
+
+                    await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
+                else:
+                    import hypercorn.asyncio
+
+                    await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
+                tg.cancel_scope.cancel()
+
             tg.start_soon(deadline)
-            task_status.started(bound_port)
+            tg.start_soon(_announce, app, bound_port, task_status)
             log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
-            if backend == "trio":
-                import hypercorn.trio
+            tg.start_soon(hypercorn_serve)
 
-                await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
-            else:
-                import hypercorn.asyncio
 
-                await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
-            tg.cancel_scope.cancel()
+async def _announce(app: Any, port: int, task_status: TaskStatus[int]) -> None:
+    """Report the port once the app's lifespan has started (the socket already listens)."""
+    ready = getattr(app, "ready", None)
+    if isinstance(ready, anyio.Event):
+        await ready.wait()
+    task_status.started(port)
