@@ -15,10 +15,12 @@ import anyio
 import httpx
 import pytest
 
-from scoped_a2a import A2AApp
+from scoped_a2a import A2AApp, RunPolicy
+from scoped_a2a.push import PushSettings
 from scoped_a2a.store.redis import open_redis_store
 
 from ..helpers import rpc, served, text_message
+from ..push_receiver import Receiver, receiving
 from .agents import probe_agent
 from .conftest import Proc, RedisServer
 from .util import log_of, post_json, wait_for_start, wait_until_ended
@@ -91,6 +93,37 @@ async def test_a_redeployed_workers_run_is_left_for_another_worker(
             starts, states = await log_of(store, task_id)
             assert [s["attempt"] for s in starts] == [1, 2]
             assert [s for s in states if s in ("COMPLETED", "FAILED", "CANCELED")] == ["COMPLETED"]
+
+
+async def test_a_crm_event_run_by_a_worker_process_is_pushed_once_by_the_server(
+    redis_server: RedisServer, spawn: Callable[..., Proc],
+) -> None:
+    worker = spawn("worker", "--store", redis_server.url)
+    receiver = Receiver()
+    async with open_redis_store(redis_server.url) as store:
+        app = A2AApp(probe_agent, store=store,
+                     policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]),
+                     push=PushSettings(allow_hosts=["127.0.0.1"], first_backoff=0.05))
+        async with receiving(receiver) as hook, served(app) as url, \
+                httpx.AsyncClient(timeout=30) as client:
+            await worker.wait_for(STARTED)
+            frame = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                "message": text_message("inactivity",
+                                        metadata={"evoai_crm_event": "inactivity_action"}),
+                "configuration": {"taskPushNotificationConfig": {"url": hook, "id": "crm"}}}}
+            with anyio.move_on_after(0.08):  # the CRM hangs up after 80 ms
+                await client.post(url, json=frame, headers={"A2A-Version": "1.0"})
+            with anyio.fail_after(20):
+                while not any("COMPLETED" in r.body.decode() for r in receiver.requests):
+                    await anyio.sleep(0.05)
+            await anyio.sleep(0.3)  # room for a (wrong) second delivery to show up
+            completed = [r.json["task"] for r in receiver.requests if "task" in r.json
+                         and r.json["task"]["status"]["state"] == "TASK_STATE_COMPLETED"]
+            assert len(completed) == 1
+            task_id = completed[0]["id"]
+            assert completed[0]["status"]["message"]["parts"][0]["text"] == (
+                f"done pid={worker.pid} attempt=1")
+    assert f"run start task={task_id}" in worker.text()
 
 
 async def test_queued_runs_survive_a_redis_restart_from_its_append_only_file(
