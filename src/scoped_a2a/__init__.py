@@ -1,5 +1,12 @@
 """scoped-a2a: an A2A server, client and step runner on AnyIO structured concurrency."""
 
+from .client import (
+    A2AClient,
+    DirectorySink,
+    MemorySink,
+    Step,
+    follow_trajectory,
+)
 from .protocol.errors import A2AError
 from .protocol.types import Message, Part, Role, Task, TaskState
 from .runtime.context import Agent, RunContext
@@ -11,16 +18,21 @@ from .store.memory import MemoryTaskStore
 
 __all__ = [
     "A2AApp",
+    "A2AClient",
     "A2AError",
     "Agent",
+    "DirectorySink",
+    "MemorySink",
     "MemoryTaskStore",
     "Message",
     "Part",
     "Role",
     "RunContext",
     "RunPolicy",
+    "Step",
     "Task",
     "TaskState",
     "TaskStore",
+    "follow_trajectory",
     "serve",
 ]

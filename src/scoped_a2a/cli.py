@@ -2,7 +2,8 @@
 
 ``serve`` runs an agent (the built-in demo by default) under hypercorn on trio or asyncio. SIGINT
 and SIGTERM start a graceful shutdown (new sends refused, runs get ``--grace`` seconds, the rest
-are cancelled and recorded); a second signal stops at once.
+are cancelled and recorded); a second signal stops at once. ``send`` sends one message to an agent
+and prints the task as it runs (:mod:`scoped_a2a.client.cli_send`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
+from .client.cli_send import add_send_parser, run_send
+from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
 from .runtime.policy import RunPolicy
 
 log = logging.getLogger("scoped_a2a.cli")
@@ -76,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="sign deliveries with HMAC-SHA256 (Standard Webhooks headers) "
                         "(default: $SCOPED_A2A_PUSH_SIGNING_SECRET)")
     s.add_argument("--no-push", action="store_true", help="switch push notifications off")
+    add_send_parser(sub)
+    # --- Redis: shared tasks, durable detached runs, the worker command (redis_cli.py) ---
+    add_store_options(s)
+    add_worker_command(sub)
     return p
 
 
@@ -83,41 +91,52 @@ async def _serve(args: argparse.Namespace) -> None:
     from .push import PushSettings
     from .server.app import A2AApp
     from .server.serve import serve
+    from .store.base import TaskStore
     from .store.memory import MemoryTaskStore
 
     policy = RunPolicy.from_rules(
         args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect
     )
-    app = A2AApp(
-        load_agent(args.agent),
-        policy=policy,
-        grace=args.grace,
-        public_url=args.public_url,
-        max_body_bytes=args.max_body_bytes,
-        store=MemoryTaskStore(max_ended_tasks=args.max_ended_tasks),
-        push=PushSettings(
-            enabled=not args.no_push,
-            allow_hosts=tuple(args.allow_webhook_host),
-            bearer_token=args.push_bearer_token or None,
-            signing_secret=args.push_signing_secret or None,
-        ),
-    )
+    agent = load_agent(args.agent)
+
+    def make_app(store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
+        return A2AApp(
+            agent,
+            policy=policy,
+            grace=args.grace,
+            public_url=args.public_url,
+            max_body_bytes=args.max_body_bytes,
+            store=store,
+            detached=detached,
+            push=PushSettings(
+                enabled=not args.no_push,
+                allow_hosts=tuple(args.allow_webhook_host),
+                bearer_token=args.push_bearer_token or None,
+                signing_secret=args.push_signing_secret or None,
+            ),
+        )
+
+    if args.store != "memory":  # Redis (redis_cli.py)
+        await serve_on_redis(args, make_app, _on_signals)
+        return
+    app = make_app(MemoryTaskStore(max_ended_tasks=args.max_ended_tasks))
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
-
-        async def on_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    if shutdown.is_set():
-                        log.warning("second signal: stopping now")
-                        tg.cancel_scope.cancel()
-                        return
-                    log.info("%s: shutting down gracefully", signal.Signals(signum).name)
-                    shutdown.set()
-
-        tg.start_soon(on_signals)
+        tg.start_soon(_on_signals, shutdown, tg.cancel_scope)
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace)
         tg.cancel_scope.cancel()
+
+
+async def _on_signals(shutdown: anyio.Event, scope: anyio.CancelScope) -> None:
+    """The first SIGINT/SIGTERM sets ``shutdown`` (graceful); a second cancels ``scope``."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            if shutdown.is_set():
+                log.warning("second signal: stopping now")
+                scope.cancel()
+                return
+            log.info("%s: shutting down gracefully", signal.Signals(signum).name)
+            shutdown.set()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,6 +148,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         try:
             anyio.run(_serve, args, backend=args.backend)
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    if args.command == "send":
+        return run_send(args)
+    if args.command == "worker":  # Redis (redis_cli.py)
+        try:
+            anyio.run(run_worker, args, load_agent(args.agent), _on_signals,
+                      backend=args.backend)
         except KeyboardInterrupt:
             return 130
         return 0

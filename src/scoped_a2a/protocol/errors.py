@@ -106,8 +106,22 @@ class UnsupportedOperation(A2AError):
     code = UNSUPPORTED_OPERATION
 
 
+class ContentTypeNotSupported(A2AError):
+    code = CONTENT_TYPE_NOT_SUPPORTED
+
+
+class InvalidAgentResponse(A2AError):
+    """The agent answered something that is not a valid A2A answer (raised by the client)."""
+
+    code = INVALID_AGENT_RESPONSE
+
+
 class ExtendedCardNotConfigured(A2AError):
     code = EXTENDED_CARD_NOT_CONFIGURED
+
+
+class ExtensionSupportRequired(A2AError):
+    code = EXTENSION_SUPPORT_REQUIRED
 
 
 class VersionNotSupported(A2AError):
@@ -131,7 +145,10 @@ _BY_CODE: dict[int, type[A2AError]] = {
         TaskNotCancelable,
         PushNotSupported,
         UnsupportedOperation,
+        ContentTypeNotSupported,
+        InvalidAgentResponse,
         ExtendedCardNotConfigured,
+        ExtensionSupportRequired,
         VersionNotSupported,
         ServerUnavailable,
     )

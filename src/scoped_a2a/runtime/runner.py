@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -35,6 +35,7 @@ from ..protocol.types import (
 )
 from ..store.base import TaskEnded, TaskStore
 from .context import Agent, RunContext, agent_message
+from .launcher import RunLauncher
 from .policy import RunPolicy
 from .run import Run
 
@@ -50,14 +51,25 @@ REASON_TEXT = {
 RECORD_TIMEOUT = 5.0
 """Seconds a run's end may take to record (shielded) before it is given up and logged."""
 
+REDELIVER_REASONS = frozenset({"shutdown", "nursery", "lease-lost"})
+"""Why a run from a durable queue may stop without recording an end: its process is going away
+(or lost the run's lease), and the queue redelivers the run to another worker."""
+
 
 class Runner:
     """Starts and tracks the runs of one app. Not thread-safe; lives on one event loop."""
 
-    def __init__(self, agent: Agent, store: TaskStore, policy: RunPolicy) -> None:
+    def __init__(
+        self, agent: Agent, store: TaskStore, policy: RunPolicy,
+        launcher: RunLauncher | None = None,
+    ) -> None:
         self.agent = agent
         self.store = store
         self.policy = policy
+        self.launcher = launcher
+        """Queues new detached runs durably (shared stores); None: run them in this nursery."""
+        if launcher is not None:
+            launcher.bind(self)
         self.closing = False
         self._nursery: TaskGroup | None = None
         self._runs: dict[str, Run] = {}
@@ -96,12 +108,15 @@ class Runner:
         detach_reason: str | None,
         attempt: int = 1,
         continuing: bool = False,
+        redeliverable: bool = False,
     ) -> Run:
         """Start a run of the agent for ``task`` in the server nursery; return it at once.
 
         Synchronous on purpose: a caller takes its hold (``with run.hold():``) right after, with
         no checkpoint in between, so no cancellation can fall into the gap.
         Raises ServerUnavailable while shutting down or before the app runs.
+        ``redeliverable``: the run came from a durable queue, so when it is stopped by shutdown
+        or a lost lease it records no end (the queue runs it again elsewhere).
         """
         self.check_accepting()
         assert self._nursery is not None  # check_accepting guarantees it
@@ -119,8 +134,57 @@ class Runner:
         self._runs[task.id] = run
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._nursery.start_soon(
-            self._execute, run, ctx, continuing, name=f"scoped_a2a run {task.id}")
+            self._execute, run, ctx, continuing, redeliverable,
+            name=f"scoped_a2a run {task.id}",
+        )
         return run
+
+    # --- launching through a durable queue (shared stores) -------------------------------
+
+    async def launch(
+        self,
+        task: Task,
+        message: Message,
+        *,
+        request_metadata: Mapping[str, Any] | None,
+        detach_reason: str | None,
+        new: bool,
+        stored: Callable[[], Awaitable[None]] | None = None,
+    ) -> Run:
+        """Store a ``new`` task (or continue an existing one) and start its run; return it.
+
+        With a launcher, a new detached run is stored and queued durably (atomically, before
+        this returns) and executed by any worker process; the returned Run is a stand-in that
+        only carries the ids (holding it keeps nothing alive, as for any detached run). Other
+        runs execute here, as :meth:`start`. ``stored`` is awaited once a new task is stored,
+        before its run starts here; after it there is no checkpoint before the run is
+        returned, so the caller can take its hold safely.
+        Raises ServerUnavailable while shutting down or when the store is unreachable.
+        """
+        self.check_accepting()
+        if self.launcher is not None:
+            if not new:
+                # A non-terminal task with no run here has one in another process (or queued).
+                raise UnsupportedOperation(
+                    f"task {task.id!r} is running in another process; send follow-ups to the "
+                    "replica that holds its run, or wait for it to end"
+                )
+            if detach_reason is not None:
+                await self.launcher.submit(
+                    task, message, request_metadata=request_metadata,
+                    detach_reason=detach_reason,
+                )
+                if stored is not None:
+                    await stored()
+                return Run(task.id, task.context_id, detach_reason)
+        if new:
+            await self.store.create(task)
+            if stored is not None:
+                await stored()
+        return self.start(
+            task, message, request_metadata=request_metadata, detach_reason=detach_reason,
+            continuing=not new,
+        )
 
     def resume(self, run: Run, message: Message, detach_reason: str | None) -> None:
         """Hand a follow-up message to a run parked in ``ctx.ask``."""
@@ -143,7 +207,9 @@ class Runner:
 
     # --- executing ------------------------------------------------------------------------
 
-    async def _execute(self, run: Run, ctx: RunContext, continuing: bool) -> None:
+    async def _execute(
+        self, run: Run, ctx: RunContext, continuing: bool, redeliverable: bool = False
+    ) -> None:
         mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
         log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
         state: TaskState | None = None
@@ -171,11 +237,17 @@ class Runner:
             if state is None or (state is TaskState.FAILED and run.scope.cancel_called):
                 reason = run.cancel_reason or "nursery"
                 state, text = TaskState.CANCELED, f"Canceled: {REASON_TEXT.get(reason, reason)}"
-            with anyio.move_on_after(RECORD_TIMEOUT, shield=True) as recording:
-                await self._record_end(run, state, text, reason)
-            if recording.cancelled_caught:
-                log.error("could not record the end of task %s within %.0fs",
-                          run.task_id, RECORD_TIMEOUT)
+            if redeliverable and state is TaskState.CANCELED and reason in REDELIVER_REASONS:
+                # Not an outcome: the durable queue runs it again on another worker.
+                log.warning("run of task %s stopped (%s); left for redelivery",
+                            run.task_id, reason)
+                reason = "redeliver"
+            else:
+                with anyio.move_on_after(RECORD_TIMEOUT, shield=True) as recording:
+                    await self._record_end(run, state, text, reason)
+                if recording.cancelled_caught:
+                    log.error("could not record the end of task %s within %.0fs",
+                              run.task_id, RECORD_TIMEOUT)
             self._runs.pop(run.task_id, None)
             run.done.set()
             if not self._runs:
@@ -228,6 +300,10 @@ class Runner:
             await self._record_end(
                 Run(task_id, task.context_id, None), TaskState.CANCELED, text, reason
             )
+            if self.launcher is not None:
+                # The run may execute in another process: the recorded end already stops its
+                # next write; this stops it at once.
+                await self.launcher.cancel_elsewhere(task_id)
         task, _ = await self.store.get(task_id)
         if not task.status.state.terminal:
             raise TaskNotCancelable(f"task {task_id!r} did not end after cancellation")

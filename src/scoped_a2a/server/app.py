@@ -94,7 +94,8 @@ class A2AApp:
         self.policy = policy if policy is not None else RunPolicy()
         # Not ``store or ...``: an empty MemoryTaskStore has len() 0, so it is falsy.
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
-        self.runner = Runner(agent, self.store, self.policy)
+        # A shared store (Redis) may queue detached runs durably instead of running them here.
+        self.runner = Runner(agent, self.store, self.policy, launcher=self.store.run_launcher())
         self.grace = grace
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes

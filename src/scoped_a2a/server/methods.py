@@ -171,9 +171,8 @@ class Methods:
             if run is not None:
                 self.runner.resume(run, msg, reason)
             else:
-                run = self.runner.start(
-                    task, msg, request_metadata=req.metadata, detach_reason=reason,
-                    continuing=True,
+                run = await self.runner.launch(
+                    task, msg, request_metadata=req.metadata, detach_reason=reason, new=False
                 )
             return task, run, pos
         task_id = uuid.uuid4().hex
@@ -187,10 +186,17 @@ class Methods:
             metadata=req.metadata,
         )
         self.runner.check_accepting()  # before the task is stored: refuse, store nothing
-        await self.store.create(task)
-        if push_cfg is not None:
-            await self._set_push(task_id, push_cfg, v1, 0, TaskState.SUBMITTED)
-        run = self.runner.start(task, msg, request_metadata=req.metadata, detach_reason=reason)
+
+        async def stored() -> None:  # the task exists, its run has not started here yet
+            if push_cfg is not None:
+                await self._set_push(task_id, push_cfg, v1, 0, TaskState.SUBMITTED)
+
+        # Stores the task (on a shared store, with its detached run queued durably), then
+        # starts the run here unless it was queued.
+        run = await self.runner.launch(
+            task, msg, request_metadata=req.metadata, detach_reason=reason, new=True,
+            stored=stored,
+        )
         return task, run, 0
 
     async def send_message(self, call: Call, out: Output) -> None:

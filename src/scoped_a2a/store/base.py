@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import ListTasksRequest, Task, TaskPushNotificationConfig
+
+if TYPE_CHECKING:
+    from ..runtime.launcher import RunLauncher
 
 
 class TaskEnded(Exception):
@@ -107,3 +111,11 @@ class TaskStore(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027  # optional hook
         """Release connections; the in-memory store has none."""
+
+    def run_launcher(self) -> RunLauncher | None:
+        """The durable queue a shared store offers for detached runs (None: run them locally).
+
+        The Redis store returns its run queue, so detached runs survive the process that
+        accepted them; the in-memory store has none.
+        """
+        return None

@@ -1,0 +1,120 @@
+"""The agent card as the client reads it, and the choice of interface and protocol version.
+
+The card is decoded leniently (unknown fields are ignored) because agents add their own. The
+interface is chosen as the official SDK chooses it: among the JSON-RPC interfaces of
+``supportedInterfaces``, 1.0 is preferred, then 0.3; an interface without a version counts as
+1.0. A legacy card (no ``supportedInterfaces``) is read from its top-level ``url`` and
+``protocolVersion`` (absent: 0.3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..protocol.errors import VersionNotSupported
+from ..protocol.trajectory import TRAJECTORY_EXTENSION_URI
+from ..protocol.types import Wire
+
+
+class AgentInterface(Wire):
+    url: str
+    protocol_binding: str = "JSONRPC"
+    protocol_version: str | None = None
+    tenant: str | None = None
+
+
+class AgentExtension(Wire):
+    uri: str
+    description: str | None = None
+    required: bool = False
+    params: dict[str, Any] | None = None
+
+
+class AgentCapabilities(Wire):
+    streaming: bool | None = None
+    push_notifications: bool | None = None
+    extensions: list[AgentExtension] | None = None
+    extended_agent_card: bool | None = None
+
+
+class AgentCard(Wire):
+    """The fields of an agent card this client uses; the rest is ignored on decoding."""
+
+    name: str = ""
+    description: str = ""
+    version: str = ""
+    supported_interfaces: list[AgentInterface] | None = None
+    capabilities: AgentCapabilities = msgspec.field(default_factory=AgentCapabilities)
+    skills: list[dict[str, Any]] | None = None
+    default_input_modes: list[str] | None = None
+    default_output_modes: list[str] | None = None
+    # 0.3 (legacy) top-level fields
+    url: str | None = None
+    preferred_transport: str | None = None
+    protocol_version: str | None = None
+
+    @property
+    def streaming(self) -> bool:
+        return bool(self.capabilities.streaming)
+
+    def offers_extension(self, uri: str) -> bool:
+        return any(e.uri == uri for e in self.capabilities.extensions or ())
+
+    @property
+    def offers_trajectory(self) -> bool:
+        """True when the agent serves this project's cursor read of a task's trajectory."""
+        return self.offers_extension(TRAJECTORY_EXTENSION_URI)
+
+
+_card_decoder = msgspec.json.Decoder(AgentCard)
+
+
+def decode_card(body: bytes) -> AgentCard:
+    """Decode a card; raises ``msgspec.DecodeError``/``ValidationError`` on a malformed one."""
+    return _card_decoder.decode(body)
+
+
+def _major_minor(version: str | None) -> tuple[int, int] | None:
+    if version is None or not version.strip():
+        return None
+    parts = version.strip().split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return (-1, -1)
+
+
+def select_interface(card: AgentCard, *, want: str | None = None) -> tuple[str, str]:
+    """The ``(url, version)`` to call: version ``"1.0"`` or ``"0.3"``.
+
+    ``want`` forces a version when the card offers it. Raises VersionNotSupported when the card
+    offers no JSON-RPC interface this client speaks.
+    """
+    candidates: list[tuple[str, str]] = []
+    if card.supported_interfaces:
+        for iface in card.supported_interfaces:
+            if iface.protocol_binding.upper() != "JSONRPC":
+                continue
+            mm = _major_minor(iface.protocol_version)
+            if mm is None or mm[0] >= 1:
+                candidates.append((iface.url, "1.0"))
+            elif mm >= (0, 3):
+                candidates.append((iface.url, "0.3"))
+    elif card.url and (card.preferred_transport or "JSONRPC").upper() == "JSONRPC":
+        mm = _major_minor(card.protocol_version) or (0, 3)
+        if mm[0] >= 1:
+            candidates.append((card.url, "1.0"))
+        elif mm >= (0, 3):
+            candidates.append((card.url, "0.3"))
+    order = [want] if want else ["1.0", "0.3"]
+    for version in order:
+        for url, v in candidates:
+            if v == version:
+                return url, v
+    offered = sorted({v for _, v in candidates}) or ["none"]
+    raise VersionNotSupported(
+        f"the agent card offers no JSON-RPC interface in {' or '.join(order)} "
+        f"(offered: {', '.join(offered)})"
+    )

@@ -1,0 +1,173 @@
+"""``python -m scoped_a2a send URL TEXT``: one turn with an agent, from the command line.
+
+The message is sent as a one-turn :class:`~.step.Step`. Output, as the events arrive:
+
+- by default, the task's final state and reply;
+- ``--stream``: every event of the turn's stream, then the result;
+- ``--follow``: every event of the task's live trajectory (the agent's own tool and model calls
+  included), then the result;
+- ``--out DIR``: the trajectory is also written to DIR (see :mod:`.sinks` for the layout).
+
+Human-readable lines by default; ``--json`` prints one JSON object per line instead
+(``{"source", "position", "kind", "event"}``, the last with source ``result``).
+
+Exit status: 0 when the task completed (or needs input, or the agent replied with a message);
+1 when it failed, was canceled or rejected; 3 when the agent is unreachable or answered with an
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+import anyio
+import msgspec
+
+from ..protocol.errors import A2AError
+from ..protocol.types import Message, Task, TaskState
+from .client import A2AClient
+from .errors import TransportError
+from .pages import LivePage, PageSink
+from .sinks import DirectorySink, MemorySink, StepSink
+from .step import Step
+from .wire import StreamEvent
+
+EXIT_TASK_FAILED = 1
+EXIT_AGENT_ERROR = 3
+
+
+def add_send_parser(sub: Any) -> None:
+    """Add the ``send`` subcommand to the CLI's subparsers."""
+    s = sub.add_parser(
+        "send", help="send one message to an A2A agent and print the task as it runs",
+        description=__doc__.split("\n\n")[0] if __doc__ else None)
+    s.add_argument("url", help="the agent's base URL (where its agent card is served)")
+    s.add_argument("text", help="the message text")
+    s.add_argument("--stream", action="store_true", help="print the turn's stream events live")
+    s.add_argument("--follow", action="store_true",
+                   help="print the task's live trajectory (the agent's own events too)")
+    s.add_argument("--out", metavar="DIR", help="write the trajectory to DIR")
+    s.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    s.add_argument("--a2a-version", choices=["1.0", "0.3"],
+                   help="protocol version to speak (default: the card's choice)")
+    s.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds to wait for the agent to answer a call (default 30)")
+    s.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    s.add_argument("--log-level", default="WARNING")
+
+
+class _Printer:
+    def __init__(self, out: TextIO, as_json: bool) -> None:
+        self.out = out
+        self.json = as_json
+
+    def emit(self, source: str, position: int | None, kind: str, event: Any) -> None:
+        if self.json:
+            line = msgspec.json.encode(
+                {"source": source, "position": position, "kind": kind, "event": event})
+            self.out.write(line.decode() + "\n")
+        else:
+            self.out.write(_human(kind, event) + "\n")
+        self.out.flush()
+
+
+def _text(obj: Any) -> str:
+    parts = obj.get("parts", []) if isinstance(obj, dict) else []
+    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+
+
+def _state(state: Any) -> str:
+    return str(state or "?").removeprefix("TASK_STATE_").lower().replace("_", "-")
+
+
+def _human(kind: str, ev: Any) -> str:
+    if kind == "task":
+        return f"task {ev.get('id')} {_state(ev.get('status', {}).get('state'))}"
+    if kind == "statusUpdate":
+        status = ev.get("status", {})
+        text = _text(status.get("message"))
+        return f"[{_state(status.get('state'))}]" + (f" {text}" if text else "")
+    if kind == "artifactUpdate":
+        art = ev.get("artifact", {})
+        return f"[artifact {art.get('name') or art.get('artifactId')}] {_text(art)!r}"
+    if kind == "trajectory":
+        return f"[trajectory] {msgspec.json.encode(ev.get('data')).decode()}"
+    if kind == "message":
+        return f"[message] {_text(ev)}"
+    return f"[{kind}] {msgspec.json.encode(ev).decode()}"
+
+
+class _PrintingSink:
+    """A step sink that prints each page's events, then hands everything to ``inner``."""
+
+    def __init__(self, printer: _Printer, inner: StepSink) -> None:
+        self.printer = printer
+        self.inner = inner
+
+    async def link(self, previous: str | None, turn: str | None) -> None:
+        await self.inner.link(previous, turn)
+
+    async def meta(self, turn: str, meta: dict[str, Any]) -> None:
+        await self.inner.meta(turn, meta)
+
+    def pages(self, turn: str) -> PageSink:
+        inner = self.inner.pages(turn)
+
+        async def sink(page: LivePage) -> None:
+            for e in page.events:
+                self.printer.emit("trajectory", e.position, e.kind, e.event)
+            await inner(page)
+
+        return sink
+
+    async def end(self, turn: str, state: TaskState | None, next: int) -> None:
+        await self.inner.end(turn, state, next)
+
+
+async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    printer = _Printer(out, args.json)
+    inner: StepSink = DirectorySink(args.out) if args.out else MemorySink()
+    sink: StepSink = _PrintingSink(printer, inner) if args.follow else inner
+    follow = bool(args.follow or args.out)
+
+    def on_event(item: StreamEvent) -> None:
+        if args.stream and not args.follow:
+            printer.emit("stream", item.position, item.kind, msgspec.to_builtins(item.event))
+
+    try:
+        client = A2AClient(args.url, version=args.a2a_version, timeout=args.timeout)
+        async with client, Step(client, sink=sink, follow=follow) as step:
+            result = await step.turn(args.text, on_event=on_event)
+    except TransportError as exc:
+        err.write(f"error: {exc}\n")
+        return EXIT_AGENT_ERROR
+    except A2AError as exc:
+        err.write(f"error: the agent answered {exc.code}: {exc.message}\n")
+        return EXIT_AGENT_ERROR
+    kind = "task" if isinstance(result, Task) else "message"
+    if args.json:
+        printer.emit("result", None, kind, msgspec.to_builtins(result))
+    elif isinstance(result, Message):
+        printer.emit("result", None, "message", msgspec.to_builtins(result))
+    else:
+        reply = _text(msgspec.to_builtins(result.status.message)) if result.status.message else ""
+        out.write(f"task {result.id} {_state(result.status.state)}"
+                  + (f": {reply}" if reply else "") + "\n")
+    if isinstance(result, Task) and result.status.state in (
+        TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED
+    ):
+        reply = result.status.message.text if result.status.message else ""
+        err.write(f"error: task {result.id} {_state(result.status.state)}"
+                  + (f": {reply}" if reply else "") + "\n")
+        return EXIT_TASK_FAILED
+    return 0
+
+
+def run_send(args: argparse.Namespace) -> int:
+    """Run ``send``; returns the exit status."""
+    try:
+        return anyio.run(_send, args, sys.stdout, sys.stderr, backend=args.backend)
+    except KeyboardInterrupt:
+        return 130

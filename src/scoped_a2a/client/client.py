@@ -1,0 +1,281 @@
+"""``A2AClient``: call one A2A agent over JSON-RPC, in 1.0 or (when its card offers only that) 0.3.
+
+Works under asyncio and trio (httpx over AnyIO). The client reads the agent card on first use and
+picks the interface and version from it (see :mod:`.card`); every method then speaks that
+version, and results come back in the 1.0 model whichever version carried them. Remote errors are
+raised as :class:`~scoped_a2a.A2AError` subclasses carrying the JSON-RPC code; transport failures
+as :class:`~scoped_a2a.client.errors.TransportError` subclasses.
+
+Streams (``stream``, ``subscribe``) are async context managers handing out an
+:class:`~.streams.EventStream`; leaving the ``async with`` closes the response.
+
+Cancellation: every method can be cancelled at any point; the request is abandoned and its
+connection closed, nothing keeps running.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+
+from ..protocol.errors import InvalidAgentResponse, UnsupportedOperation
+from ..protocol.trajectory import TRAJECTORY_READ_METHOD, TrajectoryRead
+from ..protocol.types import (
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    Task,
+    TaskState,
+)
+from .card import AgentCard, decode_card, select_interface
+from .pages import LivePage, WirePage
+from .rpc import RpcTransport, raise_for_http, transport_error
+from .streams import EventStream
+from .wire import CODECS, Codec
+
+CARD_PATH = "/.well-known/agent-card.json"
+
+_page_decoder = msgspec.json.Decoder(WirePage)
+_encode = msgspec.json.Encoder().encode
+
+
+def user_message(
+    text: str, *, context_id: str | None = None, task_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Message:
+    """A user message with one text part and a fresh id."""
+    return Message(
+        message_id=uuid.uuid4().hex, role=Role.USER, parts=[Part(text=text)],
+        context_id=context_id, task_id=task_id, metadata=metadata,
+    )
+
+
+def card_url(url: str) -> str:
+    """Where the agent card of the agent at ``url`` lives."""
+    if url.rstrip("/").endswith((".well-known/agent-card.json", ".well-known/agent.json")):
+        return url
+    return url.rstrip("/") + CARD_PATH
+
+
+class A2AClient:
+    """A client of the agent at ``url`` (its base URL, where the card is served).
+
+    :param http: an ``httpx.AsyncClient`` to use (and not close); one is created and owned
+        otherwise. A client you pass keeps its own httpx timeouts besides the ones here.
+    :param card: the agent card, if you have it (no card fetch then).
+    :param version: force ``"1.0"`` or ``"0.3"`` (the card must offer it).
+    :param rpc_url: POST here instead of the URL the card names.
+    :param timeout: seconds for one call (the headers of a stream); None for no deadline.
+    :param stream_idle_timeout: seconds a stream may stay silent before it fails.
+    :param extensions: extension URIs to activate on every call (``A2A-Extensions``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        card: AgentCard | None = None,
+        version: str | None = None,
+        rpc_url: str | None = None,
+        timeout: float | None = 30.0,
+        stream_idle_timeout: float | None = None,
+        extensions: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if version not in (None, "1.0", "0.3"):
+            raise ValueError("version must be '1.0', '0.3' or None")
+        self.url = url
+        self._owns_http = http is None
+        self.http = http if http is not None else httpx.AsyncClient(timeout=None)
+        self._card = card
+        self._want = version
+        self._rpc_url = rpc_url
+        self.timeout = timeout
+        self.stream_idle_timeout = stream_idle_timeout
+        self._extensions = tuple(extensions)
+        self._headers = dict(headers or {})
+        self._transport: RpcTransport | None = None
+        self._codec: Codec | None = None
+
+    async def __aenter__(self) -> A2AClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the httpx client if this client created it."""
+        if self._owns_http:
+            await self.http.aclose()
+
+    # --- the card and the interface --------------------------------------------------------
+
+    async def card(self, *, refresh: bool = False) -> AgentCard:
+        """The agent card (fetched once, then cached; ``refresh`` fetches it again)."""
+        if self._card is None or refresh:
+            self._card = await self._fetch_card()
+            self._transport = None
+        return self._card
+
+    async def _fetch_card(self) -> AgentCard:
+        where = card_url(self.url)
+        try:
+            with anyio.fail_after(self.timeout):
+                response = await self.http.get(where, headers=self._headers)
+        except (TimeoutError, httpx.TransportError) as exc:
+            raise transport_error(exc, where) from None
+        if response.status_code != 200:
+            raise_for_http(response.status_code, response.content)
+        try:
+            return decode_card(response.content)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InvalidAgentResponse(f"the agent card at {where} is invalid: {exc}") from None
+
+    async def _rpc(self) -> tuple[RpcTransport, Codec]:
+        if self._transport is None or self._codec is None:
+            card = await self.card()
+            url, version = select_interface(card, want=self._want)
+            self._codec = CODECS[version]
+            self._transport = RpcTransport(
+                self.http, self._rpc_url or url, version, timeout=self.timeout,
+                extensions=self._extensions, headers=self._headers,
+            )
+        return self._transport, self._codec
+
+    async def version(self) -> str:
+        """The protocol version this client speaks to the agent (``"1.0"`` or ``"0.3"``)."""
+        return (await self._rpc())[1].version
+
+    async def offers_trajectory(self) -> bool:
+        """True when the agent's card advertises this project's trajectory extension."""
+        return (await self.card()).offers_trajectory
+
+    # --- the A2A methods -------------------------------------------------------------------
+
+    def _send_request(
+        self, message: Message | str, *, return_immediately: bool, history_length: int | None,
+        metadata: dict[str, Any] | None, accepted_output_modes: list[str] | None,
+    ) -> SendMessageRequest:
+        msg = user_message(message) if isinstance(message, str) else message
+        cfg = SendMessageConfiguration(
+            return_immediately=return_immediately, history_length=history_length,
+            accepted_output_modes=accepted_output_modes,
+        )
+        return SendMessageRequest(message=msg, configuration=cfg, metadata=metadata)
+
+    async def send(
+        self, message: Message | str, *, return_immediately: bool = False,
+        history_length: int | None = None, metadata: dict[str, Any] | None = None,
+        accepted_output_modes: list[str] | None = None,
+    ) -> Task | Message:
+        """Send a message; return the task (ended or interrupted, unless ``return_immediately``)
+        or the agent's direct reply message. A blocking send has no deadline of its own (it
+        lasts as long as the agent works): bound it with ``anyio.fail_after`` if you want."""
+        transport, codec = await self._rpc()
+        req = self._send_request(
+            message, return_immediately=return_immediately, history_length=history_length,
+            metadata=metadata, accepted_output_modes=accepted_output_modes)
+        raw = await transport.call(
+            codec.send_method, codec.send_params(req), bounded=return_immediately)
+        return codec.send_result(raw)
+
+    @asynccontextmanager
+    async def stream(
+        self, message: Message | str, *, history_length: int | None = None,
+        metadata: dict[str, Any] | None = None, accepted_output_modes: list[str] | None = None,
+        extensions: Sequence[str] = (),
+    ) -> AsyncIterator[EventStream]:
+        """Send a message as a stream: ``async with client.stream(msg) as events: async for e
+        in events``. The first event is the task (or the only one, a direct reply message); the
+        stream ends after the task ends or needs input. Leaving the block hangs up."""
+        transport, codec = await self._rpc()
+        req = self._send_request(
+            message, return_immediately=False, history_length=history_length,
+            metadata=metadata, accepted_output_modes=accepted_output_modes)
+        async with transport.stream(
+            codec.stream_method, codec.send_params(req), extensions=extensions
+        ) as response:
+            events = EventStream(response, codec, idle_timeout=self.stream_idle_timeout)
+            try:
+                yield events
+            finally:
+                await events.aclose()
+
+    @asynccontextmanager
+    async def subscribe(
+        self, task_id: str, *, last_event_id: int | None = None,
+        extensions: Sequence[str] = (),
+    ) -> AsyncIterator[EventStream]:
+        """Subscribe to a task's events. Without ``last_event_id`` the first event is the task;
+        with it, the agent resumes after that position (if it keeps positions)."""
+        transport, codec = await self._rpc()
+        async with transport.stream(
+            codec.subscribe_method, codec.id_params(task_id), last_event_id=last_event_id,
+            extensions=extensions,
+        ) as response:
+            events = EventStream(response, codec, idle_timeout=self.stream_idle_timeout)
+            try:
+                yield events
+            finally:
+                await events.aclose()
+
+    async def get_task(self, task_id: str, *, history_length: int | None = None) -> Task:
+        transport, codec = await self._rpc()
+        raw = await transport.call(codec.get_method, codec.get_params(task_id, history_length))
+        return codec.task_result(raw)
+
+    async def cancel(self, task_id: str, *, metadata: dict[str, Any] | None = None) -> Task:
+        """Cancel a task; return it (canceled). TaskNotCancelable if it has already ended."""
+        transport, codec = await self._rpc()
+        raw = await transport.call(codec.cancel_method, codec.id_params(task_id, metadata))
+        return codec.task_result(raw)
+
+    async def list_tasks(
+        self, *, context_id: str | None = None, status: TaskState | None = None,
+        page_size: int | None = None, page_token: str | None = None,
+        history_length: int | None = None, include_artifacts: bool = False,
+    ) -> ListTasksResponse:
+        """One page of the agent's tasks, newest first (1.0 only: 0.3 has no such method)."""
+        transport, codec = await self._rpc()
+        if codec.version != "1.0":
+            raise UnsupportedOperation("ListTasks has no A2A 0.3 JSON-RPC method")
+        req = ListTasksRequest(
+            context_id=context_id, status=status, page_size=page_size, page_token=page_token,
+            history_length=history_length, include_artifacts=include_artifacts)
+        raw = await transport.call("ListTasks", _encode(req))
+        return codec.list_result(raw)
+
+    async def read_trajectory(
+        self, task_id: str, after: int = 0, *, max_events: int | None = None,
+        max_bytes: int | None = None,
+    ) -> LivePage:
+        """One cursor read of a task's live trajectory (the agent's trajectory extension).
+
+        Returns the events after ``after`` (bounded by the agent's and these limits; the first
+        one always), the cursor for the next read, and the task's state. TaskNotFound when the
+        agent no longer knows the task.
+        """
+        transport, _ = await self._rpc()
+        params = _encode(TrajectoryRead(
+            task_id=task_id, after=after, max_events=max_events, max_bytes=max_bytes))
+        raw = await transport.call(TRAJECTORY_READ_METHOD, params)
+        try:
+            page = _page_decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InvalidAgentResponse(f"the trajectory page is invalid: {exc}") from None
+        return LivePage(task_id, after, page.next, page.events, page.state, page.has_more)

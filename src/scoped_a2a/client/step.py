@@ -1,0 +1,414 @@
+"""``Step``: one conversation with one agent, owning every task it starts.
+
+::
+
+    async with Step(client, sink=DirectorySink("out")) as step:
+        task = await step.turn("summarise the report")
+        task = await step.turn("now in French")
+
+The ownership tree (DESIGN.md)::
+
+    step (one task group)
+    └── turn
+        ├── send + wait for the task's end      (in the caller's task)
+        └── follower of the turn's trajectory   (in the step's task group: cannot outlive it)
+
+A turn sends its message as a stream when the agent streams (so its follower starts as soon as
+the task exists, and a cancelled turn hangs up, which ends an interactive run), else with
+``returnImmediately`` and polls ``GetTask``. A turn whose task needs input is continued by the
+next turn. When the stream breaks, the turn resubscribes from the last position it saw, a few
+times, before it fails.
+
+Ending: when the body returns, followers are told the turn ended and may drain for at most
+``drain_timeout`` seconds, then are cancelled; when the body raises or is cancelled, they are
+cancelled at once. Every turn's end is recorded in the sink, under a shield with a deadline: the
+state the follower read, else the state the step saw, else ``canceled`` (the step was cancelled)
+or ``failed``. A follower's own failure is logged and never fails the turn or the step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+
+from ..protocol.errors import InvalidAgentResponse, UnsupportedOperation
+from ..protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
+from ..store.snapshot import apply_event
+from .backoff import Backoff
+from .client import A2AClient, user_message
+from .errors import TransportError
+from .follower import FOLLOWER_TASK_PREFIX, Follower, Mode
+from .pages import EVENT_FORMAT
+from .sinks import MemorySink, StepSink
+from .wire import StreamEvent
+
+log = logging.getLogger("scoped_a2a.step")
+
+OnEvent = Callable[[StreamEvent], Awaitable[None] | None]
+
+
+@dataclass
+class Turn:
+    """One turn of a step, as the step records it."""
+
+    id: str
+    task_id: str | None = None
+    state: TaskState | None = None  # the state the step saw the turn end in
+    follower: Follower | None = None
+    over: bool = False  # the turn's wait has finished (returned, raised or was cancelled)
+    aborted: TaskState | None = None  # CANCELED / FAILED when the turn did not see an end
+    recorded: bool = False  # its end is in the sink
+
+
+def _ends(state: TaskState) -> bool:
+    return state.terminal or state.interrupted
+
+
+def _ends_turn(item: StreamEvent) -> bool:
+    """True for the event that ends a turn: a terminal or interrupted status update, or a
+    terminal task. (A continued task's first snapshot still shows the old input-required
+    state: that does not end the new turn.)"""
+    ev = item.event
+    if isinstance(ev, TaskStatusUpdateEvent):
+        return _ends(ev.status.state)
+    return isinstance(ev, Task) and ev.status.state.terminal
+
+
+class Step:
+    """An async context manager owning one conversation's followers (see the module doc).
+
+    :param client: the agent's client (its card decides streaming and how to follow).
+    :param sink: where trajectories go (default: a new :class:`MemorySink`, ``step.sink``).
+    :param follow: follow each turn's trajectory (default True).
+    :param drain_timeout: seconds followers may drain after the body returns.
+    :param mode: how followers read (``auto``: the trajectory extension where offered).
+    :param reconnects: how many times a turn resubscribes after its stream broke.
+    :param record_timeout: deadline of the shielded writes that record a turn's end.
+    """
+
+    def __init__(
+        self,
+        client: A2AClient,
+        *,
+        sink: StepSink | None = None,
+        follow: bool = True,
+        drain_timeout: float = 2.0,
+        mode: Mode = "auto",
+        poll_interval: float = 0.25,
+        backoff: Backoff | None = None,
+        read_timeout: float = 10.0,
+        reconnects: int = 2,
+        record_timeout: float = 2.0,
+        context_id: str | None = None,
+    ) -> None:
+        self.client = client
+        self.sink: StepSink = sink if sink is not None else MemorySink()
+        self.follow = follow
+        self.drain_timeout = drain_timeout
+        self.mode: Mode = mode
+        self.poll_interval = poll_interval
+        self.backoff = backoff or Backoff()
+        self.read_timeout = read_timeout
+        self.reconnects = reconnects
+        self.record_timeout = record_timeout
+        self.context_id = context_id
+        self.turns: list[Turn] = []
+        self.task: Task | None = None  # the last turn's task
+        self._tg: TaskGroup | None = None
+        self._in_turn = False
+        self._offers_trajectory = False
+
+    # --- lifetime ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Step:
+        if self._tg is not None:
+            raise RuntimeError("a Step is entered once")
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        if exc_type is None:
+            try:
+                await self._drain()
+            except BaseException as drain_exc:  # cancelled from outside while draining
+                self._tg.cancel_scope.cancel()
+                await self._close(type(drain_exc), drain_exc, drain_exc.__traceback__)
+                raise
+        self._tg.cancel_scope.cancel()
+        return await self._close(exc_type, exc, tb)
+
+    async def _drain(self) -> None:
+        """Tell every follower its turn has ended; wait up to ``drain_timeout`` for them."""
+        for turn in self.turns:
+            if turn.follower is not None:
+                turn.follower.stop.set()
+        with anyio.move_on_after(self.drain_timeout):
+            for turn in self.turns:
+                if turn.follower is not None:
+                    await turn.follower.done.wait()
+
+    async def _close(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        try:
+            if cancelled:
+                return await self._tg.__aexit__(exc_type, exc, tb)
+            # Followers never fail, so the group has nothing to add: the body's own exception
+            # propagates as itself (not wrapped in an ExceptionGroup).
+            await self._tg.__aexit__(None, None, None)
+            return None
+        finally:
+            fallback = TaskState.CANCELED if cancelled else TaskState.FAILED
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.record_timeout):
+                for turn in self.turns:
+                    await self._record_end(turn, fallback)
+                last = self.turns[-1].id if self.turns else None
+                await self._sink("link", self.sink.link(last, None))
+
+    # --- turns ------------------------------------------------------------------------------
+
+    async def turn(
+        self, message: Message | str, *, on_event: OnEvent | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Task | Message:
+        """Send one turn and wait for its task to end or need input; return the final task
+        (or the agent's direct reply message).
+
+        The turn's follower runs in the step's task group and is told the turn ended when this
+        returns (or raises). ``on_event`` is called with every event of the turn's stream.
+        Raises what the send raises (transport errors after the reconnects, remote errors).
+        """
+        if self._tg is None:
+            raise RuntimeError("use a Step as `async with Step(client) as step:`")
+        if self._in_turn:
+            raise RuntimeError("a step runs one turn at a time")
+        msg = user_message(message) if isinstance(message, str) else message
+        previous = self.task
+        if previous is not None and previous.status.state.interrupted:
+            msg.task_id, msg.context_id = previous.id, previous.context_id
+        elif msg.context_id is None:
+            msg.context_id = self.context_id
+        turn = Turn(id=f"{len(self.turns) + 1:04d}")
+        link_from = self.turns[-1].id if self.turns else None
+        self.turns.append(turn)
+        self._in_turn = True
+        try:
+            await self._sink("link", self.sink.link(link_from, turn.id))
+            card = await self.client.card()
+            self._offers_trajectory = card.offers_trajectory
+            if card.streaming:
+                result = await self._streamed(turn, msg, on_event, metadata)
+            else:
+                result = await self._polled(turn, msg, on_event, metadata)
+            if isinstance(result, Task):
+                self.task, turn.state = result, result.status.state
+                self.context_id = result.context_id
+        except BaseException as exc:
+            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+            turn.aborted = TaskState.CANCELED if cancelled else TaskState.FAILED
+            raise
+        finally:
+            self._in_turn = False
+            turn.over = True
+            if turn.follower is not None:
+                turn.follower.stop.set()
+            if turn.follower is None or turn.follower.done.is_set():
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self.record_timeout):
+                    await self._record_end(turn, turn.aborted or TaskState.FAILED)
+        return result
+
+    async def _streamed(
+        self, turn: Turn, msg: Message, on_event: OnEvent | None,
+        metadata: dict[str, Any] | None,
+    ) -> Task | Message:
+        task: Task | Message | None = None
+        last: int | None = None
+        try:
+            async with self.client.stream(msg, metadata=metadata) as events:
+                async for item in events:
+                    task = await self._take(turn, task, item, on_event)
+                    if isinstance(task, Message):
+                        return task
+                    last = item.position if item.position is not None else last
+                    if _ends_turn(item):
+                        return task
+        except TransportError:
+            if task is None or isinstance(task, Message):
+                raise
+            log.info("turn %s: the stream broke; resubscribing", turn.id)
+            return await self._resume(turn, task, last, on_event, failures=1)
+        if task is None:
+            raise InvalidAgentResponse("the agent closed the stream without a task or message")
+        if isinstance(task, Message):
+            return task
+        return await self._resume(turn, task, last, on_event, failures=0)
+
+    async def _resume(
+        self, turn: Turn, task: Task, last: int | None, on_event: OnEvent | None,
+        *, failures: int,
+    ) -> Task:
+        """Resubscribe after the stream broke or closed early, until the task ends."""
+        while True:
+            if failures > self.reconnects:
+                raise TransportError(
+                    f"lost the stream of task {task.id} and could not resubscribe "
+                    f"({self.reconnects} attempts)")
+            if failures:
+                await anyio.sleep(self.backoff.delay(failures))
+            try:
+                async with self.client.subscribe(task.id, last_event_id=last) as events:
+                    async for item in events:
+                        taken = await self._take(turn, task, item, on_event)
+                        assert isinstance(taken, Task)
+                        task = taken
+                        last = item.position if item.position is not None else last
+                        if _ends_turn(item):
+                            return task
+            except UnsupportedOperation:  # the task ended meanwhile: read it
+                return await self.client.get_task(task.id)
+            except TransportError as exc:
+                log.info("turn %s: resubscribing failed: %s", turn.id, exc)
+            failures += 1
+
+    async def _take(
+        self, turn: Turn, task: Task | Message | None, item: StreamEvent,
+        on_event: OnEvent | None,
+    ) -> Task | Message:
+        """Fold one stream event into the turn's task; start the follower at the first."""
+        ev = item.event
+        if on_event is not None:
+            maybe = on_event(item)
+            if maybe is not None:
+                await maybe
+        if task is None:
+            if isinstance(ev, Message):
+                await self._sink("meta", self.sink.meta(turn.id, self._meta(turn, None)))
+                return ev
+            if not isinstance(ev, Task):
+                raise InvalidAgentResponse(f"the stream began with {item.kind}, not a task")
+            task = msgspec.structs.replace(ev)
+            self._start_follower(turn, task, item.position or 0)
+            return task
+        assert isinstance(task, Task)
+        if isinstance(ev, Task):
+            return msgspec.structs.replace(ev)
+        if not isinstance(ev, Message):
+            apply_event(task, ev)
+        return task
+
+    async def _polled(
+        self, turn: Turn, msg: Message, on_event: OnEvent | None,
+        metadata: dict[str, Any] | None,
+    ) -> Task | Message:
+        result = await self.client.send(msg, return_immediately=True, metadata=metadata)
+        if isinstance(result, Message):
+            await self._sink("meta", self.sink.meta(turn.id, self._meta(turn, None)))
+            return result
+        after = 0
+        if msg.task_id and self.turns[:-1] and self.turns[-2].follower is not None:
+            after = self.turns[-2].follower.cursor
+        self._start_follower(turn, result, after)
+        task, failures = result, 0
+        while not _ends(task.status.state):
+            await anyio.sleep(self.backoff.delay(failures) if failures else self.poll_interval)
+            try:
+                task = await self.client.get_task(task.id)
+                failures = 0
+            except TransportError:
+                failures += 1
+                if failures > self.reconnects:
+                    raise
+            if on_event is not None:
+                maybe = on_event(StreamEvent(task, None))
+                if maybe is not None:
+                    await maybe
+        return task
+
+    # --- followers and the sink -------------------------------------------------------------
+
+    def _meta(self, turn: Turn, task: Task | None) -> dict[str, Any]:
+        return {
+            "format": EVENT_FORMAT,
+            "turn": turn.id,
+            "taskId": task.id if task else None,
+            "contextId": task.context_id if task else self.context_id,
+            "agent": self.client.url,
+            "source": turn.follower.mode if turn.follower else None,
+        }
+
+    def _start_follower(self, turn: Turn, task: Task, after: int) -> None:
+        turn.task_id = task.id
+        self.context_id = task.context_id
+        if not self.follow:
+            self._tg_start(self._write_meta, turn, task)
+            return
+        mode = self.mode
+        if mode == "auto":
+            mode = "read" if self._offers_trajectory else "subscribe"
+        turn.follower = Follower(
+            self.client, task.id, self.sink.pages(turn.id), after=after, mode=mode,
+            poll_interval=self.poll_interval, backoff=self.backoff,
+            read_timeout=self.read_timeout,
+        )
+        self._tg_start(self._run_follower, turn, task)
+
+    def _tg_start(self, fn: Callable[[Turn, Task], Coroutine[Any, Any, None]], turn: Turn,
+                  task: Task) -> None:
+        assert self._tg is not None
+        self._tg.start_soon(fn, turn, task, name=f"{FOLLOWER_TASK_PREFIX}{task.id}")
+
+    async def _write_meta(self, turn: Turn, task: Task) -> None:
+        await self._sink("meta", self.sink.meta(turn.id, self._meta(turn, task)))
+
+    async def _run_follower(self, turn: Turn, task: Task) -> None:
+        follower = turn.follower
+        assert follower is not None
+        try:
+            await self._write_meta(turn, task)
+            await follower.run()
+        except Exception:
+            log.exception("the follower of turn %s (task %s) failed", turn.id, task.id)
+        finally:
+            # A follower cancelled by the step's exit is recorded there, with the step's outcome.
+            if turn.over and follower.outcome != "cancelled":
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self.record_timeout):
+                    await self._record_end(turn, turn.aborted or TaskState.FAILED)
+
+    async def _record_end(self, turn: Turn, fallback: TaskState) -> None:
+        """Record how the turn ended, once: what the follower read, else what the step saw."""
+        if turn.recorded:
+            return
+        turn.recorded = True
+        f = turn.follower
+        if f is not None and f.read_end:
+            state: TaskState | None = f.state
+        elif turn.state is not None:
+            state = turn.state
+        elif turn.task_id is None and turn.over and turn.aborted is None:
+            state = None  # the agent answered with a message: there was no task
+        else:
+            state = turn.aborted or fallback
+        await self._sink("end", self.sink.end(turn.id, state, f.cursor if f else 0))
+
+    async def _sink(self, what: str, write: Awaitable[None]) -> None:
+        """Run one sink write; a failing sink is logged, never fails the turn or the step."""
+        try:
+            await write
+        except Exception:
+            log.exception("the step's sink failed to record %s", what)

@@ -1,0 +1,123 @@
+"""The command line's Redis side: ``serve --store redis://...`` and the ``worker`` command.
+
+Kept apart from :mod:`.cli` so the in-memory default never imports the Redis client; coredis
+is only imported once a Redis URL is given (``pip install 'scoped-a2a[redis]'``).
+
+``serve --store redis://...`` keeps tasks in Redis, queues detached runs durably, and runs a
+worker in its own server nursery unless ``--no-worker``. ``worker --store redis://...`` runs
+only a worker. Both shut down like ``serve``: the first SIGINT/SIGTERM stops taking new work and
+gives runs ``--grace`` seconds; runs still going then are left in the queue for another worker
+(they record nothing); a second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+
+from .runtime.policy import RunPolicy
+
+log = logging.getLogger("scoped_a2a.cli")
+
+OnSignals = Callable[[anyio.Event, anyio.CancelScope], Coroutine[Any, Any, None]]
+
+
+def add_store_options(parser: argparse.ArgumentParser, *, worker: bool = False) -> None:
+    """The options of ``serve`` (``worker=False``) or ``worker`` about the store and the queue."""
+    if worker:
+        parser.add_argument("--store", required=True, metavar="redis://HOST:PORT/DB",
+                            help="the Redis the servers use")
+    else:
+        parser.add_argument("--store", default="memory", metavar="memory|redis://HOST:PORT/DB",
+                            help="where tasks live: in memory (default) or a shared Redis, "
+                                 "which also makes detached runs durable")
+        parser.add_argument("--no-worker", action="store_true",
+                            help="with a Redis store: do not execute queued runs in this process")
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="queued runs one worker executes at a time (default 16)")
+    parser.add_argument("--claim-idle", type=float, default=30.0, metavar="SECONDS",
+                        help="a queued run whose worker is silent this long goes to another "
+                             "worker (default 30)")
+    parser.add_argument("--redis-prefix", default="scoped_a2a",
+                        help="prefix of every Redis key (apps sharing one Redis differ here)")
+
+
+def add_worker_command(sub: Any) -> None:
+    """The ``worker`` subcommand."""
+    w = sub.add_parser("worker", help="execute queued detached runs from a Redis store")
+    w.add_argument("--agent", default="scoped_a2a.agents.demo:demo_agent",
+                   help="MODULE:ATTR of the agent (default: the built-in demo agent)")
+    w.add_argument("--backend", choices=["trio", "asyncio"], default="trio")
+    w.add_argument("--grace", type=float, default=10.0,
+                   help="seconds runs get to finish on shutdown before they are left for "
+                        "another worker (default 10)")
+    w.add_argument("--max-ended-tasks", type=int, default=10_000)
+    w.add_argument("--log-level", default="INFO")
+    add_store_options(w, worker=True)
+
+
+def _check_url(url: str) -> None:
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise SystemExit(f"--store must be 'memory' or a redis:// URL, not {url!r}")
+    # coredis logs each (expected) script reload at INFO: keep the run log readable.
+    logging.getLogger("coredis").setLevel(logging.WARNING)
+    try:
+        import coredis  # noqa: F401
+    except ImportError:
+        raise SystemExit(
+            "the Redis store needs coredis: pip install 'scoped-a2a[redis]'"
+        ) from None
+
+
+async def serve_on_redis(
+    args: argparse.Namespace, make_app: Callable[..., Any], on_signals: OnSignals
+) -> None:
+    """``serve`` with tasks in Redis, plus a worker unless ``--no-worker``.
+
+    ``make_app(store, detached)`` builds the app as ``serve`` configured it.
+    """
+    _check_url(args.store)
+    from .server.serve import serve
+    from .store.redis import Worker, open_redis_store
+
+    async with open_redis_store(
+        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
+    ) as store, anyio.create_task_group() as nursery:
+        # The server nursery is opened here so the worker can start runs in it from the start.
+        app = make_app(store, nursery)
+        shutdown = anyio.Event()
+        nursery.start_soon(on_signals, shutdown, nursery.cancel_scope)
+        if not args.no_worker:
+            worker = Worker(store.queue, app.runner, concurrency=args.concurrency,
+                            claim_idle=args.claim_idle)
+            nursery.start_soon(worker.run)
+        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace)
+        nursery.cancel_scope.cancel()
+
+
+async def run_worker(args: argparse.Namespace, agent: Any, on_signals: OnSignals) -> None:
+    """The ``worker`` command: execute queued runs until a signal, then drain."""
+    _check_url(args.store)
+    from .runtime.runner import Runner
+    from .store.redis import Worker, open_redis_store
+
+    async with open_redis_store(
+        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
+    ) as store, anyio.create_task_group() as nursery:
+        runner = Runner(agent, store, RunPolicy(), launcher=store.run_launcher())
+        runner.attach(nursery)
+        shutdown = anyio.Event()
+        nursery.start_soon(on_signals, shutdown, nursery.cancel_scope)
+        worker = Worker(store.queue, runner, concurrency=args.concurrency,
+                        claim_idle=args.claim_idle)
+        nursery.start_soon(worker.run)
+        await shutdown.wait()
+        try:
+            await runner.shutdown(args.grace)
+        finally:
+            runner.cancel_all("shutdown")
+            nursery.cancel_scope.cancel()

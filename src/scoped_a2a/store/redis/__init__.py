@@ -1,0 +1,47 @@
+"""Tasks and durable detached runs on a shared Redis (``pip install scoped-a2a[redis]``).
+
+::
+
+    async with open_redis_store("redis://localhost:6379/0") as store:
+        app = A2AApp(agent, store=store)          # detached runs go to the durable queue
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(Worker(store.queue, app.runner).run)   # or: python -m scoped_a2a worker
+            await serve(app)
+
+Modules: :mod:`.connection` (client, keys, listener), :mod:`.store` (the TaskStore),
+:mod:`.queue` (the run queue), :mod:`.worker` (its consumer), :mod:`.scripts` (the Lua).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from .connection import RedisConnection
+from .queue import RunQueue
+from .store import RedisTaskStore
+from .worker import Worker
+
+
+@asynccontextmanager
+async def open_redis_store(
+    url: str,
+    *,
+    prefix: str = "scoped_a2a",
+    max_events_per_task: int = 10_000,
+    max_ended_tasks: int = 10_000,
+    ended_ttl: float = 7 * 86400.0,
+    durable_runs: bool = True,
+) -> AsyncIterator[RedisTaskStore]:
+    """A Redis task store connected to ``url`` for the ``async with`` body.
+
+    Does not wait for Redis: until it is reachable, store calls raise ServerUnavailable.
+    """
+    async with RedisConnection.open(url, prefix=prefix) as conn:
+        yield RedisTaskStore(
+            conn, max_events_per_task=max_events_per_task, max_ended_tasks=max_ended_tasks,
+            ended_ttl=ended_ttl, durable_runs=durable_runs,
+        )
+
+
+__all__ = ["RedisConnection", "RedisTaskStore", "RunQueue", "Worker", "open_redis_store"]

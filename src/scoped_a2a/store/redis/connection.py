@@ -1,0 +1,285 @@
+"""One process's connection to a shared Redis: the client, key names, error translation, and
+the listener that wakes local waiters and delivers cancel requests.
+
+Ownership. :meth:`RedisConnection.open` is an async context manager: it enters coredis' client
+(whose connection pool owns its connection tasks) and a task group holding the pub/sub listener;
+both end when the ``async with`` body does. Nothing is global.
+
+Redis down. Every command goes through :meth:`RedisConnection.call`, which bounds it with a
+deadline, retries once after a connection error (every write is idempotent, see
+:mod:`.scripts`), and otherwise raises ``ServerUnavailable`` (-32000) with a clear message. The
+client reconnects on the next command and the listener resubscribes with capped backoff, so the
+process recovers by itself when Redis returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import coredis
+from coredis.commands.script import Script
+from coredis.exceptions import ConnectionError as RedisConnectionError
+from coredis.exceptions import RedisError
+from coredis.patterns.pubsub import PubSub
+from coredis.retry import (
+    CompositeRetryPolicy,
+    ConstantRetryPolicy,
+    ExponentialBackoffRetryPolicy,
+    NoRetryPolicy,
+)
+
+from ...protocol.errors import ServerUnavailable
+
+log = logging.getLogger("scoped_a2a.redis")
+
+T = TypeVar("T")
+
+WATCH_LINGER = 10.0
+"""Seconds a task's channel stays subscribed after its last waiter left (streams wait often)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Every Redis key and channel name, under one prefix (several apps can share a Redis)."""
+
+    prefix: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:"
+
+    def task(self, task_id: str) -> str:  # hash: snapshot, position, state, ...
+        return f"{self.prefix}:task:{task_id}"
+
+    def log(self, task_id: str) -> str:  # stream: entry id "<position>-0" per event
+        return f"{self.prefix}:log:{task_id}"
+
+    def push(self, task_id: str) -> str:  # hash: push config id -> JSON
+        return f"{self.prefix}:push:{task_id}"
+
+    def lease(self, task_id: str) -> str:  # string: the token of the worker running it
+        return f"{self.prefix}:lease:{task_id}"
+
+    @property
+    def tasks(self) -> str:  # zset: task id by creation order (ListTasks)
+        return f"{self.prefix}:tasks"
+
+    @property
+    def ended(self) -> str:  # zset: ended task id by end time (retention)
+        return f"{self.prefix}:ended"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.prefix}:seq"
+
+    @property
+    def runs(self) -> str:  # stream: the durable queue of detached runs
+        return f"{self.prefix}:runs"
+
+    def appended(self, task_id: str) -> str:  # channel: the task id, on each of its appends
+        return f"{self.prefix}:appended:{task_id}"
+
+    @property
+    def cancel(self) -> str:  # channel: a task id whose run must stop now
+        return f"{self.prefix}:cancel"
+
+
+class _Waiters:
+    """Local waiters per task id: one ``anyio.Event``, set and replaced on every wake-up."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, list[Any]] = {}  # task id -> [Event, number of waiters]
+
+    @contextmanager
+    def watching(self, task_id: str) -> Iterator[anyio.Event]:
+        """The event the next wake-up of ``task_id`` sets (register before checking)."""
+        entry = self._events.setdefault(task_id, [anyio.Event(), 0])
+        entry[1] += 1
+        try:
+            yield entry[0]
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and self._events.get(task_id) is entry:
+                del self._events[task_id]
+
+    def __contains__(self, task_id: str) -> bool:
+        return task_id in self._events
+
+    def wake(self, task_id: str) -> None:
+        entry = self._events.get(task_id)
+        if entry is not None:
+            entry[0].set()
+            entry[0] = anyio.Event()
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+class RedisConnection:
+    """The client, keys and listener of one process. Build it with :meth:`open`."""
+
+    def __init__(
+        self, client: coredis.Redis[bytes], url: str, keys: Keys, *, op_timeout: float
+    ) -> None:
+        self.client = client
+        self.url = redacted(url)
+        self.keys = keys
+        self.op_timeout = op_timeout
+        self.waiters = _Waiters()
+        self.cancel_handlers: list[Callable[[str], None]] = []
+        """Called with a task id when any process asks for that task's run to stop."""
+        self.listening = anyio.Event()
+        """Set once the listener is subscribed (tests wait for it; waiters also poll)."""
+        self._pubsub: PubSub[bytes] | None = None
+        self._watched: dict[str, float] = {}  # task id -> when a waiter last needed it
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, url: str, *, prefix: str = "scoped_a2a", op_timeout: float = 5.0,
+        connect_timeout: float = 2.0, max_connections: int = 64,
+    ) -> AsyncIterator[RedisConnection]:
+        """Connect to ``url`` (``redis://[:password@]host:port/db``) for the ``async with`` body.
+
+        Does not wait for Redis to be up: commands fail with ServerUnavailable until it is.
+        On exit the listener is cancelled and the connections are closed.
+        """
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"a Redis URL starts with redis://, rediss:// or unix://, not {url!r}")
+        client: coredis.Redis[bytes] = coredis.Redis.from_url(
+            url, retry_policy=NoRetryPolicy(), connect_timeout=connect_timeout,
+            max_connections=max_connections,
+        )
+        async with client, anyio.create_task_group() as tg:
+            conn = cls(client, url, Keys(prefix), op_timeout=op_timeout)
+            tg.start_soon(conn._listen, name="scoped_a2a redis listener")
+            try:
+                yield conn
+            finally:
+                tg.cancel_scope.cancel()
+
+    # --- commands -------------------------------------------------------------------------
+
+    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run one command (or script) with a deadline; translate failures.
+
+        A connection error or timeout is retried once after 50 ms (the pool reconnects; writes
+        are idempotent), then raised as ServerUnavailable. Any other Redis error is raised as
+        ServerUnavailable at once, with Redis' message.
+        """
+        for attempt in (1, 2):
+            try:
+                with anyio.fail_after(self.op_timeout):
+                    return await fn()
+            except (RedisConnectionError, TimeoutError) as exc:
+                if attempt == 2:
+                    raise ServerUnavailable(
+                        f"the task store is unreachable (Redis at {self.url}): "
+                        f"{exc or type(exc).__name__}; try again later"
+                    ) from exc
+                await anyio.sleep(0.05)
+            except RedisError as exc:
+                raise ServerUnavailable(
+                    f"the task store (Redis at {self.url}) failed: {exc}"
+                ) from exc
+        raise AssertionError("unreachable")
+
+    def script(self, source: str) -> Script[bytes]:
+        """Register a Lua script (loaded on first use, and again after a Redis restart)."""
+        return self.client.register_script(source)
+
+    async def run(self, script: Script[bytes], keys: list[str], args: list[Any]) -> Any:
+        """Run a registered script through :meth:`call`; its reply as Redis gave it."""
+        return await self.call(lambda: script(keys, args))
+
+    async def publish_cancel(self, task_id: str) -> None:
+        """Ask every process to cancel ``task_id``'s run if it executes there (best effort)."""
+        try:
+            await self.call(lambda: self.client.publish(self.keys.cancel, task_id))
+        except ServerUnavailable as exc:
+            log.warning("could not publish the cancellation of task %s: %s", task_id, exc)
+
+    # --- the listener ---------------------------------------------------------------------
+
+    async def watch(self, task_id: str) -> None:
+        """Make sure this process hears ``task_id``'s appends (its channel is subscribed).
+
+        Returns once Redis has confirmed the subscription, so a check made afterwards cannot
+        miss a notification; if the listener is reconnecting it returns at once (waiters poll).
+        Channels no waiter needed for ``WATCH_LINGER`` seconds are unsubscribed.
+        """
+        self._watched[task_id] = time.monotonic()
+        pubsub = self._pubsub
+        if pubsub is None or self.keys.appended(task_id).encode() in pubsub.channels:
+            return
+        with anyio.move_on_after(2):
+            try:
+                await pubsub.subscribe(self.keys.appended(task_id))
+            except (RedisError, TimeoutError) as exc:
+                log.debug("could not subscribe to task %s: %s", task_id, exc)
+
+    async def _listen(self) -> None:
+        """Dispatch ``appended`` and ``cancel`` messages until cancelled; never raises.
+
+        While Redis is unreachable it resubscribes with capped backoff; waiters poll meanwhile,
+        and runs cancelled elsewhere stop at their next write.
+        """
+        retry = CompositeRetryPolicy(
+            ExponentialBackoffRetryPolicy(
+                (RedisConnectionError,), retries=None, base_delay=0.05, max_delay=1.0, jitter=True
+            ),
+            ConstantRetryPolicy((TimeoutError,), retries=3, delay=0.1),
+        )
+        cancel = self.keys.cancel.encode()
+        appended = self.keys.appended("").encode()
+        while True:
+            try:
+                async with self.client.pubsub(
+                    channels=[self.keys.cancel], ignore_subscribe_messages=True,
+                    retry_policy=retry, max_idle_seconds=5,
+                ) as pubsub, anyio.create_task_group() as tg:
+                    self._pubsub = pubsub
+                    self.listening.set()
+                    tg.start_soon(self._forget_idle_channels, pubsub)
+                    async for message in pubsub:
+                        channel, data = message["channel"], message["data"]
+                        if isinstance(channel, str):
+                            channel = channel.encode()
+                        if channel.startswith(appended):
+                            self.waiters.wake(channel[len(appended):].decode())
+                        elif channel == cancel:
+                            task_id = data.decode() if isinstance(data, bytes) else str(data)
+                            for handler in list(self.cancel_handlers):
+                                handler(task_id)
+                    tg.cancel_scope.cancel()
+            except Exception as exc:  # the listener must outlive any Redis trouble
+                log.warning("Redis listener stopped (%s); resubscribing", exc)
+            finally:
+                self._pubsub = None
+            await anyio.sleep(0.5)
+
+    async def _forget_idle_channels(self, pubsub: PubSub[bytes]) -> None:
+        while True:
+            await anyio.sleep(WATCH_LINGER / 2)
+            cutoff = time.monotonic() - WATCH_LINGER
+            idle = [t for t, used in self._watched.items()
+                    if used < cutoff and t not in self.waiters]
+            for task_id in idle:
+                del self._watched[task_id]
+            channels = [c for c in (self.keys.appended(t) for t in idle)
+                        if c.encode() in pubsub.channels]
+            if channels:
+                await pubsub.unsubscribe(*channels)

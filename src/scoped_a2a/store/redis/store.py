@@ -1,0 +1,312 @@
+"""The Redis task store: task snapshots, each task's event log as a Redis Stream, push configs.
+
+Layout (see :class:`.connection.Keys`): a hash per task (the 1.0 JSON snapshot, its position,
+state, context, timestamp, creation order, attempts), a stream per task whose entry ids are
+``<position>-0`` (so positions are the same per-task integers as in memory, and "after N" is
+the stream range after ``N-0``), and a hash of push configs per task.
+
+Rules. Every append is one Lua script (:data:`.scripts.APPEND`) that refuses events for a terminal
+task, so terminal states never change whoever writes; the snapshot is folded in Python with
+:func:`..snapshot.apply_event` and written only if the position did not move meanwhile
+(compare-and-set, retried). A run executing under a lease (a queued run) writes only while it
+holds the lease, so a worker that lost its run to another cannot write to the log.
+
+Retention. Each log keeps at most ``max_events_per_task`` events (exact MAXLEN trimming; the
+snapshot still reflects all). An ended task expires after ``ended_ttl`` seconds, and at most
+``max_ended_tasks`` ended tasks are kept (oldest-ended evicted first). Running tasks never expire.
+
+Waiting. :meth:`wait` sleeps on a local event woken by this process's appends and by the
+``appended`` channel (other processes' appends), and re-checks every ``poll_interval`` seconds
+in case a notification was lost while Redis was unreachable.
+
+Cancellation: every method is safe to cancel; an append either happened or not (retried appends
+are recognised by their op id). Errors: ServerUnavailable when Redis is unreachable.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import anyio
+import msgspec
+
+from ...protocol.errors import InvalidParams, TaskNotFound
+from ...protocol.trajectory import LogEvent, TrajectoryEvent
+from ...protocol.types import (
+    ListTasksRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskStatusUpdateEvent,
+)
+from ...runtime.launcher import RunLauncher
+from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
+from ..snapshot import apply_event
+from . import scripts
+from .connection import RedisConnection
+from .queue import RunQueue
+
+_encode = msgspec.json.Encoder().encode
+_decode_task = msgspec.json.Decoder(Task).decode
+_decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
+_KIND_OF: dict[type[Any], bytes] = {
+    TaskStatusUpdateEvent: b"s", TaskArtifactUpdateEvent: b"a", TrajectoryEvent: b"t",
+}
+_DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {
+    b"s": msgspec.json.Decoder(TaskStatusUpdateEvent),
+    b"a": msgspec.json.Decoder(TaskArtifactUpdateEvent),
+    b"t": msgspec.json.Decoder(TrajectoryEvent),
+}
+_CACHE_SIZE = 1024  # snapshots of tasks this process writes to, to skip a read per append
+
+
+def _entry(raw: Any) -> LogEntry:
+    """A stream entry ``[b"<pos>-0", [b"k", kind, b"e", json]]`` as a LogEntry."""
+    entry_id, fields = raw
+    values = dict(zip(fields[::2], fields[1::2], strict=True))
+    encoded = bytes(values[b"e"])
+    event = _DECODERS[values[b"k"]].decode(encoded)
+    return LogEntry(int(entry_id.split(b"-")[0]), event, encoded)
+
+
+class RedisTaskStore(TaskStore):
+    """Tasks in Redis, shared by every server and worker process using the same prefix."""
+
+    def __init__(
+        self,
+        conn: RedisConnection,
+        *,
+        max_events_per_task: int = 10_000,
+        max_ended_tasks: int = 10_000,
+        ended_ttl: float = 7 * 86400.0,
+        poll_interval: float = 5.0,
+        durable_runs: bool = True,
+    ) -> None:
+        if max_events_per_task < 1 or max_ended_tasks < 1 or ended_ttl <= 0:
+            raise ValueError("store bounds must be positive")
+        self.conn = conn
+        self.keys = conn.keys
+        self.max_events_per_task = max_events_per_task
+        self.max_ended_tasks = max_ended_tasks
+        self.ended_ttl = ended_ttl
+        self.poll_interval = poll_interval
+        self.queue = RunQueue(conn, self)
+        """The durable run queue; workers consume it (see :class:`.worker.Worker`)."""
+        self.durable_runs = durable_runs
+        self._create = conn.script(scripts.CREATE)
+        self._append = conn.script(scripts.APPEND)
+        self._read = conn.script(scripts.READ)
+        self._push_set = conn.script(scripts.PUSH_SET)
+        self._push_list = conn.script(scripts.PUSH_LIST)
+        self._push_delete = conn.script(scripts.PUSH_DELETE)
+        self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
+        self._fences: dict[str, str] = {}
+
+    def run_launcher(self) -> RunLauncher | None:
+        """The run queue: detached runs are queued durably and executed by any worker."""
+        return self.queue if self.durable_runs else None
+
+    # --- fencing (used by workers) --------------------------------------------------------
+
+    @contextmanager
+    def fenced(self, task_id: str, token: str) -> Iterator[None]:
+        """While in the body, this process's appends to ``task_id`` need its lease ``token``.
+
+        An append without the lease (another worker took the run over) raises TaskEnded, so
+        the stale run stops at its next write and records nothing.
+        """
+        self._fences[task_id] = token
+        try:
+            yield
+        finally:
+            self._fences.pop(task_id, None)
+
+    # --- tasks ----------------------------------------------------------------------------
+
+    def create_args(self, task: Task, op: str) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of the CREATE script for ``task`` (the run queue adds its own)."""
+        keys = [self.keys.task(task.id), self.keys.tasks, self.keys.seq]
+        args: list[Any] = [
+            task.id, _encode(task), task.status.state.value, task.context_id,
+            task.status.timestamp or "", op,
+        ]
+        return keys, args
+
+    async def create(self, task: Task) -> None:
+        keys, args = self.create_args(task, uuid.uuid4().hex)
+        created = await self.conn.run(self._create, keys, args)
+        if created != 1:
+            raise InvalidParams(f"task {task.id!r} already exists")
+
+    async def get(self, task_id: str) -> tuple[Task, int]:
+        raw = await self.conn.call(
+            lambda: self.conn.client.hmget(self.keys.task(task_id), ["snap", "last"])
+        )
+        if raw[0] is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return _decode_task(raw[0]), int(raw[1] or 0)
+
+    async def append(self, task_id: str, event: LogEvent) -> int:
+        encoded = _encode(event)
+        kind = _KIND_OF[type(event)]
+        op = uuid.uuid4().hex
+        token = self._fences.get(task_id, "")
+        keys = [
+            self.keys.task(task_id), self.keys.log(task_id), self.keys.push(task_id),
+            self.keys.ended, self.keys.tasks, self.keys.lease(task_id),
+        ]
+        while True:
+            cached = self._cache.pop(task_id, None)
+            task, last = cached if cached is not None else await self.get(task_id)
+            snap = b""
+            if not isinstance(event, TrajectoryEvent):  # trajectory events leave it as it is
+                apply_event(task, event)
+                snap = _encode(task)
+            args: list[Any] = [
+                last, op, kind, encoded, snap, task.status.state.value,
+                task.status.timestamp or "", self.max_events_per_task,
+                int(self.ended_ttl * 1000), self.max_ended_tasks, int(time.time() * 1000),
+                task_id, token, self.keys.appended(task_id), self.keys.base,
+            ]
+            code, pos = await self.conn.run(self._append, keys, args)
+            if code in (1, 2):
+                if not task.status.state.terminal:
+                    self._remember(task_id, task, pos)
+                self.conn.waiters.wake(task_id)
+                return int(pos)
+            if code == -3:
+                continue  # another writer moved the position: re-read and fold again
+            if code == -1:
+                raise TaskNotFound(f"task {task_id!r} not found")
+            # -2: the task is terminal; -4: our lease went to another worker.
+            raise TaskEnded(task_id)
+
+    def prime(self, task_id: str, snapshot: bytes, position: int) -> Task:
+        """Seed the writer's cache with a snapshot just read; return a separate copy of it."""
+        self._remember(task_id, _decode_task(snapshot), position)
+        return _decode_task(snapshot)
+
+    def _remember(self, task_id: str, task: Task, pos: int) -> None:
+        self._cache[task_id] = (task, pos)
+        if len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+
+    async def read(
+        self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
+    ) -> LogPage:
+        start = f"{max(after, 0) + 1}-0"
+        keys = [self.keys.task(task_id), self.keys.log(task_id)]
+        raw = await self.conn.run(self._read, keys, [start, max(1, max_events)])
+        if raw is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        snap, last_raw, stream = cast("list[Any]", raw)
+        last = int(last_raw)
+        entries: list[LogEntry] = []
+        size = 0
+        for item in stream:
+            entry = _entry(item)
+            size += len(entry.encoded)
+            # The first entry is always returned, whatever its size.
+            if entries and size > max_bytes:
+                break
+            entries.append(entry)
+        nxt = entries[-1].position if entries else after
+        first = entries[0].position if entries else after + 1
+        return LogPage(entries, nxt, nxt < last, _decode_task(snap), first)
+
+    async def wait(self, task_id: str, after: int) -> None:
+        with self.conn.waiters.watching(task_id) as woken:
+            await self.conn.watch(task_id)  # subscribed before the check: no lost wake-up
+            raw = await self.conn.call(
+                lambda: self.conn.client.hget(self.keys.task(task_id), "last")
+            )
+            if raw is None:
+                raise TaskNotFound(f"task {task_id!r} not found")
+            if int(raw) > after:
+                return
+            # Returning early is harmless (the reader re-reads); the poll covers notifications
+            # lost while the listener was reconnecting.
+            with anyio.move_on_after(self.poll_interval):
+                await woken.wait()
+
+    async def list_tasks(self, request: ListTasksRequest) -> TaskPage:
+        size = request.page_size or 50
+        if not 1 <= size <= 100:
+            raise InvalidParams("pageSize must be between 1 and 100")
+        before: int | None = None
+        if request.page_token:
+            try:
+                before = int(request.page_token)
+            except ValueError:
+                raise InvalidParams("pageToken is not one this server issued") from None
+        client = self.conn.client
+        ids = await self.conn.call(
+            lambda: client.zrange(self.keys.tasks, 0, -1, rev=True, withscores=True)
+        )
+        matched: list[tuple[str, int]] = []
+        gone: list[str] = []
+        batch = 500
+        for i in range(0, len(ids), batch):
+            chunk = ids[i:i + batch]
+
+            async def fields(chunk: Any = chunk) -> list[Any]:
+                async with client.pipeline(transaction=False) as pipe:
+                    reqs = [pipe.hmget(self.keys.task(m.decode()), ["ctx", "state", "ts"])
+                            for m, _ in chunk]
+                return [await r for r in reqs]
+
+            for (member, score), (ctx, state, ts) in zip(
+                chunk, await self.conn.call(fields), strict=True
+            ):
+                task_id = member.decode() if isinstance(member, bytes) else member
+                if state is None:
+                    gone.append(task_id)  # expired: forget it below
+                    continue
+                if request.context_id is not None and ctx.decode() != request.context_id:
+                    continue
+                if request.status is not None and state.decode() != request.status.value:
+                    continue
+                if (request.status_timestamp_after is not None
+                        and (ts or b"").decode() <= request.status_timestamp_after):
+                    continue
+                matched.append((task_id, int(score)))
+        if gone:
+            await self.conn.call(lambda: client.zrem(self.keys.tasks, gone))
+        page = [(t, s) for t, s in matched if before is None or s < before][:size]
+        tasks: list[Task] = []
+        for task_id, _ in page:
+            try:
+                tasks.append((await self.get(task_id))[0])
+            except TaskNotFound:
+                continue  # expired between the two reads
+        more = bool(page) and matched[-1][1] < page[-1][1]
+        token = str(page[-1][1]) if more else ""
+        return TaskPage(tasks, token, len(matched), size)
+
+    # --- push configs ---------------------------------------------------------------------
+
+    async def set_push_config(self, task_id: str, config: TaskPushNotificationConfig) -> None:
+        assert config.id is not None
+        keys = [self.keys.task(task_id), self.keys.push(task_id)]
+        ok = await self.conn.run(self._push_set, keys, [config.id, _encode(config)])
+        if ok != 1:
+            raise TaskNotFound(f"task {task_id!r} not found")
+
+    async def push_configs(self, task_id: str) -> list[TaskPushNotificationConfig]:
+        keys = [self.keys.task(task_id), self.keys.push(task_id)]
+        raw = await self.conn.run(self._push_list, keys, [])
+        if raw is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return [_decode_push(v) for v in cast("list[bytes]", raw)]
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        keys = [self.keys.task(task_id), self.keys.push(task_id)]
+        n = await self.conn.run(self._push_delete, keys, [config_id])
+        if n == -1:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return bool(n == 1)
