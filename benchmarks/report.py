@@ -237,6 +237,6 @@ def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None
             ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7)
         ax.set_title(title, fontsize=10)
     fig.suptitle("scoped-a2a vs peers, measured pair by pair in one run", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, dpi=110)
     plt.close(fig)
