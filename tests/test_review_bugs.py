@@ -6,6 +6,8 @@ import httpx
 import pytest
 
 from scoped_a2a import A2AApp, RunContext
+from scoped_a2a.protocol.trajectory import LogEvent
+from scoped_a2a.store.memory import MemoryTaskStore
 
 from .helpers import rpc, served, text_message
 
@@ -56,3 +58,38 @@ async def test_an_unencodable_event_leaves_the_task_readable() -> None:
         events = last["result"]["events"]
         assert [e["position"] for e in events] == [positions[-1]]
         assert last["result"]["hasMore"] is False
+
+
+class _StoreThatFailsOnce(MemoryTaskStore):
+    """A store that is unreachable for the next ``append`` (a shared store losing its link)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next_append = False
+
+    async def append(self, task_id: str, event: LogEvent) -> int:
+        if self.fail_next_append:
+            self.fail_next_append = False
+            raise ConnectionError("the task store is unreachable")
+        return await super().append(task_id, event)
+
+
+async def test_a_store_error_on_a_runs_first_write_fails_that_task_only() -> None:
+    """The run's first write (its ``working`` status) sat outside the agent's error handling:
+    a store error there escaped the run into the server nursery, which crashed every other run
+    and left the app unable to start new ones (and recorded the task as canceled by the
+    nursery). It must fail that task, and the server must go on serving."""
+    store = _StoreThatFailsOnce()
+
+    async def agent(ctx: RunContext) -> str:
+        return "ok"
+
+    app = A2AApp(agent, store=store)
+    async with served(app) as url, httpx.AsyncClient() as client:
+        store.fail_next_append = True
+        first = await rpc(client, url, "SendMessage", {"message": text_message("one")})
+        status = first["result"]["task"]["status"]
+        assert status["state"] == "TASK_STATE_FAILED"
+        assert "the task store is unreachable" in status["message"]["parts"][0]["text"]
+        second = await rpc(client, url, "SendMessage", {"message": text_message("two")})
+        assert second["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"

@@ -217,11 +217,12 @@ class Runner:
         reason = "completed"
         try:
             with run.scope:
-                # A run that continues an existing task records the message that started it
-                # (a new task already holds its first message in its history).
-                await self._append(run, ctx._status(
-                    TaskState.WORKING, None, message=ctx.message if continuing else None))
                 try:
+                    # A run that continues an existing task records the message that started
+                    # it (a new task already holds its first message in its history). Inside
+                    # the ``try``: a store error here fails this task, not the server nursery.
+                    await self._append(run, ctx._status(
+                        TaskState.WORKING, None, message=ctx.message if continuing else None))
                     reply = await self.agent(ctx)
                 except Exception as exc:
                     state, reason = TaskState.FAILED, "error"
