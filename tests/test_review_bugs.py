@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import anyio
 import httpx
 import pytest
 
 from scoped_a2a import A2AApp, RunContext
 from scoped_a2a.protocol.trajectory import LogEvent
+from scoped_a2a.protocol.types import TaskPushNotificationConfig
+from scoped_a2a.push import PushSettings
 from scoped_a2a.store.memory import MemoryTaskStore
 
 from .helpers import rpc, served, text_message
@@ -93,3 +98,49 @@ async def test_a_store_error_on_a_runs_first_write_fails_that_task_only() -> Non
         assert "the task store is unreachable" in status["message"]["parts"][0]["text"]
         second = await rpc(client, url, "SendMessage", {"message": text_message("two")})
         assert second["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+class _SlowPushStore(MemoryTaskStore):
+    """A store whose push-config write takes a while (a network store), so a caller can hang
+    up after the task was created but before its run started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = anyio.Event()
+
+    async def set_push_config(self, task_id: str, config: TaskPushNotificationConfig) -> None:
+        self.writing.set()
+        await anyio.sleep(30)
+        await super().set_push_config(task_id, config)
+
+
+async def test_a_hang_up_between_storing_a_task_and_starting_its_run_records_an_end() -> None:
+    """A send stores its task, then its push config, then starts the run. A hang-up during the
+    push-config write used to leave the stored task ``submitted`` forever: no run, no recorded
+    end, never evicted."""
+    store = _SlowPushStore()
+
+    async def agent(ctx: RunContext) -> str:
+        return "ok"
+
+    app = A2AApp(agent, store=store, push=PushSettings(allow_hosts=["127.0.0.1"]))
+    params: dict[str, Any] = {
+        "message": text_message("hi"),
+        "configuration": {"taskPushNotificationConfig": {"url": "http://127.0.0.1:9/hook"}},
+    }
+    async with served(app) as url, httpx.AsyncClient() as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rpc, client, url, "SendMessage", params)
+            with anyio.fail_after(5):
+                await store.writing.wait()
+            tg.cancel_scope.cancel()  # the caller hangs up
+        with anyio.fail_after(5):
+            while True:
+                listed = await rpc(client, url, "ListTasks", {})
+                tasks = listed["result"]["tasks"]
+                assert len(tasks) == 1
+                if tasks[0]["status"]["state"] != "TASK_STATE_SUBMITTED":
+                    break
+                await anyio.sleep(0.05)
+        assert tasks[0]["status"]["state"] == "TASK_STATE_CANCELED"
+        assert app.runner.active == 0
