@@ -8,9 +8,12 @@ import anyio
 import httpx
 import pytest
 
-from scoped_a2a import A2AApp, RunContext
+from scoped_a2a import A2AApp, A2AClient, RunContext
+from scoped_a2a.client import Follower
+from scoped_a2a.client.follower import Mode
+from scoped_a2a.client.pages import LivePage
 from scoped_a2a.protocol.trajectory import LogEvent
-from scoped_a2a.protocol.types import TaskPushNotificationConfig
+from scoped_a2a.protocol.types import Task, TaskPushNotificationConfig
 from scoped_a2a.push import PushSettings
 from scoped_a2a.store.memory import MemoryTaskStore
 
@@ -144,3 +147,29 @@ async def test_a_hang_up_between_storing_a_task_and_starting_its_run_records_an_
                 await anyio.sleep(0.05)
         assert tasks[0]["status"]["state"] == "TASK_STATE_CANCELED"
         assert app.runner.active == 0
+
+
+@pytest.mark.parametrize("mode", ["read", "subscribe"])
+async def test_a_failing_sink_fails_the_follower_in_either_mode(mode: Mode) -> None:
+    """``Follower.run`` promises to raise what the sink raises. Following by subscription ran
+    the sink inside the read's error handling, so a sink error (a full disk) was taken for a
+    refused read: following stopped with outcome ``refused`` and nothing was raised."""
+
+    async def agent(ctx: RunContext) -> str:
+        await ctx.trajectory({"step": 1})
+        await anyio.sleep(0.2)
+        return "done"
+
+    class Full(OSError):
+        pass
+
+    async def sink(page: LivePage) -> None:
+        raise Full("no space left on device")
+
+    async with served(A2AApp(agent)) as url, A2AClient(url) as client:
+        task = await client.send("go", return_immediately=True)
+        assert isinstance(task, Task)
+        follower = Follower(client, task.id, sink, mode=mode)
+        with anyio.fail_after(5), pytest.raises(Full):
+            await follower.run()
+        assert follower.outcome == "error"
