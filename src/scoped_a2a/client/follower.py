@@ -255,12 +255,19 @@ class Follower:
                     while batch := await events.next_batch():
                         self._failures = 0
                         page = self._page(batch)
-                        await self.sink(page)
+                        try:
+                            await self.sink(page)
+                        except Exception as exc:
+                            # Not a failed read: carried past the handler below, then raised.
+                            raise _SinkFailed from exc
                         self.cursor, self.state = page.next, page.state or self.state
                         if self.read_end:
                             raise self._end("ended")
             except _Stop:
                 raise
+            except _SinkFailed as failed:
+                assert failed.__cause__ is not None
+                raise failed.__cause__ from None
             except UnsupportedOperation:
                 # Subscribing to a task that has ended: there is nothing more to read.
                 raise self._end("ended") from None
@@ -309,6 +316,10 @@ def _cut_at_end(page: LivePage) -> tuple[LivePage, TaskState | None]:
                     page, events=page.events[: i + 1], next=e.position, has_more=False)
             return page, TaskState(e.event["status"]["state"])
     return page, None
+
+
+class _SinkFailed(Exception):
+    """Internal: the sink raised (its error is the ``__cause__``) while a stream was open."""
 
 
 class _StreamClosed(AgentUnreachable):

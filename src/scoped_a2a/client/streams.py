@@ -114,7 +114,9 @@ class EventStream:
         self._closed = True
         close = getattr(self._chunks, "aclose", None)
         if close is not None:
-            with anyio.CancelScope(shield=True):
+            # Shielded so a cancelled reader still releases the connection; bounded so a
+            # stuck close cannot hold the cancellation up.
+            with anyio.move_on_after(1.0, shield=True):
                 await close()
 
 

@@ -71,10 +71,11 @@ class Sender:
         return self._client
 
     async def aclose(self) -> None:
-        """Close the HTTP client (shielded: it runs during shutdown, maybe under cancellation)."""
+        """Close the HTTP client (shielded, for at most a second: it runs during shutdown,
+        maybe under cancellation)."""
         client, self._client = self._client, None
         if client is not None:
-            with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(1.0, shield=True):
                 await client.aclose()
 
     async def check(self, url: str) -> None:

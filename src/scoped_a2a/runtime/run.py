@@ -95,6 +95,12 @@ class Run:
         resuming caller that already hung up still ends an interactive run. When the wait ends
         in an error (no answer in time) the error is the outcome, not a hang-up.
         """
+        # A follow-up that arrived as an earlier ask timed out must not answer this question.
+        while True:
+            try:
+                self._inbox[1].receive_nowait()
+            except anyio.WouldBlock:
+                break
         self.parked = True
         try:
             yield

@@ -158,7 +158,8 @@ class Runner:
         only carries the ids (holding it keeps nothing alive, as for any detached run). Other
         runs execute here, as :meth:`start`. ``stored`` is awaited once a new task is stored,
         before its run starts here; after it there is no checkpoint before the run is
-        returned, so the caller can take its hold safely.
+        returned, so the caller can take its hold safely. If ``stored`` raises or is cancelled,
+        or the run cannot start, the stored task is recorded as ended before this re-raises.
         Raises ServerUnavailable while shutting down or when the store is unreachable.
         """
         self.check_accepting()
@@ -177,14 +178,39 @@ class Runner:
                 if stored is not None:
                     await stored()
                 return Run(task.id, task.context_id, detach_reason)
-        if new:
-            await self.store.create(task)
+        if not new:
+            return self.start(
+                task, message, request_metadata=request_metadata, detach_reason=detach_reason,
+                continuing=True,
+            )
+        await self.store.create(task)
+        try:
             if stored is not None:
                 await stored()
-        return self.start(
-            task, message, request_metadata=request_metadata, detach_reason=detach_reason,
-            continuing=not new,
-        )
+            return self.start(
+                task, message, request_metadata=request_metadata, detach_reason=detach_reason,
+            )
+        except BaseException as exc:
+            # The task is stored but no run started (the caller hung up during ``stored``, or
+            # shutdown began): record its end, or it would stay submitted forever.
+            await self._record_unstarted(task, exc)
+            raise
+
+    async def _record_unstarted(self, task: Task, exc: BaseException) -> None:
+        """Record the end of a stored task whose run never started (shielded, bounded)."""
+        state, reason = TaskState.CANCELED, "error"
+        if isinstance(exc, anyio.get_cancelled_exc_class()):
+            reason = "hang-up"
+        elif isinstance(exc, ServerUnavailable):
+            reason = "shutdown"
+        else:
+            state = TaskState.FAILED
+        text = (f"Canceled: {REASON_TEXT[reason]}" if state is TaskState.CANCELED
+                else f"{type(exc).__name__}: {exc}")
+        with anyio.move_on_after(RECORD_TIMEOUT, shield=True):
+            await self._record_end(Run(task.id, task.context_id, None), state, text, reason)
+        log.info("run end task=%s outcome=%s duration_ms=0.0 reason=%s (never started)",
+                 task.id, state.name.lower(), reason)
 
     def resume(self, run: Run, message: Message, detach_reason: str | None) -> None:
         """Hand a follow-up message to a run parked in ``ctx.ask``."""
@@ -217,11 +243,12 @@ class Runner:
         reason = "completed"
         try:
             with run.scope:
-                # A run that continues an existing task records the message that started it
-                # (a new task already holds its first message in its history).
-                await self._append(run, ctx._status(
-                    TaskState.WORKING, None, message=ctx.message if continuing else None))
                 try:
+                    # A run that continues an existing task records the message that started
+                    # it (a new task already holds its first message in its history). Inside
+                    # the ``try``: a store error here fails this task, not the server nursery.
+                    await self._append(run, ctx._status(
+                        TaskState.WORKING, None, message=ctx.message if continuing else None))
                     reply = await self.agent(ctx)
                 except Exception as exc:
                     state, reason = TaskState.FAILED, "error"

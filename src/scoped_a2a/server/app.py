@@ -189,14 +189,17 @@ class A2AApp:
         message = await receive()
         if message["type"] != "lifespan.startup":
             return
+        started = False
         try:
             async with self.running():
                 await send({"type": "lifespan.startup.complete"})
+                started = True
                 while (await receive())["type"] != "lifespan.shutdown":
                     pass
         except Exception as exc:
             log.exception("lifespan failed")
-            await send({"type": "lifespan.shutdown.failed", "message": repr(exc)})
+            failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
+            await send({"type": failed, "message": repr(exc)})
             return
         await send({"type": "lifespan.shutdown.complete"})
 

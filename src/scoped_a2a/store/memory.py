@@ -81,9 +81,12 @@ class MemoryTaskStore(TaskStore):
         rec = self._record(task_id)
         if rec.task.status.state.terminal:
             raise TaskEnded(task_id)
+        # Encode first: an event JSON cannot encode is refused before it changes the snapshot
+        # or takes a position (either would break every later read of the task).
+        encoded = _encode(event)
         apply_event(rec.task, event)
         rec.last += 1
-        rec.events.append(LogEntry(rec.last, event, _encode(event)))
+        rec.events.append(LogEntry(rec.last, event, encoded))
         if len(rec.events) > self.max_events_per_task:
             rec.events.popleft()
         if rec.task.status.state.terminal:
