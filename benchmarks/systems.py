@@ -57,7 +57,7 @@ class System:
             backend = self.server.removeprefix("hypercorn-")
             return [python, "-m", "scoped_a2a", "serve", "--agent", SCOPED_AGENT,
                     "--backend", backend, "--port", p, "--grace", "1", "--log-level", "WARNING",
-                    *rule]
+                    *rule, *self.options]
         module = {"scoped": "scoped_uvicorn", "sdk": "sdk_server", "fasta2a": "fasta2a_server",
                   "bare": "bare_server", "faulty": "faulty_agent"}[self.kind]
         extra = ["--agent", SCOPED_AGENT, *rule] if self.kind in ("scoped", "faulty") else []
