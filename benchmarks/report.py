@@ -191,6 +191,11 @@ def write_json(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row],
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def short(system: str) -> str:
+    """A system's name without its parenthesised explanation (for the plot's labels)."""
+    return system.split(" (")[0]
+
+
 def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None:
     """Two bar charts: scoped-a2a vs each peer, and scoped-a2a's share of the HTTP ceiling."""
     try:
@@ -198,20 +203,26 @@ def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError as exc:
         raise SystemExit("--plot needs matplotlib: pip install 'scoped-a2a[bench]'") from exc
-    peers: list[tuple[str, float, str]] = []
-    ceiling: list[tuple[str, float, str]] = []
+    peers: list[tuple[str, float | None, str]] = []  # None: a word instead ("never", "hung")
+    ceiling: list[tuple[str, float | None, str]] = []
+    words: dict[int, str] = {}
     palette = {"a2a-sdk": "#d62728", "fasta2a": "#9467bd", "bare ASGI": "#7f7f7f"}
     for sc in scenarios:
         for system, backend, m, r in ratios(sc, [x for x in rows if x.scenario == sc.name]):
             if not isinstance(r, float):
+                if system != "bare ASGI" and r not in ("n/a", "-"):
+                    words[len(peers)] = r
+                    peers.append((f"{sc.number}. {m.label}  vs {short(system)} / {backend}", None,
+                                  palette.get(system, "#1f77b4")))
                 continue
             if system == "bare ASGI":
                 if m.better == "higher":  # throughput only: the share of what the stack can do
                     ceiling.append((f"{sc.number}. {m.label}  on {backend}", r, "#7f7f7f"))
             else:
-                peers.append((f"{sc.number}. {m.label}  vs {system} / {backend}", r,
+                peers.append((f"{sc.number}. {m.label}  vs {short(system)} / {backend}", r,
                               palette.get(system, "#1f77b4")))
     if not peers and not ceiling:
         return
@@ -228,13 +239,19 @@ def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None
             ax.set_visible(False)
             continue
         ys = list(range(len(bars)))[::-1]
-        values = [b[1] for b in bars]
-        ax.barh(ys, values, color=[b[2] for b in bars])
+        numbers = [b[1] for b in bars if b[1] is not None]
+        top = max([*numbers, 1.0]) * 3  # where the bars without a number end
+        values = [b[1] if b[1] is not None else top for b in bars]
+        ax.barh(ys, values, color=[b[2] for b in bars],
+                hatch=["//" if b[1] is None else "" for b in bars],
+                alpha=None)
         ax.set_yticks(ys, [b[0] for b in bars], fontsize=8)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.axvline(1.0, color="black", linewidth=0.8)
-        for y, v in zip(ys, values, strict=True):
-            ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7)
+        for i, (y, v) in enumerate(zip(ys, values, strict=True)):
+            text = f" {v:.2f}x" if bars[i][1] is not None else f" {words.get(i, '')}"
+            ax.text(v, y, text, va="center", fontsize=7)
         ax.set_title(title, fontsize=10)
     fig.suptitle("scoped-a2a vs peers, measured pair by pair in one run", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
