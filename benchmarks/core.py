@@ -100,8 +100,8 @@ class Sizes:
         return cls(quick=True, warmup=0.1, duration=0.5, stream_runs=5, stream_duration=0.5,
                    hangup_runs=10, hangup_wait=0.5, give_up_cancel=2, idle_settle=0.2,
                    fanout_sizes=(10, 100), fanout_events=8, events=150, follower_runs=2,
-                   teardown_cap=1.0, teardown_work=0.1, give_up=1, soak_steps=80, soak_runs=80,
-                   soak_cap=1.0)
+                   teardown_cap=2.5, teardown_work=0.1, give_up=1, soak_steps=80, soak_runs=80,
+                   soak_cap=2.5)
 
 
 class Scenario:
