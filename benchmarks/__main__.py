@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--system", action="append", metavar="TEXT",
                    help="only systems whose 'name / server' label contains TEXT (repeatable)")
     p.add_argument("--profile", type=Path, metavar="DIR",
-                   help="record a py-spy profile of every scoped-a2a server into DIR")
+                   help="record a py-spy profile of every scoped-a2a server into DIR "
+                        "(pip install py-spy)")
     p.add_argument("--py311", metavar="PYTHON",
                    help="the Python 3.11 the follower baseline runs on (default: this Python "
                         "if it is 3.11, else $BENCH_PY311 or python3.11 on the PATH)")
