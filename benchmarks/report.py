@@ -130,7 +130,7 @@ def table(scenario: Scenario, rows: Sequence[Row]) -> str:
 
 
 def markdown(scenario: Scenario, rows: Sequence[Row]) -> str:
-    """The same tables as GitHub markdown (for RESULTS.md / the README)."""
+    """The same tables as GitHub markdown (for the README)."""
     out = [f"**{scenario.number}. {scenario.title}**"]
     for title, metrics in _groups(scenario, rows):
         out += ["", f"_{title}_", ""] if title else [""]
