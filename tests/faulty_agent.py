@@ -17,13 +17,14 @@ test can count the reads a follower made after its turn ended.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import SocketStream, TaskGroup
 
 from scoped_a2a import A2AApp, serve
 from scoped_a2a.protocol.trajectory import TRAJECTORY_READ_METHOD
@@ -124,6 +125,31 @@ async def _read_request(stream: SocketStream, buffer: bytes) -> tuple[bytes, byt
     return head, rest[:length], rest[length:]
 
 
+async def _accept_forever(
+    sock: socket.socket, handle: Callable[[SocketStream], Awaitable[None]], tg: TaskGroup,
+) -> None:
+    """Accept connections on the listening ``sock``, handling each in ``tg``, until cancelled.
+
+    Not anyio's TCP listener: on asyncio it accepts through ``loop.sock_accept``, and when that
+    is cancelled (``vanish()``) just as a connection arrives, the event loop's accept callback
+    sets the result of the cancelled future: InvalidStateError inside the loop, which fails the
+    test (CPython gh-153761; on 3.11 and 3.13). ``wait_readable`` and a non-blocking accept
+    have no such race.
+    """
+    while True:
+        await anyio.wait_readable(sock)
+        try:
+            conn, _ = sock.accept()
+        except (BlockingIOError, InterruptedError):
+            continue
+        try:
+            stream = await SocketStream.from_socket(conn)
+        except BaseException:
+            conn.close()
+            raise
+        tg.start_soon(handle, stream)
+
+
 def _rpc_method(body: bytes) -> str | None:
     try:
         value: Any = json.loads(body)
@@ -138,8 +164,11 @@ async def faulty_agent(
     card: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[str, FaultyProxy, A2AApp]]:
     """Serve ``agent`` behind a fault-injecting proxy; yield (proxy URL, proxy, app)."""
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setblocking(False)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    port = listener.getsockname()[1]
     url = f"http://127.0.0.1:{port}/"
     app = A2AApp(agent, public_url=url, card=card, grace=0.5)
     shutdown = anyio.Event()
@@ -150,9 +179,9 @@ async def faulty_agent(
         proxy = FaultyProxy(upstream, fault, frozenset(methods))
 
         async def run_proxy() -> None:
-            with proxy.scope:
-                async with listener, anyio.create_task_group() as conns:
-                    await listener.serve(proxy.handle, task_group=conns)
+            with proxy.scope, listener:  # vanished: the port refuses new connections
+                async with anyio.create_task_group() as conns:
+                    await _accept_forever(listener, proxy.handle, conns)
 
         tg.start_soon(run_proxy)
         try:

@@ -14,10 +14,12 @@ import anyio
 import httpx
 import pytest
 
-from scoped_a2a import A2AApp
+from scoped_a2a import A2AApp, RunPolicy
+from scoped_a2a.push import PushSettings
 
 from .agents import Probe
 from .helpers import served, text_message
+from .push_receiver import Receiver, receiving
 
 pytestmark = pytest.mark.anyio
 
@@ -30,9 +32,9 @@ async def settled(app: A2AApp, baseline_tasks: int, timeout: float = 5.0) -> Non
             await anyio.sleep(0.01)
 
 
-def body(text: str, method: str = "SendMessage") -> bytes:
+def body(text: str, method: str = "SendMessage", **params: object) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
-                       "params": {"message": text_message(text)}}).encode()
+                       "params": {"message": text_message(text), **params}}).encode()
 
 
 async def raw_request(
@@ -122,3 +124,29 @@ async def test_drop_while_a_subscriber_streams_leaves_the_detached_run_alone() -
         await settled(app, baseline - 1)  # the detached run itself has ended too
         task, _ = await app.store.get(task_id)
         assert task.status.state.name == "COMPLETED"
+
+
+async def test_drop_right_after_a_whole_detached_send_still_runs_it() -> None:
+    """A detached send that arrived whole runs however soon its caller hangs up: even while
+    the server is still checking its push URL (an await the hang-up used to cancel)."""
+    probe = Probe()
+    receiver = Receiver()
+    app = A2AApp(probe.agent(seconds=0.05, steps=1),
+                 policy=RunPolicy.from_rules(["evoai_crm_event"]),
+                 push=PushSettings(allow_hosts=["127.0.0.1"], deliver="terminal"))
+    async with receiving(receiver) as hook, served(app) as url:
+        for i in range(5):
+            stream = await raw_request(url, body(
+                f"event {i}", metadata={"evoai_crm_event": "new_lead"},
+                configuration={"taskPushNotificationConfig": {"url": hook, "id": "crm"}}))
+            await stream.aclose()  # the CRM hangs up as soon as its request is out
+        with anyio.fail_after(10):
+            while len(probe.finished) < 5 or len(receiver.requests) < 5 or app.push.active:
+                await anyio.sleep(0.01)
+        assert len(app.store) == 5  # type: ignore[arg-type]
+        for task_id in probe.finished:
+            task, _ = await app.store.get(task_id)
+            assert task.status.state.name == "COMPLETED"
+        delivered = {r.json["task"]["id"] for r in receiver.requests}
+        assert delivered == set(probe.finished)
+        assert not probe.cancelled

@@ -7,8 +7,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -16,37 +18,72 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start(*args: str) -> tuple[subprocess.Popen[str], str]:
+class StderrLog:
+    """The server's stderr, read line by line in a thread so a test can wait for a line."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self.closed = False
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
+
+    def text(self) -> str:
+        with self.changed:
+            return "".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float = 20) -> re.Match[str]:
+        """The first match of ``pattern`` in the log (fails if the log ends or time is up)."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                match = re.search(pattern, "".join(self.lines))
+                if match:
+                    return match
+                left = deadline - time.monotonic()
+                if self.closed or left <= 0:
+                    raise AssertionError(f"no {pattern!r} in the server's log:\n{self.text()}")
+                self.changed.wait(left)
+
+
+def start(*args: str) -> tuple[subprocess.Popen[str], str, StderrLog]:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "scoped_a2a", "serve", "--port", "0", *args],
         cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        match = re.search(r"serving on (http://\S+)", line)
-        if match:
-            return proc, match.group(1)
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError("the server did not start")
+    log = StderrLog(proc.stderr)
+    try:
+        url = log.wait_for(r"serving on (http://\S+)").group(1)
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc, url, log
 
 
-def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
+def stop(proc: subprocess.Popen[str], log: StderrLog, sig: int = signal.SIGTERM) -> str:
     proc.send_signal(sig)
     try:
-        _, err = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
-    return err
+    log.reader.join(5)
+    return log.text()
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_serve_cli_detaches_crm_events_and_shuts_down_gracefully(backend: str) -> None:
-    proc, url = start("--backend", backend, "--agent", "tests.cli_agents:one_second",
+    proc, url, log = start("--backend", backend, "--agent", "tests.cli_agents:one_second",
                       "--detach-metadata", "evoai_crm_event=inactivity_action,new_lead",
                       "--grace", "5", "--public-url", "https://agents.example/a2a/")
     try:
@@ -66,9 +103,9 @@ def test_serve_cli_detaches_crm_events_and_shuts_down_gracefully(backend: str) -
             with pytest.raises(httpx.ReadTimeout):
                 # The CRM hangs up 80 ms after sending (connecting may take longer under load).
                 client.post(url, json=body, timeout=httpx.Timeout(5, read=0.08))
-            time.sleep(0.2)
+            log.wait_for(r"run start task=")
     finally:
-        err = stop(proc)  # SIGTERM while the detached run is in flight
+        err = stop(proc, log)  # SIGTERM while the detached run is in flight
     assert proc.returncode == 0, err
     assert "SIGTERM: shutting down gracefully" in err
     assert re.search(r"run end task=\w+ outcome=completed .*reason=completed", err), err
@@ -76,7 +113,7 @@ def test_serve_cli_detaches_crm_events_and_shuts_down_gracefully(backend: str) -
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_serve_cli_records_runs_cut_short_by_shutdown(backend: str) -> None:
-    proc, url = start("--backend", backend, "--grace", "0.2")
+    proc, url, log = start("--backend", backend, "--grace", "0.2")
     try:
         with httpx.Client(timeout=5) as client:
             for _ in range(100):
@@ -91,9 +128,9 @@ def test_serve_cli_records_runs_cut_short_by_shutdown(backend: str) -> None:
                                        "parts": [{"text": "slow 30"}]},
                            "configuration": {"returnImmediately": True}}}).json()
             assert sent["result"]["task"]["id"]
-            time.sleep(0.2)
+            log.wait_for(r"run start task=")
     finally:
-        err = stop(proc, signal.SIGINT)
+        err = stop(proc, log, signal.SIGINT)
     assert proc.returncode == 0, err
     assert re.search(r"run end task=\w+ outcome=canceled .*reason=shutdown", err), err
 

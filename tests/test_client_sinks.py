@@ -105,10 +105,18 @@ async def test_directory_layout_of_a_two_turn_step(tmp_path: Path, mode: str) ->
 
 
 async def test_a_cancelled_turn_is_recorded_canceled(tmp_path: Path) -> None:
+    seen: list[object] = []
+
+    def cancel_once_followed(event: object) -> None:
+        seen.append(event)
+        if len(seen) == 2:  # the turn's task exists and its follower has started
+            scope.cancel()
+
     async with served(A2AApp(demo_agent)) as url, A2AClient(url) as client:
-        with anyio.move_on_after(0.5):
+        with anyio.CancelScope() as scope:
             async with Step(client, sink=DirectorySink(tmp_path)) as step:
-                await step.turn("slow 5")
+                await step.turn("slow 5", on_event=cancel_once_followed)
+    assert scope.cancelled_caught
     assert_no_followers_left()
     [turn] = Reader(tmp_path).turns()
     assert turn["end"]["state"] == "TASK_STATE_CANCELED"

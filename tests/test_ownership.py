@@ -19,11 +19,21 @@ from .helpers import rpc, served, sse_events, text_message
 pytestmark = pytest.mark.anyio
 
 
-async def hang_up_after(client: httpx.AsyncClient, url: str, seconds: float, body: dict) -> float:
-    """POST and drop the connection after ``seconds``; return the monotonic hang-up time."""
-    with anyio.move_on_after(seconds):
+async def hang_up_once_working(client: httpx.AsyncClient, url: str, probe: Probe,
+                               body: dict, *, after: float = 0.0) -> float:
+    """POST, then drop the connection ``after`` seconds once the probe's run has started (so
+    the request has certainly arrived, however slow the machine); return the monotonic
+    hang-up time."""
+
+    async def post() -> None:
         await client.post(url, json=body, headers={"A2A-Version": "1.0"})
         raise AssertionError("the request finished before the hang-up")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(post)
+        await probe.wait_started()
+        await anyio.sleep(after)
+        tg.cancel_scope.cancel()
     return time.monotonic()
 
 
@@ -48,14 +58,15 @@ async def wait_for_state(client: httpx.AsyncClient, url: str, task_id: str, stat
 
 
 async def test_crm_system_event_survives_hang_up() -> None:
-    """The CRM case: a system event matched by a detach rule completes after an 80 ms hang-up."""
+    """The CRM case: a system event matched by a detach rule completes after a hang-up (the
+    CRM hangs up after 80 ms: here, as soon as the run works)."""
     probe = Probe()
     app = A2AApp(probe.agent(seconds=0.4),
                  policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action,new_lead"]))
     async with served(app) as url, httpx.AsyncClient() as client:
         body = send_body("write a re-engagement message",
                          metadata={"evoai_crm_event": "inactivity_action"})
-        await hang_up_after(client, url, 0.08, body)
+        await hang_up_once_working(client, url, probe, body)
         [task_id] = probe.started
         task = await wait_for_state(client, url, task_id, "TASK_STATE_COMPLETED")
         reply = task["status"]["message"]["parts"][0]["text"]
@@ -69,7 +80,7 @@ async def test_detach_rule_matches_message_metadata_too() -> None:
     async with served(app) as url, httpx.AsyncClient() as client:
         body = send_body("x")
         body["params"]["message"]["metadata"] = {"evoai_crm_event": "anything"}
-        await hang_up_after(client, url, 0.08, body)
+        await hang_up_once_working(client, url, probe, body)
         [task_id] = probe.started
         await wait_for_state(client, url, task_id, "TASK_STATE_COMPLETED")
 
@@ -80,12 +91,13 @@ async def test_interactive_hang_up_cancels_the_run_promptly() -> None:
                  policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]))
     async with served(app) as url, httpx.AsyncClient() as client:
         # Metadata that does not match the rule: the run stays interactive.
-        hung_up = await hang_up_after(
-            client, url, 0.3, send_body("chat", metadata={"evoai_crm_event": "other"}))
+        hung_up = await hang_up_once_working(
+            client, url, probe, send_body("chat", metadata={"evoai_crm_event": "other"}),
+            after=0.1)
         [task_id] = probe.started
         task = await wait_for_state(client, url, task_id, "TASK_STATE_CANCELED")
         assert task["status"]["message"]["metadata"] == {"reason": "hang-up"}
-        assert probe.cancelled[task_id] - hung_up < 1.0  # milliseconds in practice
+        assert probe.cancelled[task_id] - hung_up < 3.0  # milliseconds in practice
         assert task_id not in probe.finished
         assert app.runner.active == 0
 
@@ -104,7 +116,7 @@ async def test_return_immediately_detaches_and_cancel_on_disconnect_off_detaches
     probe = Probe()
     app = A2AApp(probe.agent(seconds=0.3), policy=RunPolicy(cancel_on_disconnect=False))
     async with served(app) as url, httpx.AsyncClient() as client:
-        await hang_up_after(client, url, 0.08, send_body("keep going"))
+        await hang_up_once_working(client, url, probe, send_body("keep going"))
         [task_id] = probe.started
         await wait_for_state(client, url, task_id, "TASK_STATE_COMPLETED")
 
@@ -152,7 +164,9 @@ async def test_a_second_subscriber_keeps_the_run_alive_until_it_leaves() -> None
                             seen_second.append(event_id)
 
             tg.start_soon(second)
-            await anyio.sleep(0.5)
+            with anyio.fail_after(5):  # both see the same events for a while
+                while len(set(seen_first) & set(seen_second)) < 2:
+                    await anyio.sleep(0.01)
             first_scope.cancel()  # the caller that started the run hangs up
             await anyio.sleep(0.5)
             state = (await task_state(client, url, task_id))["status"]["state"]

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import msgspec
 
 from ..protocol.dialect import Dialect
@@ -135,6 +136,25 @@ class Methods:
     # --- sending --------------------------------------------------------------------------
 
     async def _begin(self, req: SendMessageRequest, v1: bool = True) -> tuple[Task, Run, int]:
+        """Create the task (or continue it) and start (or resume) its run, shielded.
+
+        Shielded from the request's cancellation: a send whose body has arrived whole is
+        carried through to a started run even if its caller hangs up meanwhile (the disconnect
+        watcher cancels the request). Otherwise a hang-up landing on one of the awaits in here
+        (the push URL's resolution, a store write) would drop a detached send that had arrived
+        in full, or leave a stored task whose run never starts (SUBMITTED forever). The hang-up
+        takes effect at the caller's next checkpoint, once it holds the run: an interactive run
+        is then cancelled and recorded as hung up. The awaits in here are bounded (the push URL
+        is resolved within ``connect_timeout``; store operations have their own deadlines), so
+        the shield cannot hold a request forever.
+        """
+        with anyio.CancelScope(shield=True):
+            begun = await self._begin_unshielded(req, v1)
+        return begun
+
+    async def _begin_unshielded(
+        self, req: SendMessageRequest, v1: bool
+    ) -> tuple[Task, Run, int]:
         """Create the task (or continue it) and start (or resume) its run.
 
         Returns the task snapshot, the run, and the log position to follow from. The caller
