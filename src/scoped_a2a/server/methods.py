@@ -24,6 +24,7 @@ from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
     PushNotSupported,
+    ServerUnavailable,
     UnsupportedOperation,
 )
 from ..protocol.jsonrpc import RpcRequest, decode_params
@@ -52,6 +53,9 @@ from ..runtime.tail import tail
 from ..store.base import LogPage, TaskStore
 
 _encode = msgspec.json.Encoder().encode
+
+BEGIN_DEADLINE = 30.0
+"""Seconds the shielded set-up of a send may take (a backstop: its awaits have their own)."""
 
 
 @dataclass(slots=True)
@@ -148,9 +152,9 @@ class Methods:
         is resolved within ``connect_timeout``; store operations have their own deadlines), so
         the shield cannot hold a request forever.
         """
-        with anyio.CancelScope(shield=True):
-            begun = await self._begin_unshielded(req, v1)
-        return begun
+        with anyio.move_on_after(BEGIN_DEADLINE, shield=True):
+            return await self._begin_unshielded(req, v1)
+        raise ServerUnavailable(f"setting up the send took over {BEGIN_DEADLINE:g} s; try again")
 
     async def _begin_unshielded(
         self, req: SendMessageRequest, v1: bool
