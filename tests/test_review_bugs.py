@@ -113,7 +113,9 @@ class _SlowPushStore(MemoryTaskStore):
 
     async def set_push_config(self, task_id: str, config: TaskPushNotificationConfig) -> None:
         self.writing.set()
-        await anyio.sleep(30)
+        # Slow, but within the send's set-up deadline: the set-up is shielded from the
+        # hang-up, so it completes; the hang-up then cancels the run, and that end is recorded.
+        await anyio.sleep(0.5)
         await super().set_push_config(task_id, config)
 
 
@@ -124,6 +126,7 @@ async def test_a_hang_up_between_storing_a_task_and_starting_its_run_records_an_
     store = _SlowPushStore()
 
     async def agent(ctx: RunContext) -> str:
+        await anyio.sleep(5)  # long enough that the hang-up, not the agent, ends the run
         return "ok"
 
     app = A2AApp(agent, store=store, push=PushSettings(allow_hosts=["127.0.0.1"]))
