@@ -129,7 +129,8 @@ async def test_a_hang_up_between_storing_a_task_and_starting_its_run_records_an_
         await anyio.sleep(5)  # long enough that the hang-up, not the agent, ends the run
         return "ok"
 
-    app = A2AApp(agent, store=store, push=PushSettings(allow_hosts=["127.0.0.1"]))
+    app = A2AApp(agent, store=store,
+                 push=PushSettings(allow_hosts=["127.0.0.1"], shutdown_grace=0.2))
     params: dict[str, Any] = {
         "message": text_message("hi"),
         "configuration": {"taskPushNotificationConfig": {"url": "http://127.0.0.1:9/hook"}},
