@@ -350,9 +350,10 @@ class Runner:
     async def shutdown(self, grace: float) -> None:
         """Refuse new work, give runs ``grace`` seconds, then cancel the rest.
 
-        Runs parked in ``ctx.ask`` are cancelled at once (they wait for a person, not for work
-        to finish). Every run records its end (reason ``shutdown``) before this returns, or is
-        logged as unrecorded after RECORD_TIMEOUT more seconds.
+        Runs already parked in ``ctx.ask`` are cancelled at once (they wait for a person, not
+        for work to finish); a run that parks during the grace period waits it out like any
+        other and is cancelled with the rest. Every run records its end (reason ``shutdown``)
+        before this returns, or is logged as unrecorded after RECORD_TIMEOUT more seconds.
         """
         self.begin_shutdown()
         for run in list(self._runs.values()):
