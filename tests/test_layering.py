@@ -108,6 +108,13 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# Lowest first: a package may import only the packages before it in this list.
+LAYERS = ["protocol", "store", "runtime", "push", "server", "client", "testing"]
+# store/redis/worker.py executes queued runs: it is a program on the runtime that ships with the
+# Redis store, not part of the store's interface (nothing below the runtime imports it).
+ABOVE_ITS_PACKAGE = {f"{PACKAGE}.store.redis.worker"}
+
+
 def _describe(cycle: list[str], graph: dict[str, set[str]]) -> str:
     members = set(cycle)
     edges = [f"{a} -> {b}" for a in cycle for b in sorted(graph[a] & members)]
@@ -127,6 +134,25 @@ def test_cycle_detection_finds_a_cycle() -> None:
     # The checker itself: a two-module cycle and a three-module cycle are both reported.
     graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
     assert _cycles(graph) == [["a", "b"], ["c", "d", "e"]]
+
+
+def test_each_layer_imports_only_layers_below_it() -> None:
+    rank = {f"{PACKAGE}.{name}": i for i, name in enumerate(LAYERS)}
+
+    def layer(module: str) -> str | None:
+        top = ".".join(module.split(".")[:2])
+        return top if top in rank else None
+
+    upward = []
+    for module, targets in _graph().items():
+        here = layer(module)
+        if here is None or module in ABOVE_ITS_PACKAGE:
+            continue
+        for target in sorted(targets):
+            there = layer(target)
+            if there is not None and rank[there] > rank[here]:
+                upward.append(f"{module} -> {target}")
+    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
 
 
 def test_protocol_layer_does_no_io() -> None:

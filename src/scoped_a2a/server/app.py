@@ -1,6 +1,6 @@
 """``A2AApp``: the ASGI application. Routing, lifespan, and the per-request task group.
 
-The ownership tree (see DESIGN.md)::
+The ownership tree (see docs/design.md)::
 
     server (lifespan, or app.running())
     ├── server nursery: every run; passed in as ``detached=`` or opened here
