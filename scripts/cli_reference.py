@@ -29,6 +29,16 @@ changing an option, run `python scripts/cli_reference.py` (CI runs it with `--ch
 Every command is `python -m scoped_a2a COMMAND ...` (or `scoped-a2a COMMAND ...` once installed).
 """
 
+# Behaviour the parsers cannot express (kept next to the generator, printed after each table).
+NOTES = {
+    "serve": "SIGINT or SIGTERM starts a graceful shutdown: new sends are refused, runs get "
+             "`--grace` seconds, the rest are cancelled and recorded `canceled` (reason "
+             "`shutdown`); a second signal stops at once.",
+    "send": "Exit status: 0 when the task completed (or needs input, or the agent replied with a "
+            "message); 1 when it failed, was canceled or rejected; 3 when the agent is "
+            "unreachable or answered with an error.",
+}
+
 
 def _parser() -> argparse.ArgumentParser:
     # Some defaults come from the environment when the parser is built: build it without them.
@@ -112,7 +122,11 @@ def _command(name: str, summary: str, parser: argparse.ArgumentParser) -> list[s
     for action in actions:
         lines.append(f"| {_cell(_synopsis(action))} | {_cell(_default(action))} | "
                      f"{_cell(_help(action, parser.prog))} |")
-    return [*lines, ""]
+    lines.append("")
+    for extra in (parser.epilog, NOTES.get(name)):
+        if extra:
+            lines += [" ".join(extra.split()), ""]
+    return lines
 
 
 def render() -> str:
