@@ -145,19 +145,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Write docs/cli.md from the CLI's parsers.")
     p.add_argument("--check", action="store_true",
                    help="do not write; exit 1 if docs/cli.md differs from what would be written")
+    p.add_argument("--file", type=Path, default=TARGET, help="the file (default: docs/cli.md)")
     args = p.parse_args(argv)
+    target: Path = args.file
     text = render()
     if not args.check:
-        TARGET.write_text(text)
+        target.write_text(text)
         return 0
-    current = TARGET.read_text() if TARGET.exists() else ""
+    current = target.read_text() if target.exists() else ""
     if current == text:
         return 0
     diff = [ln for ln in difflib.unified_diff(current.splitlines(), text.splitlines(), n=0,
                                                lineterm="") if ln[:1] in "+-"
             and not ln.startswith(("+++", "---"))]
     hint = diff[0] if diff else "(whitespace)"
-    print(f"docs/cli.md is stale ({len(diff)} lines differ, first: {hint!r}); "
+    print(f"{target.name} is stale ({len(diff)} lines differ, first: {hint!r}); "
           "run: python scripts/cli_reference.py", file=sys.stderr)
     return 1
 
