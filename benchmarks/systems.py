@@ -59,7 +59,7 @@ class System:
                     "--backend", backend, "--port", p, "--grace", "1", "--log-level", "WARNING",
                     *rule, *self.options]
         module = {"scoped": "scoped_uvicorn", "sdk": "sdk_server", "fasta2a": "fasta2a_server",
-                  "bare": "bare_server", "faulty": "faulty_agent"}[self.kind]
+                  "bare": "bare_server", "faulty": "fault_proxy"}[self.kind]
         extra = ["--agent", SCOPED_AGENT, *rule] if self.kind in ("scoped", "faulty") else []
         return [python, "-m", f"benchmarks.peers.{module}", "--port", p, "--server", self.server,
                 *extra, *self.options]

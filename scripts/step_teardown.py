@@ -19,10 +19,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.faulty_agent import faulty_agent
 from tests.test_client_misbehaving import run_step
 
 from scoped_a2a.agents.demo import demo_agent
+from scoped_a2a.testing import faulty_agent
 
 
 async def measure(ending: str, rounds: int) -> tuple[list[float], int, int]:

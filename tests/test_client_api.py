@@ -19,8 +19,8 @@ from scoped_a2a.protocol.errors import (
     VersionNotSupported,
 )
 from scoped_a2a.protocol.types import Message, Task, TaskState
+from scoped_a2a.testing import faulty_agent
 
-from .faulty_agent import faulty_agent
 from .helpers import served
 
 pytestmark = pytest.mark.anyio

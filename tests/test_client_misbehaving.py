@@ -18,9 +18,9 @@ from scoped_a2a import A2AClient, MemorySink, Step
 from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.client import TransportError
 from scoped_a2a.protocol.types import TaskState
+from scoped_a2a.testing import faulty_agent
 
 from .client_helpers import QUICK, assert_no_followers_left
-from .faulty_agent import faulty_agent
 
 pytestmark = pytest.mark.anyio
 

@@ -19,9 +19,9 @@ from scoped_a2a import A2AApp, A2AClient, Step
 from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.client import Backoff, Follower, MemorySink
 from scoped_a2a.runtime.context import RunContext
+from scoped_a2a.testing import faulty_agent
 
 from .client_helpers import assert_no_followers_left
-from .faulty_agent import faulty_agent
 from .helpers import served
 
 pytestmark = pytest.mark.anyio

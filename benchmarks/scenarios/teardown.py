@@ -1,7 +1,8 @@
 """Scenario 4: follower teardown. A step against an agent that breaks its follower's reads.
 
 A step sends one turn to a scoped-a2a agent behind a fault-injecting proxy
-(``benchmarks/peers/faulty_agent.py``) while a follower reads the turn's live trajectory. Two
+(``benchmarks/peers/fault_proxy.py``, on ``scoped_a2a.testing``) while a follower reads the
+turn's live trajectory. Two
 agents: one that closes every follower read's connection, and one that answers while the turn
 runs and is gone (closes every read) once it has ended, like the agent of the original incident.
 The step then ends three ways: it is cancelled mid-turn, its body raises after the turn, or its

@@ -1,7 +1,7 @@
 """Followers: read one task's live trajectory into a sink while its turn runs.
 
 A follower reads by cursor through the agent's trajectory extension, or, where the card offers
-none, by an SSE subscription resumed with ``Last-Event-ID``. Its rules (DESIGN.md, "Live
+none, by an SSE subscription resumed with ``Last-Event-ID``. Its rules (docs/design.md, "Live
 trajectory"):
 
 - while the turn is open, a failed read (transport error, 5xx, a garbled answer) is retried

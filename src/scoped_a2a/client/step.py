@@ -6,7 +6,7 @@
         task = await step.turn("summarise the report")
         task = await step.turn("now in French")
 
-The ownership tree (DESIGN.md)::
+The ownership tree (docs/design.md)::
 
     step (one task group)
     └── turn

@@ -19,19 +19,17 @@ not exist succeeds (delete is idempotent).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from ..protocol import v03
 from ..protocol.errors import InvalidParams, TaskNotFound
 from ..protocol.jsonrpc import decode_params
+from ..protocol.method import Call, Method, Output
 from ..protocol.types import TaskPushConfigRequest, TaskPushNotificationConfig, Wire
 from ..store.base import TaskStore
 from .service import PushService
-
-if TYPE_CHECKING:
-    from ..server.methods import Call, Method, Output
 
 DELIVERIES_METHOD = "scoped_a2a/push/deliveries"
 _encode = msgspec.json.Encoder().encode

@@ -34,8 +34,8 @@ from ..protocol.types import (
     utc_timestamp,
 )
 from ..store.base import TaskEnded, TaskStore
+from ..store.launcher import RunLauncher
 from .context import Agent, RunContext, agent_message
-from .launcher import RunLauncher
 from .policy import RunPolicy
 from .run import Run
 

@@ -1,6 +1,6 @@
 """``A2AApp``: the ASGI application. Routing, lifespan, and the per-request task group.
 
-The ownership tree (see DESIGN.md)::
+The ownership tree (see docs/design.md)::
 
     server (lifespan, or app.running())
     ├── server nursery: every run; passed in as ``detached=`` or opened here
@@ -26,6 +26,7 @@ from anyio.abc import TaskGroup
 from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_version
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
 from ..protocol.jsonrpc import error_frame, parse_request, result_frame
+from ..protocol.method import Call, Output
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
@@ -46,7 +47,7 @@ from .asgi import (
 from .asgi import read_body as _read_body
 from .card import build_card
 from .disconnect import watch_disconnect
-from .methods import Call, Methods, Output
+from .methods import Methods
 from .sse import SlowConsumer, SSEWriter
 
 log = logging.getLogger("scoped_a2a.server")

@@ -12,14 +12,12 @@ no other holder is cancelled with reason ``hang-up``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import msgspec
 
-from ..protocol.dialect import Dialect
 from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
@@ -27,7 +25,8 @@ from ..protocol.errors import (
     ServerUnavailable,
     UnsupportedOperation,
 )
-from ..protocol.jsonrpc import RpcRequest, decode_params
+from ..protocol.jsonrpc import decode_params
+from ..protocol.method import Call, Method, Output
 from ..protocol.trajectory import (
     TRAJECTORY_EXTENSION_URI,
     TrajectoryEvent,
@@ -56,32 +55,6 @@ _encode = msgspec.json.Encoder().encode
 
 BEGIN_DEADLINE = 30.0
 """Seconds the shielded set-up of a send may take (a backstop: its awaits have their own)."""
-
-
-@dataclass(slots=True)
-class Call:
-    """One JSON-RPC call, as the methods see it."""
-
-    dialect: Dialect
-    rpc: RpcRequest
-    extensions: frozenset[str]
-    last_event_id: int | None
-
-
-class Output:
-    """Where a method writes its answer; implemented by the app over ASGI."""
-
-    async def result(self, result: bytes) -> None:
-        raise NotImplementedError
-
-    async def event(self, result: bytes, event_id: int | None) -> None:
-        raise NotImplementedError
-
-    async def keepalive(self) -> None:
-        raise NotImplementedError
-
-
-Method = Callable[[Call, Output], Awaitable[None]]
 
 
 def trim(task: Task, history_length: int | None, *, artifacts: bool = True) -> Task:

@@ -19,7 +19,7 @@ from ..protocol.trajectory import LogEvent
 from ..protocol.types import ListTasksRequest, Task, TaskPushNotificationConfig
 
 if TYPE_CHECKING:
-    from ..runtime.launcher import RunLauncher
+    from .launcher import RunLauncher
 
 
 class TaskEnded(Exception):

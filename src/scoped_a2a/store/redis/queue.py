@@ -1,6 +1,6 @@
 """The durable run queue: a Redis Stream of detached runs read by a consumer group of workers.
 
-Producer side (a :class:`~scoped_a2a.runtime.launcher.RunLauncher`): :meth:`RunQueue.submit`
+Producer side (a :class:`~scoped_a2a.store.launcher.RunLauncher`): :meth:`RunQueue.submit`
 stores a new task and appends its run to the ``runs`` stream in one Lua script, so a send is
 acknowledged only once both are in Redis. :meth:`RunQueue.cancel_elsewhere` publishes on the
 ``cancel`` channel, which every process's listener hands to the runners bound here.
@@ -20,20 +20,18 @@ import logging
 import uuid
 import weakref
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 from coredis.exceptions import StreamDuplicateConsumerGroupError
 
 from ...protocol.errors import InvalidParams
 from ...protocol.types import Message, Task
+from ..launcher import RunRegistry
 from . import scripts
 from .connection import RedisConnection
-
-if TYPE_CHECKING:
-    from ...runtime.runner import Runner
-    from .store import RedisTaskStore
 
 log = logging.getLogger("scoped_a2a.redis.queue")
 
@@ -54,10 +52,26 @@ class Job:
     detach_reason: str
 
 
+class QueueStore(Protocol):
+    """What the queue needs of its store (:class:`.store.RedisTaskStore`).
+
+    A Protocol rather than an import: the store creates its queue, so the queue sits below it.
+    """
+
+    def create_args(self, task: Task, op: str) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of the CREATE script for ``task`` (the queue adds its own)."""
+
+    def prime(self, task_id: str, snapshot: bytes, position: int) -> Task:
+        """Seed the store's cache with a snapshot just read; return a separate copy of it."""
+
+    def fenced(self, task_id: str, token: str) -> AbstractContextManager[None]:
+        """While in the body, this process's appends to ``task_id`` need its lease ``token``."""
+
+
 class RunQueue:
     """The run queue of one store (and the launcher its app's runner uses)."""
 
-    def __init__(self, conn: RedisConnection, store: RedisTaskStore) -> None:
+    def __init__(self, conn: RedisConnection, store: QueueStore) -> None:
         self.conn = conn
         self.store = store
         self.key = conn.keys.runs
@@ -66,12 +80,12 @@ class RunQueue:
         self._renew = conn.script(scripts.RENEW)
         self._retire = conn.script(scripts.RETIRE)
         self._release = conn.script(scripts.RELEASE)
-        self._runners: weakref.WeakSet[Runner] = weakref.WeakSet()
+        self._runners: weakref.WeakSet[RunRegistry] = weakref.WeakSet()
         conn.cancel_handlers.append(self._on_cancel)
 
     # --- RunLauncher ----------------------------------------------------------------------
 
-    def bind(self, runner: Runner) -> None:
+    def bind(self, runner: RunRegistry) -> None:
         self._runners.add(runner)
 
     def _on_cancel(self, task_id: str) -> None:

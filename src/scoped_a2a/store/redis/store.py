@@ -44,8 +44,8 @@ from ...protocol.types import (
     TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
-from ...runtime.launcher import RunLauncher
 from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
+from ..launcher import RunLauncher
 from ..snapshot import apply_event
 from . import scripts
 from .connection import RedisConnection

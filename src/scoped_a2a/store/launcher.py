@@ -1,5 +1,8 @@
 """Where detached runs are launched: the seam between the runner and a shared task store (no I/O).
 
+It lives in the store layer because a store offers the launcher and the runtime uses it: the
+runner is seen here only through :class:`RunRegistry`, so the store never imports the runtime.
+
 By default the runner executes every run in its own server nursery. A store shared by several
 processes (the Redis store) can offer a :class:`RunLauncher` instead: the runner then hands every
 *new detached* run to it, and the launcher stores the task and queues the run durably, atomically,
@@ -11,18 +14,29 @@ bound to it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..protocol.types import Message, Task
 
-if TYPE_CHECKING:
-    from .runner import Runner
+
+class CancellableRun(Protocol):
+    """A run as a launcher sees it: something it can cancel (``runtime.run.Run``)."""
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the run's scope; the first reason given is the one recorded."""
+
+
+class RunRegistry(Protocol):
+    """The runs one process executes, by task id (``runtime.runner.Runner``)."""
+
+    def get(self, task_id: str) -> CancellableRun | None:
+        """The run executing ``task_id`` here, or None."""
 
 
 class RunLauncher(Protocol):
     """A durable queue for detached runs, plus cross-process cancellation."""
 
-    def bind(self, runner: Runner) -> None:
+    def bind(self, runner: RunRegistry) -> None:
         """Deliver cancel requests from other processes to ``runner``'s runs from now on."""
 
     async def submit(

@@ -1,0 +1,168 @@
+"""Write docs/cli.md from the command line's own argument parsers.
+
+    python scripts/cli_reference.py            # (re)write docs/cli.md
+    python scripts/cli_reference.py --check    # exit 1 if docs/cli.md is stale
+
+It imports :mod:`scoped_a2a.cli`, walks its argparse parser (every subcommand, every option with
+its help and default) and formats the Markdown itself, so the output does not depend on the
+terminal's width or on the environment (defaults read from ``SCOPED_A2A_*`` variables are shown
+as unset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = ROOT / "docs" / "cli.md"
+
+HEADER = """\
+# Command-line reference
+
+Generated from the argument parsers by `scripts/cli_reference.py`; do not edit by hand. After
+changing an option, run `python scripts/cli_reference.py` (CI runs it with `--check`).
+
+Every command is `python -m scoped_a2a COMMAND ...` (or `scoped-a2a COMMAND ...` once installed).
+"""
+
+# Behaviour the parsers cannot express (kept next to the generator, printed after each table).
+NOTES = {
+    "serve": "SIGINT or SIGTERM starts a graceful shutdown: new sends are refused, runs get "
+             "`--grace` seconds, the rest are cancelled and recorded `canceled` (reason "
+             "`shutdown`); a second signal stops at once.",
+    "send": "Exit status: 0 when the task completed (or needs input, or the agent replied with a "
+            "message); 1 when it failed, was canceled or rejected; 3 when the agent is "
+            "unreachable or answered with an error.",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    # Some defaults come from the environment when the parser is built: build it without them.
+    for name in [n for n in os.environ if n.startswith("SCOPED_A2A_")]:
+        del os.environ[name]
+    sys.path.insert(0, str(ROOT / "src"))
+    from scoped_a2a import cli
+
+    parser: argparse.ArgumentParser = cli._parser()
+    return parser
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """(name, one-line help, parser) of each subcommand, in declaration order."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                found.append((name, helps.get(name, ""), sub))
+    return found
+
+
+def _cell(text: str) -> str:
+    """One table cell: one line, reST double backquotes as Markdown code, pipes escaped."""
+    return " ".join(text.split()).replace("``", "`").replace("|", "\\|")
+
+
+def _help(action: argparse.Action, prog: str) -> str:
+    """The action's help with argparse's ``%(default)s``-style fields filled in."""
+    if not action.help or action.help == argparse.SUPPRESS:
+        if action.choices is not None:
+            return "one of " + ", ".join(str(c) for c in action.choices)
+        return ""
+    params = {k: v for k, v in vars(action).items() if v is not argparse.SUPPRESS}
+    params["prog"] = prog
+    if params.get("choices") is not None:
+        params["choices"] = ", ".join(str(c) for c in action.choices or ())
+    return action.help % params
+
+
+def _default(action: argparse.Action) -> str:
+    if action.required:
+        return "required"
+    if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
+        return "off" if action.default is False else "on"
+    default = action.default
+    if default is None or default is argparse.SUPPRESS:
+        return "-"
+    if isinstance(default, list) and not default:
+        return "none (repeatable)"
+    return f"`{default}`"
+
+
+def _synopsis(action: argparse.Action) -> str:
+    if not action.option_strings:
+        return f"`{action.metavar or action.dest.upper()}`"
+    if action.nargs == 0:
+        return ", ".join(f"`{o}`" for o in action.option_strings)
+    if action.metavar is not None:
+        value = str(action.metavar)
+    elif action.choices is not None:
+        value = "{" + ",".join(str(c) for c in action.choices) + "}"
+    else:
+        value = action.dest.upper()
+    return ", ".join(f"`{o} {value}`" for o in action.option_strings)
+
+
+def _command(name: str, summary: str, parser: argparse.ArgumentParser) -> list[str]:
+    lines = [f"## `{name}`", ""]
+    description = " ".join((parser.description or "").split())
+    lines += [_cell(summary[:1].upper() + summary[1:]) + ".", ""] if summary else []
+    if description and description.rstrip(".") != summary.rstrip("."):
+        lines += [_cell(description), ""]
+    actions = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    positionals = [a for a in actions if not a.option_strings]
+    usage = " ".join([f"python -m scoped_a2a {name}", *(a.dest.upper() for a in positionals),
+                      "[options]" if len(positionals) < len(actions) else ""]).strip()
+    lines += ["```", usage, "```", ""]
+    lines += ["| argument | default | meaning |", "|---|---|---|"]
+    for action in actions:
+        lines.append(f"| {_cell(_synopsis(action))} | {_cell(_default(action))} | "
+                     f"{_cell(_help(action, parser.prog))} |")
+    lines.append("")
+    for extra in (parser.epilog, NOTES.get(name)):
+        if extra:
+            lines += [" ".join(extra.split()), ""]
+    return lines
+
+
+def render() -> str:
+    parser = _parser()
+    out = [HEADER]
+    commands = _subcommands(parser)
+    out += ["| command | what it does |", "|---|---|"]
+    out += [f"| [`{name}`](#{name}) | {_cell(summary)} |" for name, summary, _ in commands]
+    out.append("")
+    for name, summary, sub in commands:
+        out += _command(name, summary, sub)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Write docs/cli.md from the CLI's parsers.")
+    p.add_argument("--check", action="store_true",
+                   help="do not write; exit 1 if docs/cli.md differs from what would be written")
+    p.add_argument("--file", type=Path, default=TARGET, help="the file (default: docs/cli.md)")
+    args = p.parse_args(argv)
+    target: Path = args.file
+    text = render()
+    if not args.check:
+        target.write_text(text)
+        return 0
+    current = target.read_text() if target.exists() else ""
+    if current == text:
+        return 0
+    diff = [ln for ln in difflib.unified_diff(current.splitlines(), text.splitlines(), n=0,
+                                               lineterm="") if ln[:1] in "+-"
+            and not ln.startswith(("+++", "---"))]
+    hint = diff[0] if diff else "(whitespace)"
+    print(f"{target.name} is stale ({len(diff)} lines differ, first: {hint!r}); "
+          "run: python scripts/cli_reference.py", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""scripts/cli_reference.py: docs/cli.md generated from the CLI's parsers, deterministically."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "cli_reference.py"
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=60, check=False)
+
+
+def test_output_does_not_depend_on_terminal_or_environment(tmp_path: Path) -> None:
+    wide, narrow = tmp_path / "wide.md", tmp_path / "narrow.md"
+    assert _run("--file", str(wide), env={"COLUMNS": "200"}).returncode == 0
+    assert _run("--file", str(narrow), env={
+        "COLUMNS": "40", "SCOPED_A2A_PUSH_BEARER_TOKEN": "tok-3f9a"}).returncode == 0
+    text = wide.read_text()
+    assert text == narrow.read_text()
+    assert "tok-3f9a" not in text
+    for command in ("## `serve`", "## `send`", "## `worker`"):
+        assert command in text
+    for option in ("`--grace GRACE` | `10.0`", "`--store redis://HOST:PORT/DB` | required",
+                   "`--follow` | off"):
+        assert option in text
+
+
+def test_check_fails_with_a_one_line_hint_when_stale(tmp_path: Path) -> None:
+    doc = tmp_path / "cli.md"
+    assert _run("--file", str(doc)).returncode == 0
+    assert _run("--check", "--file", str(doc)).returncode == 0
+    doc.write_text(doc.read_text().replace("`--grace GRACE` | `10.0`", "`--grace GRACE` | `5`"))
+    stale = _run("--check", "--file", str(doc))
+    assert stale.returncode == 1
+    hint = stale.stderr.strip()
+    assert len(hint.splitlines()) == 1
+    assert "stale" in hint and "python scripts/cli_reference.py" in hint

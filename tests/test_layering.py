@@ -1,0 +1,169 @@
+"""The import structure of src/: no module import cycles, and a protocol layer without I/O.
+
+The graph is built from the source with ``ast`` (nothing is imported), and counts every import:
+module level, inside functions, and under ``if TYPE_CHECKING:``. A type-only import that points up
+a layer is still an upward dependency; the fix is to move the shared type (a Protocol, a small
+dataclass) down to the layer both sides can import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = "scoped_a2a"
+
+# The protocol layer is types, encoding and errors; anything that does I/O lives above it.
+IO_PACKAGES = {"anyio", "trio", "asyncio", "httpx", "hypercorn", "coredis", "socket", "uvicorn"}
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    found: dict[str, Path] = {}
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> dict[str, set[str]]:
+    """What ``name`` imports: in-package modules under "internal", top-level names under
+    "external"."""
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    internal: set[str] = set()
+    external: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = alias.name
+                if target.split(".")[0] == PACKAGE:
+                    internal.add(target)
+                else:
+                    external.add(target.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                if node.level > 1:
+                    base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            if base.split(".")[0] != PACKAGE:
+                external.add(base.split(".")[0])
+                continue
+            for alias in node.names:
+                # ``from pkg import mod`` imports the module; ``from mod import Name`` the module.
+                sub = f"{base}.{alias.name}"
+                internal.add(sub if sub in modules else base)
+    internal.discard(name)
+    unknown = internal - modules.keys()
+    assert not unknown, f"{name} imports modules that do not exist: {sorted(unknown)}"
+    return {"internal": internal, "external": external}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules)["internal"] for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(node: str) -> None:
+        nonlocal counter
+        index[node] = low[node] = counter
+        counter += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+# Lowest first: a package may import only the packages before it in this list.
+LAYERS = ["protocol", "store", "client", "runtime", "push", "server", "testing"]
+# store/redis/worker.py executes queued runs: it is a program on the runtime that ships with the
+# Redis store, not part of the store's interface (nothing below the runtime imports it).
+ABOVE_ITS_PACKAGE = {f"{PACKAGE}.store.redis.worker"}
+
+
+def _describe(cycle: list[str], graph: dict[str, set[str]]) -> str:
+    members = set(cycle)
+    edges = [f"{a} -> {b}" for a in cycle for b in sorted(graph[a] & members)]
+    return "; ".join(edges)
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    assert len(graph) > 20, "the scan found too few modules: is SRC right?"
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles (move the shared type to the lower layer):\n" + "\n".join(
+        _describe(cycle, graph) for cycle in cycles
+    )
+
+
+def test_cycle_detection_finds_a_cycle() -> None:
+    # The checker itself: a two-module cycle and a three-module cycle are both reported.
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
+    assert _cycles(graph) == [["a", "b"], ["c", "d", "e"]]
+
+
+def test_each_layer_imports_only_layers_below_it() -> None:
+    rank = {f"{PACKAGE}.{name}": i for i, name in enumerate(LAYERS)}
+
+    def layer(module: str) -> str | None:
+        top = ".".join(module.split(".")[:2])
+        return top if top in rank else None
+
+    upward = []
+    for module, targets in _graph().items():
+        here = layer(module)
+        if here is None or module in ABOVE_ITS_PACKAGE:
+            continue
+        for target in sorted(targets):
+            there = layer(target)
+            if there is not None and rank[there] > rank[here]:
+                upward.append(f"{module} -> {target}")
+    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_protocol_layer_does_no_io() -> None:
+    modules = _modules()
+    offenders = {}
+    for name, path in modules.items():
+        if name != f"{PACKAGE}.protocol" and not name.startswith(f"{PACKAGE}.protocol."):
+            continue
+        found = _imports(name, path, modules)
+        io = found["external"] & IO_PACKAGES
+        upward = {m for m in found["internal"] if not m.startswith(f"{PACKAGE}.protocol")}
+        if io or upward:
+            offenders[name] = sorted(io | upward)
+    assert not offenders, f"protocol/ must import no I/O and nothing above it: {offenders}"
