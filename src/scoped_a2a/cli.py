@@ -113,7 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
                    help="the async library to run on")
     s.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    s.add_argument("--port", type=int, default=8000, help="the port to listen on; 0 picks a free one")
+    s.add_argument("--port", type=int, default=8000,
+                   help="the port to listen on; 0 picks a free one")
     s.add_argument("--detach-metadata", action="append", default=[], metavar="KEY=V1,V2",
                    help="detach runs whose message or request metadata has KEY set to one of "
                         "the values (repeatable; KEY alone matches any value)")
