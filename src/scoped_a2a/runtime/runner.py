@@ -35,7 +35,7 @@ from ..protocol.types import (
 )
 from ..store.base import TaskEnded, TaskStore
 from .context import Agent, RunContext, agent_message
-from .failures import failure_text, new_error_id
+from .failures import AgentError, failure_text, new_error_id
 from .launcher import RunLauncher
 from .policy import RunPolicy
 from .run import Run
@@ -267,8 +267,10 @@ class Runner:
                     # the text may hold internals, so it goes to the log only (failures.py).
                     error_id = new_error_id()
                     text = failure_text(exc, error_id, expose=self.expose_errors)
-                    log.warning("agent failed on task %s (error id %s)", run.task_id, error_id,
-                                exc_info=True)
+                    # An AgentError is a deliberate answer, not a bug: no traceback.
+                    log.warning("agent failed on task %s (error id %s): %s", run.task_id,
+                                error_id, failure_text(exc, error_id, expose=True),
+                                exc_info=not isinstance(exc, AgentError))
                 else:
                     if reply is not None and not isinstance(reply, str):
                         state, reason = TaskState.FAILED, "error"
