@@ -102,7 +102,8 @@ def _prog() -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=_prog(), formatter_class=HelpFormatter,
-        description="Serve an A2A agent, send it a message, or run a Redis worker.")
+        description="Serve an A2A agent, send it a message, or run a Redis worker.",
+        epilog="Each command has its own options: COMMAND --help.")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     s = sub.add_parser("serve", help="serve an agent over A2A", description=SERVE_DESCRIPTION,
