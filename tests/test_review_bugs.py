@@ -98,7 +98,8 @@ async def test_a_store_error_on_a_runs_first_write_fails_that_task_only() -> Non
         first = await rpc(client, url, "SendMessage", {"message": text_message("one")})
         status = first["result"]["task"]["status"]
         assert status["state"] == "TASK_STATE_FAILED"
-        assert "the task store is unreachable" in status["message"]["parts"][0]["text"]
+        # The caller sees the type and an error id; the text is in the log (failures.py).
+        assert status["message"]["parts"][0]["text"].startswith("ConnectionError (error id ")
         second = await rpc(client, url, "SendMessage", {"message": text_message("two")})
         assert second["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 

@@ -10,6 +10,7 @@ from .client import (
 from .protocol.errors import A2AError
 from .protocol.types import Message, Part, Role, Task, TaskState
 from .runtime.context import Agent, RunContext
+from .runtime.failures import AgentError
 from .runtime.policy import RunPolicy
 from .server.app import A2AApp
 from .server.serve import serve
@@ -21,6 +22,7 @@ __all__ = [
     "A2AClient",
     "A2AError",
     "Agent",
+    "AgentError",
     "DirectorySink",
     "MemorySink",
     "MemoryTaskStore",

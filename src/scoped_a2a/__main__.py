@@ -1,5 +1,10 @@
+"""``python -m scoped_a2a``; the ``scoped-a2a`` script calls :func:`main` from here too."""
+
 import sys
 
 from .cli import main
 
-sys.exit(main())
+__all__ = ["main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

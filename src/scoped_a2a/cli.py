@@ -1,25 +1,35 @@
-"""``python -m scoped_a2a``: the command line.
+"""``scoped-a2a`` / ``python -m scoped_a2a``: serve an A2A agent, or talk to one.
 
 ``serve`` runs an agent (the built-in demo by default) under hypercorn on trio or asyncio. SIGINT
 and SIGTERM start a graceful shutdown (new sends refused, runs get ``--grace`` seconds, the rest
 are cancelled and recorded); a second signal stops at once. ``send`` sends one message to an agent
-and prints the task as it runs (:mod:`scoped_a2a.client.cli_send`).
+and prints the task as it runs (:mod:`scoped_a2a.client.cli_send`). ``worker`` executes queued
+runs from a Redis store (:mod:`scoped_a2a.redis_cli`).
+
+``--agent MODULE:ATTR`` is imported with the current folder on the Python path (as ``python -m``
+puts it there), whichever way the command was started.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import inspect
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
+from .cli_help import HelpFormatter, add_log_level
 from .client.cli_send import add_send_parser, run_send
 from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
 from .runtime.policy import RunPolicy
@@ -27,11 +37,40 @@ from .runtime.policy import RunPolicy
 log = logging.getLogger("scoped_a2a.cli")
 
 
+SERVE_DESCRIPTION = """\
+Serve an agent over A2A 1.0 and 0.3 JSON-RPC at http://HOST:PORT/ (agent card at
+/.well-known/agent-card.json) under hypercorn, on trio or asyncio.
+
+The agent is an async callable taking a RunContext (--agent MODULE:ATTR, imported with the
+current folder on the Python path). SIGINT/SIGTERM: new sends are refused, runs get --grace
+seconds, the rest are cancelled and recorded; a second signal stops at once."""
+
+DEFAULT_AGENT = "scoped_a2a.agents.demo:demo_agent"
+
+
+def is_async_callable(obj: Any) -> bool:
+    """True for an ``async def`` function (or a partial of one), or an object whose
+    ``__call__`` is ``async def``."""
+    if inspect.iscoroutinefunction(obj):
+        return True
+    return (callable(obj) and not inspect.isclass(obj)
+            and inspect.iscoroutinefunction(type(obj).__call__))
+
+
 def load_agent(spec: str) -> Any:
-    """Import ``MODULE:ATTR`` (ATTR may be dotted) from the Python path."""
+    """Import ``MODULE:ATTR`` (ATTR may be dotted) and check that it is an async callable.
+
+    The current folder is put first on ``sys.path`` if it is not there, as ``python -m`` does,
+    so the ``scoped-a2a`` script finds an agent module beside the caller too. Raises SystemExit
+    with a one-line reason when the spec is malformed, the import fails, or the object is not
+    an async callable.
+    """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise SystemExit(f"--agent must look like MODULE:ATTR, not {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -41,32 +80,60 @@ def load_agent(spec: str) -> Any:
             obj = getattr(obj, part)
         except AttributeError:
             raise SystemExit(f"{module_name!r} has no attribute {attr!r}") from None
-    if not callable(obj):
-        raise SystemExit(f"{spec} is not callable; an agent is an async callable")
+    if not is_async_callable(obj):
+        raise SystemExit(
+            f"--agent {spec} is not an async callable: an agent is `async def agent(ctx)` or an "
+            "object with an `async def __call__`; wrap anything else in an async def")
     return obj
 
 
+def _version() -> str:
+    try:
+        return version("scoped-a2a")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
+def _prog() -> str:
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return "scoped-a2a" if name.startswith("scoped-a2a") else "python -m scoped_a2a"
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scoped_a2a", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="serve an agent over A2A")
-    s.add_argument("--agent", default="scoped_a2a.agents.demo:demo_agent",
-                   help="MODULE:ATTR of the agent (default: the built-in demo agent)")
-    s.add_argument("--backend", choices=["trio", "asyncio"], default="trio")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000)
+    p = argparse.ArgumentParser(
+        prog=_prog(), formatter_class=HelpFormatter,
+        description="Serve an A2A agent, send it a message, or run a Redis worker.",
+        epilog="Each command has its own options: COMMAND --help.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    s = sub.add_parser("serve", help="serve an agent over A2A", description=SERVE_DESCRIPTION,
+                       formatter_class=HelpFormatter)
+    s.add_argument("--agent", default=DEFAULT_AGENT,
+                   help="MODULE:ATTR of the agent, an async callable (the default is the "
+                        "built-in demo agent)")
+    s.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
+                   help="the async library to run on")
+    s.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    s.add_argument("--port", type=int, default=8000,
+                   help="the port to listen on; 0 picks a free one")
     s.add_argument("--detach-metadata", action="append", default=[], metavar="KEY=V1,V2",
                    help="detach runs whose message or request metadata has KEY set to one of "
                         "the values (repeatable; KEY alone matches any value)")
     s.add_argument("--no-cancel-on-disconnect", action="store_true",
                    help="detach every run: no run is cancelled when its caller hangs up")
     s.add_argument("--grace", type=float, default=10.0,
-                   help="seconds runs get to finish on shutdown (default 10)")
-    s.add_argument("--public-url", help="the URL the agent card advertises (behind a proxy)")
-    s.add_argument("--max-body-bytes", type=int, default=8 << 20)
+                   help="seconds runs get to finish on shutdown")
+    s.add_argument("--public-url",
+                   help="the URL the agent card advertises, behind a proxy (default: the "
+                        "request's own URL)")
+    s.add_argument("--max-body-bytes", type=int, default=8 << 20,
+                   help="larger request bodies are refused with 413")
     s.add_argument("--max-ended-tasks", type=int, default=10_000,
                    help="ended tasks kept in memory (oldest evicted first)")
-    s.add_argument("--log-level", default="INFO")
+    s.add_argument("--expose-errors", action="store_true",
+                   help="send the full text of an agent's exceptions to callers (development); "
+                        "by default they see the type and an error id that is in the log")
+    add_log_level(s, "INFO")
     # Push notifications (scoped_a2a.push).
     s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
                    help="allow push webhooks on HOST although it is (or resolves to) a "
@@ -87,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def _serve(args: argparse.Namespace, agent: Any) -> None:
     from .push import PushSettings
     from .server.app import A2AApp
     from .server.serve import serve
@@ -97,7 +164,6 @@ async def _serve(args: argparse.Namespace) -> None:
     policy = RunPolicy.from_rules(
         args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect
     )
-    agent = load_agent(args.agent)
 
     def make_app(store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
         return A2AApp(
@@ -108,6 +174,7 @@ async def _serve(args: argparse.Namespace) -> None:
             max_body_bytes=args.max_body_bytes,
             store=store,
             detached=detached,
+            expose_errors=args.expose_errors,
             push=PushSettings(
                 enabled=not args.no_push,
                 allow_hosts=tuple(args.allow_webhook_host),
@@ -139,18 +206,58 @@ async def _on_signals(shutdown: anyio.Event, scope: anyio.CancelScope) -> None:
             shutdown.set()
 
 
+def _listen_error(exc: BaseException) -> OSError | None:
+    """The socket error that stopped the server from listening, found in ``exc``'s groups."""
+    if isinstance(exc, OSError) and (
+            isinstance(exc, socket.gaierror)
+            or exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _listen_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _listen_message(exc: OSError, host: str, port: int) -> str:
+    if isinstance(exc, socket.gaierror):
+        return f"cannot listen on {host}: the name does not resolve; check --host"
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is in use; pick another with --port"
+    if exc.errno == errno.EACCES:
+        return (f"no permission to listen on port {port} of {host}; pick another with --port "
+                "(ports below 1024 need privileges)")
+    return f"cannot listen on {host}: it is not an address of this machine; check --host"
+
+
+def _run_server(func: Any, *args: Any, backend: str, host: str, port: int) -> int:
+    """``anyio.run`` a server command; a port that cannot be bound is one line and exit 2."""
+    try:
+        anyio.run(func, *args, backend=backend)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        found = _listen_error(exc)
+        if found is None:
+            raise
+        sys.stderr.write(f"error: {_listen_message(found, host, port)}\n")
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if args.command == "serve":
-        try:
-            anyio.run(_serve, args, backend=args.backend)
-        except KeyboardInterrupt:
-            return 130
-        return 0
+        # Loaded before the event loop starts: a bad --agent is one line, not a traceback.
+        agent = load_agent(args.agent)
+        return _run_server(_serve, args, agent, backend=args.backend, host=args.host,
+                           port=args.port)
     if args.command == "send":
         return run_send(args)
     if args.command == "worker":  # Redis (redis_cli.py)

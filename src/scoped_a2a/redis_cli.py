@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from .cli_help import HelpFormatter, add_log_level
 from .runtime.policy import RunPolicy
 
 log = logging.getLogger("scoped_a2a.cli")
@@ -33,30 +34,41 @@ def add_store_options(parser: argparse.ArgumentParser, *, worker: bool = False) 
                             help="the Redis the servers use")
     else:
         parser.add_argument("--store", default="memory", metavar="memory|redis://HOST:PORT/DB",
-                            help="where tasks live: in memory (default) or a shared Redis, "
-                                 "which also makes detached runs durable")
+                            help="where tasks live: in memory or in a shared Redis, which also "
+                                 "makes detached runs durable")
         parser.add_argument("--no-worker", action="store_true",
                             help="with a Redis store: do not execute queued runs in this process")
     parser.add_argument("--concurrency", type=int, default=16,
-                        help="queued runs one worker executes at a time (default 16)")
+                        help="queued runs one worker executes at a time")
     parser.add_argument("--claim-idle", type=float, default=30.0, metavar="SECONDS",
                         help="a queued run whose worker is silent this long goes to another "
-                             "worker (default 30)")
+                             "worker")
     parser.add_argument("--redis-prefix", default="scoped_a2a",
                         help="prefix of every Redis key (apps sharing one Redis differ here)")
 
 
 def add_worker_command(sub: Any) -> None:
     """The ``worker`` subcommand."""
-    w = sub.add_parser("worker", help="execute queued detached runs from a Redis store")
+    w = sub.add_parser(
+        "worker", help="execute queued detached runs from a Redis store",
+        formatter_class=HelpFormatter,
+        description="Execute the detached runs that `serve --store redis://...` queued, with "
+                    "no HTTP server.\nRun as many workers as you like against one Redis. "
+                    "SIGINT/SIGTERM: take no new runs, give\nrunning ones --grace seconds, "
+                    "then leave the rest in the queue for another worker.")
     w.add_argument("--agent", default="scoped_a2a.agents.demo:demo_agent",
-                   help="MODULE:ATTR of the agent (default: the built-in demo agent)")
-    w.add_argument("--backend", choices=["trio", "asyncio"], default="trio")
+                   help="MODULE:ATTR of the agent, an async callable (the default is the "
+                        "built-in demo agent)")
+    w.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
+                   help="the async library to run on")
     w.add_argument("--grace", type=float, default=10.0,
                    help="seconds runs get to finish on shutdown before they are left for "
-                        "another worker (default 10)")
-    w.add_argument("--max-ended-tasks", type=int, default=10_000)
-    w.add_argument("--log-level", default="INFO")
+                        "another worker")
+    w.add_argument("--max-ended-tasks", type=int, default=10_000,
+                   help="ended tasks kept in Redis (oldest evicted first)")
+    w.add_argument("--expose-errors", action="store_true",
+                   help="send the full text of an agent's exceptions to callers (development)")
+    add_log_level(w, "INFO")
     add_store_options(w, worker=True)
 
 
@@ -108,7 +120,8 @@ async def run_worker(args: argparse.Namespace, agent: Any, on_signals: OnSignals
     async with open_redis_store(
         args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
     ) as store, anyio.create_task_group() as nursery:
-        runner = Runner(agent, store, RunPolicy(), launcher=store.run_launcher())
+        runner = Runner(agent, store, RunPolicy(), launcher=store.run_launcher(),
+                        expose_errors=args.expose_errors)
         runner.attach(nursery)
         shutdown = anyio.Event()
         nursery.start_soon(on_signals, shutdown, nursery.cancel_scope)

@@ -6,14 +6,14 @@ The message is sent as a one-turn :class:`~.step.Step`. Output, as the events ar
 - ``--stream``: every event of the turn's stream, then the result;
 - ``--follow``: every event of the task's live trajectory (the agent's own tool and model calls
   included), then the result;
-- ``--out DIR``: the trajectory is also written to DIR (see :mod:`.sinks` for the layout).
+- ``--out DIR``: the trajectory is also written to DIR (see :mod:`.sinks` for the layout); a DIR
+  that already holds a step's trajectories is refused before anything is sent.
 
 Human-readable lines by default; ``--json`` prints one JSON object per line instead
 (``{"source", "position", "kind", "event"}``, the last with source ``result``).
 
-Exit status: 0 when the task completed (or needs input, or the agent replied with a message);
-1 when it failed, was canceled or rejected; 3 when the agent is unreachable or answered with an
-error.
+A task that needs input is answered by a second ``send`` with ``--task-id`` (and
+``--context-id``), which the first one prints.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
+from ..cli_help import HelpFormatter, add_log_level
 from ..protocol.errors import A2AError
 from ..protocol.types import Message, Task, TaskState
-from .client import A2AClient
+from .client import A2AClient, user_message
 from .errors import TransportError
 from .pages import LivePage, PageSink
 from .sinks import DirectorySink, MemorySink, StepSink
@@ -35,27 +36,51 @@ from .step import Step
 from .wire import StreamEvent
 
 EXIT_TASK_FAILED = 1
+EXIT_USAGE = 2
 EXIT_AGENT_ERROR = 3
+
+SEND_DESCRIPTION = """\
+Send one message to an A2A agent and print the task as it runs: by default its final state and
+reply; --stream: every event of the turn's stream; --follow: every event of the task's live
+trajectory (the agent's own tool and model calls too). --json prints JSON lines instead."""
+
+SEND_EPILOG = """\
+exit status:
+  0    the task completed, needs input, or the agent replied with a message
+  1    the task failed, was canceled or was rejected
+  2    bad command line (also: --out DIR already holds a trajectory)
+  3    the agent is unreachable or answered with an error
+  130  interrupted (Ctrl-C)
+
+A task that needs input prints its ids; answer it with
+  send URL TEXT --task-id ID --context-id CONTEXT"""
 
 
 def add_send_parser(sub: Any) -> None:
     """Add the ``send`` subcommand to the CLI's subparsers."""
     s = sub.add_parser(
         "send", help="send one message to an A2A agent and print the task as it runs",
-        description=__doc__.split("\n\n")[0] if __doc__ else None)
+        description=SEND_DESCRIPTION, epilog=SEND_EPILOG, formatter_class=HelpFormatter)
     s.add_argument("url", help="the agent's base URL (where its agent card is served)")
     s.add_argument("text", help="the message text")
     s.add_argument("--stream", action="store_true", help="print the turn's stream events live")
     s.add_argument("--follow", action="store_true",
-                   help="print the task's live trajectory (the agent's own events too)")
-    s.add_argument("--out", metavar="DIR", help="write the trajectory to DIR")
+                   help="print the task's live trajectory (the agent's own events too); "
+                        "includes what --stream prints, so the two are not combined")
+    s.add_argument("--out", metavar="DIR",
+                   help="write the trajectory to DIR, a new or empty folder")
     s.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    s.add_argument("--task-id", metavar="ID",
+                   help="continue this task (one that needs input) with the message")
+    s.add_argument("--context-id", metavar="CONTEXT",
+                   help="the conversation (context) the message belongs to")
     s.add_argument("--a2a-version", choices=["1.0", "0.3"],
                    help="protocol version to speak (default: the card's choice)")
     s.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds to wait for the agent to answer a call (default 30)")
-    s.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
-    s.add_argument("--log-level", default="WARNING")
+                   help="seconds to wait for the agent to answer a call")
+    s.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio",
+                   help="the async library to run on")
+    add_log_level(s, "WARNING")
 
 
 class _Printer:
@@ -127,19 +152,31 @@ class _PrintingSink:
 
 
 async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.stream and args.follow:
+        err.write("error: --follow already prints every stream event (and the agent's own); "
+                  "use one of --stream and --follow\n")
+        return EXIT_USAGE
     printer = _Printer(out, args.json)
-    inner: StepSink = DirectorySink(args.out) if args.out else MemorySink()
+    try:
+        inner: StepSink = DirectorySink(args.out) if args.out else MemorySink()
+    except FileExistsError as exc:
+        err.write(f"error: {exc}\n")
+        return EXIT_USAGE
     sink: StepSink = _PrintingSink(printer, inner) if args.follow else inner
     follow = bool(args.follow or args.out)
+    streamed_message = False
 
     def on_event(item: StreamEvent) -> None:
-        if args.stream and not args.follow:
+        nonlocal streamed_message
+        if args.stream:
+            streamed_message = streamed_message or item.kind == "message"
             printer.emit("stream", item.position, item.kind, msgspec.to_builtins(item.event))
 
+    message = user_message(args.text, task_id=args.task_id, context_id=args.context_id)
     try:
         client = A2AClient(args.url, version=args.a2a_version, timeout=args.timeout)
         async with client, Step(client, sink=sink, follow=follow) as step:
-            result = await step.turn(args.text, on_event=on_event)
+            result = await step.turn(message, on_event=on_event)
     except TransportError as exc:
         err.write(f"error: {exc}\n")
         return EXIT_AGENT_ERROR
@@ -150,11 +187,15 @@ async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json:
         printer.emit("result", None, kind, msgspec.to_builtins(result))
     elif isinstance(result, Message):
-        printer.emit("result", None, "message", msgspec.to_builtins(result))
+        if not streamed_message:  # --stream has printed the reply already
+            printer.emit("result", None, "message", msgspec.to_builtins(result))
     else:
         reply = _text(msgspec.to_builtins(result.status.message)) if result.status.message else ""
         out.write(f"task {result.id} {_state(result.status.state)}"
                   + (f": {reply}" if reply else "") + "\n")
+        if result.status.state.interrupted:
+            err.write(f"answer with: send {args.url} TEXT --task-id {result.id} "
+                      f"--context-id {result.context_id}\n")
     if isinstance(result, Task) and result.status.state in (
         TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED
     ):

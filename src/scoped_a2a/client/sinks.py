@@ -135,11 +135,18 @@ class DirectorySink:
     """Writes a step's trajectories under ``path`` in the layout above.
 
     :param durable: fsync each file before it appears (slower; survives a power cut).
+    :raises FileExistsError: ``path`` already holds a step's trajectories (its ``next.json``
+        exists): files are final, so a second step there could only fail to write. Use a new
+        folder for each step.
     """
 
     def __init__(self, path: str | Path, *, durable: bool = False) -> None:
         self.path = Path(path)
         self.durable = durable
+        if (self.path / "next.json").exists():
+            raise FileExistsError(
+                f"{self.path} already holds a step's trajectories ({self.path / 'next.json'} "
+                "exists); write to a new folder")
 
     async def _write(self, path: Path, value: Any) -> None:
         await write_once(path, _encode(value) + b"\n", durable=self.durable)

@@ -36,6 +36,7 @@ from ..protocol.types import (
 from ..store.base import TaskEnded, TaskStore
 from ..store.launcher import RunLauncher
 from .context import Agent, RunContext, agent_message
+from .failures import AgentError, failure_text, new_error_id
 from .policy import RunPolicy
 from .run import Run
 
@@ -61,9 +62,11 @@ class Runner:
 
     def __init__(
         self, agent: Agent, store: TaskStore, policy: RunPolicy,
-        launcher: RunLauncher | None = None,
+        launcher: RunLauncher | None = None, *, expose_errors: bool = False,
     ) -> None:
         self.agent = agent
+        self.expose_errors = expose_errors
+        """Send an agent's exception text to callers (development); else type and error id."""
         self.store = store
         self.policy = policy
         self.launcher = launcher
@@ -205,10 +208,17 @@ class Runner:
             reason = "shutdown"
         else:
             state = TaskState.FAILED
-        text = (f"Canceled: {REASON_TEXT[reason]}" if state is TaskState.CANCELED
-                else f"{type(exc).__name__}: {exc}")
+        error_id = None
+        if state is TaskState.CANCELED:
+            text = f"Canceled: {REASON_TEXT[reason]}"
+        else:  # the caller sees the type and an id, as for an agent's own failure
+            error_id = new_error_id()
+            text = failure_text(exc, error_id, expose=self.expose_errors)
+            log.warning("task %s failed before its run started (error id %s)", task.id,
+                        error_id, exc_info=exc)
         with anyio.move_on_after(RECORD_TIMEOUT, shield=True):
-            await self._record_end(Run(task.id, task.context_id, None), state, text, reason)
+            await self._record_end(Run(task.id, task.context_id, None), state, text, reason,
+                                   error_id=error_id)
         log.info("run end task=%s outcome=%s duration_ms=0.0 reason=%s (never started)",
                  task.id, state.name.lower(), reason)
 
@@ -240,6 +250,7 @@ class Runner:
         log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
         state: TaskState | None = None
         text: str | None = None
+        error_id: str | None = None
         reason = "completed"
         try:
             with run.scope:
@@ -252,8 +263,14 @@ class Runner:
                     reply = await self.agent(ctx)
                 except Exception as exc:
                     state, reason = TaskState.FAILED, "error"
-                    text = f"{type(exc).__name__}: {exc}"
-                    log.warning("agent failed on task %s", run.task_id, exc_info=True)
+                    # The caller sees the type and this id (or an AgentError's own message);
+                    # the text may hold internals, so it goes to the log only (failures.py).
+                    error_id = new_error_id()
+                    text = failure_text(exc, error_id, expose=self.expose_errors)
+                    # An AgentError is a deliberate answer, not a bug: no traceback.
+                    log.warning("agent failed on task %s (error id %s): %s", run.task_id,
+                                error_id, failure_text(exc, error_id, expose=True),
+                                exc_info=not isinstance(exc, AgentError))
                 else:
                     if reply is not None and not isinstance(reply, str):
                         state, reason = TaskState.FAILED, "error"
@@ -271,7 +288,7 @@ class Runner:
                 reason = "redeliver"
             else:
                 with anyio.move_on_after(RECORD_TIMEOUT, shield=True) as recording:
-                    await self._record_end(run, state, text, reason)
+                    await self._record_end(run, state, text, reason, error_id=error_id)
                 if recording.cancelled_caught:
                     log.error("could not record the end of task %s within %.0fs",
                               run.task_id, RECORD_TIMEOUT)
@@ -284,12 +301,17 @@ class Runner:
                 run.task_id, state.name.lower(), (time.monotonic() - run.started) * 1000, reason,
             )
 
-    async def _record_end(self, run: Run, state: TaskState, text: str | None, reason: str) -> None:
+    async def _record_end(
+        self, run: Run, state: TaskState, text: str | None, reason: str,
+        *, error_id: str | None = None,
+    ) -> None:
         msg = None
         if text is not None:
             msg = agent_message(text, task_id=run.task_id, context_id=run.context_id)
             if state is not TaskState.COMPLETED:
                 msg.metadata = {"reason": reason}
+                if error_id is not None:
+                    msg.metadata["errorId"] = error_id
         event = TaskStatusUpdateEvent(
             task_id=run.task_id,
             context_id=run.context_id,

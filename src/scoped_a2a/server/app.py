@@ -30,6 +30,7 @@ from ..protocol.method import Call, Output
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
+from ..runtime.failures import failure_text, new_error_id
 from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
@@ -73,6 +74,14 @@ class A2AApp:
     :param extended_card: card fields for ``GetExtendedAgentCard`` (absent: -32007).
     :param push: push-notification settings (:class:`~scoped_a2a.push.PushSettings`); push is
         on by default, refusing webhooks on non-public addresses unless allowed.
+    :param expose_errors: send the full text of an agent's (or a method's) exception to the
+        caller; for development. By default the caller sees the exception's type and an error
+        id that is also in the log line with the traceback; an agent's
+        :class:`~scoped_a2a.AgentError` is always sent as is.
+
+    Mounted in a host app (Starlette ``Mount("/a2a", app=...)``), it serves under the mount's
+    ASGI ``root_path`` and its card advertises that prefix; the host's lifespan must enter
+    :meth:`running`, since a host does not run a mounted app's lifespan.
     """
 
     def __init__(
@@ -90,13 +99,16 @@ class A2AApp:
         stream_write_timeout: float = 30.0,
         extended_card: Mapping[str, Any] | None = None,
         push: PushSettings | None = None,
+        expose_errors: bool = False,
     ) -> None:
         self.agent = agent
+        self.expose_errors = expose_errors
         self.policy = policy if policy is not None else RunPolicy()
         # Not ``store or ...``: an empty MemoryTaskStore has len() 0, so it is falsy.
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
         # A shared store (Redis) may queue detached runs durably instead of running them here.
-        self.runner = Runner(agent, self.store, self.policy, launcher=self.store.run_launcher())
+        self.runner = Runner(agent, self.store, self.policy, launcher=self.store.run_launcher(),
+                             expose_errors=expose_errors)
         self.grace = grace
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes
@@ -205,7 +217,7 @@ class A2AApp:
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path, method = scope.get("path", "/"), scope.get("method", "GET")
+        path, method = _route_path(scope), scope.get("method", "GET")
         if path in CARD_PATHS:
             if method not in ("GET", "HEAD"):
                 await discard_body(scope, receive)
@@ -216,11 +228,13 @@ class A2AApp:
             return
         if path not in ("/", ""):
             await discard_body(scope, receive)
-            await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at /")
+            await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at "
+                                    f"{_root_path(scope)}/")
             return
         if method != "POST":
             await discard_body(scope, receive)
-            await _plain(send, 405, "A2A JSON-RPC requests are POSTed to /")
+            await _plain(send, 405,
+                         f"A2A JSON-RPC requests are POSTed to {_root_path(scope)}/")
             return
         self.open_requests += 1
         try:
@@ -277,9 +291,13 @@ class A2AApp:
             except SlowConsumer:
                 log.warning("closed a stream whose client stopped reading (task stream %s)",
                             rpc.method)
-            except Exception:
-                log.exception("%s failed", rpc.method)
-                await out.error(A2AError("internal error; the server log has the details"))
+            except Exception as exc:
+                # The text may hold internals: the caller gets the type and an id that
+                # finds this log line (failures.py), unless the app exposes errors.
+                error_id = new_error_id()
+                log.exception("%s failed (error id %s)", rpc.method, error_id)
+                text = failure_text(exc, error_id, expose=self.expose_errors)
+                await out.error(A2AError(f"internal error: {text}"))
             else:
                 await out.finish()
             request.cancel_scope.cancel()
@@ -293,7 +311,7 @@ class A2AApp:
         if host is None:
             server = scope.get("server") or ("localhost", 80)
             host = f"{server[0]}:{server[1]}"
-        return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}/"
+        return f"{scope.get('scheme', 'http')}://{host}{_root_path(scope)}/"
 
     def _card(self, scope: Scope) -> bytes:
         url = self._base_url(scope)
@@ -351,6 +369,25 @@ class _AsgiOutput(Output):
 
 async def _plain(send: Send, status: int, text: str) -> None:
     await send_response(send, status, _encode({"error": text}))
+
+
+def _root_path(scope: Scope) -> str:
+    """The prefix the app is mounted at (ASGI ``root_path``), without a trailing slash."""
+    return str(scope.get("root_path") or "").rstrip("/")
+
+
+def _route_path(scope: Scope) -> str:
+    """The request's path relative to the mount point.
+
+    Servers and frameworks disagree on whether ``path`` includes ``root_path``: Starlette's
+    ``Mount`` (and uvicorn's ``--root-path``) keep the full path, the ASGI spec's older reading
+    strips it. A path that starts with the root path is taken as full, otherwise as relative.
+    """
+    path = str(scope.get("path") or "/")
+    root = _root_path(scope)
+    if root and (path == root or path.startswith(root + "/")):
+        path = path[len(root):]
+    return path or "/"
 
 
 def _extensions(scope: Scope) -> frozenset[str]:
