@@ -1,12 +1,18 @@
 """``serve``: run an app under hypercorn on the running AnyIO backend.
 
 Usable inside an AnyIO service's task group (``await tg.start(serve, app, ...)`` hands back the
-bound port). Shutdown is graceful and bounded: when ``shutdown`` is set, the app refuses new sends
-at once, hypercorn stops accepting and waits up to ``grace`` seconds for requests in flight, the
-app's lifespan gives runs their grace period and records the rest, and a deadline around the whole
-server makes sure this returns even where hypercorn's asyncio worker hangs in
-``Server.wait_closed()`` (Python 3.12+, hypercorn #308). Cancelling ``serve`` itself stops at once:
-runs are cancelled and recorded with reason ``shutdown``.
+bound port). Shutdown is graceful and bounded, and its order is the point: when ``shutdown`` is
+set, the app drains its runs *first*, while hypercorn still serves every connection (new sends,
+also on open keep-alive connections, get -32000; runs get ``grace`` seconds, the rest are
+cancelled with reason ``shutdown``; every waiting caller is answered with its final task). Only
+then is hypercorn told to stop: it closes the listener and idle connections, lets the answers
+finish (``ANSWER_SECONDS`` at most), and runs the lifespan shutdown, which drains push
+deliveries. Told first, hypercorn would drop busy connections when its ``graceful_timeout``
+expired, before the lifespan shutdown even started, and the callers would get no answer.
+
+A deadline around the whole server makes sure this returns even where hypercorn's asyncio worker
+hangs in ``Server.wait_closed()`` (Python 3.12+, hypercorn #308). Cancelling ``serve`` itself
+stops at once: runs are cancelled and recorded with reason ``shutdown``.
 """
 
 from __future__ import annotations
@@ -20,10 +26,18 @@ import sniffio
 from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
+from ..runtime.runner import RECORD_TIMEOUT
+
 log = logging.getLogger("scoped_a2a.serve")
 
 SHUTDOWN_SLACK = 5.0
 """Seconds beyond the grace periods before serve gives up on hypercorn and returns."""
+
+ANSWER_SECONDS = 5.0
+"""Seconds requests still open once the app's runs have ended get to finish.
+
+Callers waiting on a run are answered as soon as it records its end, within milliseconds; this
+only bounds requests that wait on something else (a stream whose client stopped reading)."""
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -45,13 +59,17 @@ async def serve(
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
 
-    :param grace: seconds for requests in flight to finish on shutdown (default: the app's
-        ``grace``, else 10).
-    :returns: after a graceful shutdown, within ``grace + drain + 5`` seconds of ``shutdown``
-        (``drain``: the app's ``drain_seconds``, runs then push deliveries; else ``grace``).
+    :param grace: seconds work in flight gets on shutdown (default: the app's ``grace``, else
+        10): an app with ``drain(grace)`` (:class:`~scoped_a2a.A2AApp`) gives it to its runs;
+        for any other ASGI app it is hypercorn's ``graceful_timeout`` for requests in flight.
+    :returns: after a graceful shutdown: for an A2AApp whose runs obey cancellation, about
+        ``grace`` seconds after ``shutdown`` (plus the push grace if deliveries are pending);
+        in any case within ``grace + RECORD_TIMEOUT + ANSWER_SECONDS + drain + 5`` seconds
+        (``drain``: the app's ``drain_seconds``, else ``grace``).
     """
     backend = sniffio.current_async_library()
     grace = grace if grace is not None else float(getattr(app, "grace", 10.0))
+    drain_runs = getattr(app, "drain", None)
     sock = _listen(host, port)
     bound_port: int = sock.getsockname()[1]
     if getattr(app, "public_url", "unset") is None:
@@ -59,8 +77,9 @@ async def serve(
         app.public_url = f"http://{shown}:{bound_port}/"
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket from here
-    config.graceful_timeout = grace
-    # The app's lifespan drain: its runs, then its push deliveries (A2AApp.drain_seconds).
+    # With an app that drains its own runs, hypercorn's wait only has to cover the answers.
+    config.graceful_timeout = ANSWER_SECONDS if drain_runs is not None else grace
+    # The app's lifespan shutdown: push deliveries (its runs have ended by then).
     drain = float(getattr(app, "drain_seconds", grace))
     config.shutdown_timeout = drain + SHUTDOWN_SLACK
     config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
@@ -71,18 +90,24 @@ async def serve(
     shutdown = shutdown or anyio.Event()
 
     async def trigger() -> None:
+        # hypercorn starts its shutdown when this returns: return only once the app's runs
+        # have ended and their callers are being answered (see the module docstring).
         await shutdown.wait()
-        begin = getattr(app, "begin_shutdown", None)
-        if begin is not None:
-            begin()
         stopping.set()
+        if drain_runs is not None:
+            await drain_runs(grace)
+        else:
+            begin = getattr(app, "begin_shutdown", None)
+            if begin is not None:
+                begin()
 
     with anyio.CancelScope() as server_scope:
         async with anyio.create_task_group() as tg:
 
             async def deadline() -> None:
                 await stopping.wait()
-                await anyio.sleep(grace + drain + SHUTDOWN_SLACK)
+                await anyio.sleep(grace + RECORD_TIMEOUT + config.graceful_timeout + drain
+                                  + SHUTDOWN_SLACK)
                 log.error("hypercorn did not shut down in time; stopping it")
                 server_scope.cancel()
 
