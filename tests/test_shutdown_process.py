@@ -79,7 +79,8 @@ class KeepAliveConnection:
         raw_head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
         lines = raw_head.decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
-        headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+        pairs = (line.partition(":") for line in lines[1:])
+        headers = {k.strip().lower(): v.strip() for k, _, v in pairs}
         length = int(headers["content-length"])
         while len(self.buffer) < length:
             self.buffer += await self.stream.receive()
