@@ -10,9 +10,12 @@ finish (``ANSWER_SECONDS`` at most), and runs the lifespan shutdown, which drain
 deliveries. Told first, hypercorn would drop busy connections when its ``graceful_timeout``
 expired, before the lifespan shutdown even started, and the callers would get no answer.
 
-A deadline around the whole server makes sure this returns even where hypercorn's asyncio worker
-hangs in ``Server.wait_closed()`` (Python 3.12+, hypercorn #308). Cancelling ``serve`` itself
-stops at once: runs are cancelled and recorded with reason ``shutdown``.
+Cancelling ``serve`` itself (the CLI's second signal) is a shutdown with no grace: runs are
+cancelled at once and recorded with reason ``shutdown``, their callers are answered, hypercorn
+gets ``STOP_NOW_SECONDS`` to stop, then the cancellation propagates. hypercorn runs shielded
+for this: cancelled, its asyncio worker fails in its own clean-up, and the dropped connections
+would count as hang-ups. A deadline around the whole server makes sure this returns even where
+hypercorn's asyncio worker hangs in ``Server.wait_closed()`` (Python 3.12+, hypercorn #308).
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ ANSWER_SECONDS = 5.0
 
 Callers waiting on a run are answered as soon as it records its end, within milliseconds; this
 only bounds requests that wait on something else (a stream whose client stopped reading)."""
+
+
+STOP_NOW_SECONDS = 2.0
+"""Seconds hypercorn gets to stop once ``serve`` is cancelled (runs end at once, callers are
+answered within milliseconds; pending push deliveries are cut off)."""
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -86,50 +94,81 @@ async def serve(
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75
 
-    stopping = anyio.Event()
+    stopping = anyio.Event()  # shutdown has begun (the deadline counts from here)
+    hurry = anyio.Event()  # serve was cancelled from outside: skip the grace periods
+    cut_grace = anyio.CancelScope()
     shutdown = shutdown or anyio.Event()
 
     async def trigger() -> None:
         # hypercorn starts its shutdown when this returns: return only once the app's runs
         # have ended and their callers are being answered (see the module docstring).
-        await shutdown.wait()
-        stopping.set()
-        if drain_runs is not None:
-            await drain_runs(grace)
-        else:
+        await stopping.wait()
+        if drain_runs is None:
             begin = getattr(app, "begin_shutdown", None)
             if begin is not None:
                 begin()
+            return
+        with cut_grace:
+            await drain_runs(grace)
+        if cut_grace.cancelled_caught:
+            # The drain's own clean-up has cancelled the runs: wait for their ends.
+            await drain_runs(0.0)
 
-    with anyio.CancelScope() as server_scope:
-        async with anyio.create_task_group() as tg:
+    def stop(*, now: bool) -> None:
+        stopping.set()
+        if now:
+            hurry.set()
+            cut_grace.cancel()
 
-            async def deadline() -> None:
-                await stopping.wait()
-                await anyio.sleep(grace + RECORD_TIMEOUT + config.graceful_timeout + drain
-                                  + SHUTDOWN_SLACK)
-                log.error("hypercorn did not shut down in time; stopping it")
-                server_scope.cancel()
+    async def on_shutdown() -> None:
+        await shutdown.wait()
+        stop(now=False)
 
-            async def hypercorn_serve() -> None:
-                # In a child task on purpose: on Python 3.11, hypercorn's asyncio worker can
-                # leave a native cancel request on the task that awaited it (its TaskGroup
-                # cancels its parent on shutdown), which anyio would then take for a cancel
-                # from outside. A child task ends with it instead.
-                if backend == "trio":
-                    import hypercorn.trio
+    async def on_cancel() -> None:
+        # hypercorn's asyncio worker cannot be cancelled cleanly (its clean-up awaits again,
+        # raises InvalidStateError, and Python 3.11 logs a CancelledError traceback per
+        # connection), and cancelling its connections would count as hang-ups. So it runs
+        # shielded, and a cancel of serve becomes a shutdown with no grace period instead.
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stop(now=True)
 
-                    await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
-                else:
-                    import hypercorn.asyncio
+    async def deadline() -> None:
+        await stopping.wait()
+        with anyio.move_on_after(grace + RECORD_TIMEOUT + config.graceful_timeout + drain
+                                 + SHUTDOWN_SLACK):
+            await hurry.wait()
+            await anyio.sleep(STOP_NOW_SECONDS)
+        log.error("hypercorn did not shut down in time; stopping it")
+        server_scope.cancel()
 
-                    await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
-                tg.cancel_scope.cancel()
+    async with anyio.create_task_group() as outside:
+        outside.start_soon(on_cancel)
+        with anyio.CancelScope(shield=True) as server_scope:
+            async with anyio.create_task_group() as tg:
 
-            tg.start_soon(deadline)
-            tg.start_soon(_announce, app, bound_port, task_status)
-            log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
-            tg.start_soon(hypercorn_serve)
+                async def hypercorn_serve() -> None:
+                    # In a child task on purpose: on Python 3.11, hypercorn's asyncio worker
+                    # can leave a native cancel request on the task that awaited it (its
+                    # TaskGroup cancels its parent on shutdown), which anyio would then take
+                    # for a cancel from outside. A child task ends with it instead.
+                    if backend == "trio":
+                        import hypercorn.trio
+
+                        await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
+                    else:
+                        import hypercorn.asyncio
+
+                        await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(on_shutdown)
+                tg.start_soon(deadline)
+                tg.start_soon(_announce, app, bound_port, task_status)
+                log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
+                tg.start_soon(hypercorn_serve)
+        outside.cancel_scope.cancel()
 
 
 async def _announce(app: Any, port: int, task_status: TaskStatus[int]) -> None:
