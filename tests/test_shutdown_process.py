@@ -253,3 +253,55 @@ async def test_runs_that_finish_within_grace_complete_normally(anyio_backend: st
     # The runs took about 1 s of the 3 s grace; the server did not wait out the rest.
     assert exited - signalled < grace, err
     assert "Traceback" not in err and "CancelledError" not in err, err
+
+
+async def test_a_second_sigint_skips_the_grace_and_still_answers(anyio_backend: str) -> None:
+    grace = 30.0
+    log = ServerLog()
+    answers: dict[str, Any] = {}
+    stream_events: list[dict[str, Any]] = []
+    async with anyio.create_task_group() as tg:
+        proc, url = await start_server(anyio_backend, grace, log, tg)
+        try:
+            async with httpx.AsyncClient(timeout=60) as client:
+
+                async def blocking() -> None:
+                    answers["blocking"] = (await client.post(
+                        url, json=send_body("slow 30"))).json()
+
+                async def streaming() -> None:
+                    async with client.stream(
+                            "POST", url, json=send_body("slow 30", "SendStreamingMessage"),
+                            headers={"A2A-Version": "1.0"}) as r:
+                        async for line in r.aiter_lines():
+                            if line.startswith("data:"):
+                                stream_events.append(json.loads(line[5:]))
+                    answers["stream"] = True
+
+                async with anyio.create_task_group() as callers:
+                    callers.start_soon(blocking)
+                    callers.start_soon(streaming)
+                    with anyio.fail_after(20):
+                        while log.text.count("run start task=") < 2:
+                            await anyio.sleep(0.02)
+                    proc.send_signal(signal.SIGINT)
+                    await log.wait_for(r"SIGINT: shutting down gracefully")
+                    proc.send_signal(signal.SIGINT)  # stop now: the grace period is skipped
+                    signalled = time.monotonic()
+            await wait_exit(proc)
+            exited = time.monotonic()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+    err = log.text
+    assert proc.returncode == 0, err
+    assert "second signal: stopping now" in err
+    result = answers["blocking"]["result"]["task"]
+    assert_canceled_by_shutdown(result)
+    final = stream_events[-1]["result"]["statusUpdate"]
+    assert final["status"]["state"] == "TASK_STATE_CANCELED", stream_events[-1]
+    assert final["metadata"] == {"reason": "shutdown"}
+    for task_id in (result["id"], final["taskId"]):
+        assert re.match(r"outcome=canceled .*reason=shutdown", log.run_end(task_id)), err
+    assert exited - signalled < 5, err  # not the 30 s grace
+    assert "Traceback" not in err and "CancelledError" not in err, err
