@@ -305,3 +305,45 @@ async def test_a_second_sigint_skips_the_grace_and_still_answers(anyio_backend: 
         assert re.match(r"outcome=canceled .*reason=shutdown", log.run_end(task_id)), err
     assert exited - signalled < 5, err  # not the 30 s grace
     assert "Traceback" not in err and "CancelledError" not in err, err
+
+
+async def test_a_client_that_never_finishes_its_request_does_not_hold_up_shutdown(
+        anyio_backend: str) -> None:
+    from scoped_a2a.runtime.runner import RECORD_TIMEOUT
+    from scoped_a2a.server.serve import ANSWER_SECONDS, SHUTDOWN_SLACK
+
+    grace = 0.5
+    log = ServerLog()
+    answers: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+        proc, url = await start_server(anyio_backend, grace, log, tg)
+        try:
+            host, port = url.split("//")[1].rstrip("/").rsplit(":", 1)
+            async with await anyio.connect_tcp(host, int(port)) as stuck, \
+                    httpx.AsyncClient(timeout=60) as client:
+                # Promises 1000 bytes of body, sends 10, then neither sends nor reads.
+                await stuck.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                                 b"\r\nContent-Length: 1000\r\n\r\n{\"jsonrpc\"")
+
+                async def blocking() -> None:
+                    answers["blocking"] = (await client.post(
+                        url, json=send_body("slow 30"))).json()
+
+                async with anyio.create_task_group() as callers:
+                    callers.start_soon(blocking)
+                    await log.wait_for(r"run start task=")
+                    proc.send_signal(signal.SIGINT)
+                    signalled = time.monotonic()
+                await wait_exit(proc)
+                exited = time.monotonic()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+    err = log.text
+    assert proc.returncode == 0, err
+    assert_canceled_by_shutdown(answers["blocking"]["result"]["task"])
+    # hypercorn closes the stuck connection ANSWER_SECONDS after the runs have ended; where its
+    # asyncio worker hangs instead (Python 3.12+, hypercorn #308), serve's deadline stops it.
+    bound = grace + RECORD_TIMEOUT + ANSWER_SECONDS + 2 * grace + SHUTDOWN_SLACK + 1
+    assert exited - signalled < bound, err
+    assert "Traceback" not in err and "CancelledError" not in err, err

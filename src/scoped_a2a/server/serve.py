@@ -20,8 +20,12 @@ hypercorn's asyncio worker hangs in ``Server.wait_closed()`` (Python 3.12+, hype
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -160,7 +164,8 @@ async def serve(
                     else:
                         import hypercorn.asyncio
 
-                        await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
+                        with _quiet_cancelled_connections():
+                            await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(on_shutdown)
@@ -169,6 +174,41 @@ async def serve(
                 log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
                 tg.start_soon(hypercorn_serve)
         outside.cancel_scope.cancel()
+
+
+class _CancelledConnectionFilter(logging.Filter):
+    """Drops Python 3.11's traceback for a connection task hypercorn cancelled on purpose.
+
+    hypercorn's asyncio worker cancels the connections still open when its graceful wait ends
+    (only a client that stopped sending or reading, once the runs have been answered). The
+    done-callback in CPython 3.11's ``asyncio/streams.py`` then calls ``task.exception()`` on
+    the cancelled task, which raises, and the loop logs "Exception in callback
+    StreamReaderProtocol.connection_made..." with a CancelledError traceback. 3.12 checks
+    ``task.cancelled()`` first. Nothing failed: only that exact record is dropped.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (
+            isinstance(exc, asyncio.CancelledError)
+            and record.getMessage().startswith(
+                "Exception in callback StreamReaderProtocol.connection_made")
+        )
+
+
+@contextmanager
+def _quiet_cancelled_connections() -> Iterator[None]:
+    """Install :class:`_CancelledConnectionFilter` on the ``asyncio`` logger (Python 3.11)."""
+    if sys.version_info >= (3, 12):
+        yield
+        return
+    target = logging.getLogger("asyncio")
+    quiet = _CancelledConnectionFilter()
+    target.addFilter(quiet)
+    try:
+        yield
+    finally:
+        target.removeFilter(quiet)
 
 
 async def _announce(app: Any, port: int, task_status: TaskStatus[int]) -> None:
