@@ -115,6 +115,9 @@ class A2AApp:
         )
         self.ready = anyio.Event()
         """Set once the server side runs (lifespan started): ``serve`` waits for it."""
+        self.lifespan_ending = anyio.Event()
+        """Set when the server has stopped serving connections and sent ``lifespan.shutdown``
+        (``serve`` watches for it: hypercorn's asyncio worker can hang before it)."""
         self.open_requests = 0
         """Requests in flight now (tests count them to prove nothing is left behind)."""
         if detached is not None:
@@ -211,6 +214,7 @@ class A2AApp:
                 started = True
                 while (await receive())["type"] != "lifespan.shutdown":
                     pass
+                self.lifespan_ending.set()
         except Exception as exc:
             log.exception("lifespan failed")
             failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"

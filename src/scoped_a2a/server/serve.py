@@ -52,6 +52,10 @@ STOP_NOW_SECONDS = 2.0
 answered within milliseconds; pending push deliveries are cut off)."""
 
 
+STALL_SECONDS = 2.0
+"""Seconds past hypercorn's graceful wait before serve takes it for hung and stops it."""
+
+
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family, backlog=1024)
@@ -100,6 +104,7 @@ async def serve(
 
     stopping = anyio.Event()  # shutdown has begun (the deadline counts from here)
     hurry = anyio.Event()  # serve was cancelled from outside: skip the grace periods
+    drained = anyio.Event()  # the app's runs have ended (hypercorn is told to stop now)
     cut_grace = anyio.CancelScope()
     shutdown = shutdown or anyio.Event()
 
@@ -111,12 +116,14 @@ async def serve(
             begin = getattr(app, "begin_shutdown", None)
             if begin is not None:
                 begin()
+            drained.set()
             return
         with cut_grace:
             await drain_runs(grace)
         if cut_grace.cancelled_caught:
             # The drain's own clean-up has cancelled the runs: wait for their ends.
             await drain_runs(0.0)
+        drained.set()
 
     def stop(*, now: bool) -> None:
         stopping.set()
@@ -139,12 +146,30 @@ async def serve(
             stop(now=True)
 
     async def deadline() -> None:
+        # Phase by phase, so a hang is caught soon after the phase it happens in.
         await stopping.wait()
-        with anyio.move_on_after(grace + RECORD_TIMEOUT + config.graceful_timeout + drain
-                                 + SHUTDOWN_SLACK):
-            await hurry.wait()
-            await anyio.sleep(STOP_NOW_SECONDS)
+        with anyio.move_on_after(grace + RECORD_TIMEOUT + SHUTDOWN_SLACK):
+            await drained.wait()  # the app's drain, bounded by itself
+        lifespan_ending = getattr(app, "lifespan_ending", None)
+        answers = config.graceful_timeout  # left to the last phase for an app that cannot tell
+        if isinstance(lifespan_ending, anyio.Event):
+            answers = 0.0
+            # hypercorn's graceful wait for the answers; its asyncio worker hangs here under
+            # Python 3.12+ while a connection stays open (Server.wait_closed, hypercorn #308).
+            with anyio.move_on_after(config.graceful_timeout + STALL_SECONDS):
+                await lifespan_ending.wait()
+            if not lifespan_ending.is_set():
+                log.error("hypercorn did not close its connections in time; stopping it")
+                server_scope.cancel()
+                return
+        await anyio.sleep(answers + drain + SHUTDOWN_SLACK)  # the lifespan has its own timeout
         log.error("hypercorn did not shut down in time; stopping it")
+        server_scope.cancel()
+
+    async def stop_now_deadline() -> None:
+        await hurry.wait()
+        await anyio.sleep(STOP_NOW_SECONDS)
+        log.error("hypercorn did not stop in time; stopping it")
         server_scope.cancel()
 
     async with anyio.create_task_group() as outside:
@@ -170,6 +195,7 @@ async def serve(
 
                 tg.start_soon(on_shutdown)
                 tg.start_soon(deadline)
+                tg.start_soon(stop_now_deadline)
                 tg.start_soon(_announce, app, bound_port, task_status)
                 log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
                 tg.start_soon(hypercorn_serve)
