@@ -80,8 +80,12 @@ async def serve(
         for any other ASGI app it is hypercorn's ``graceful_timeout`` for requests in flight.
     :returns: after a graceful shutdown: for an A2AApp whose runs obey cancellation, about
         ``grace`` seconds after ``shutdown`` (plus the push grace if deliveries are pending);
-        in any case within ``grace + RECORD_TIMEOUT + ANSWER_SECONDS + drain + 5`` seconds
-        (``drain``: the app's ``drain_seconds``, else ``grace``).
+        with a client that neither sends nor reads, ``ANSWER_SECONDS`` later (hypercorn closes
+        its connection; where hypercorn hangs instead, serve stops it ``STALL_SECONDS`` after
+        that). The deadline for each phase: the runs' drain ``grace + RECORD_TIMEOUT + 5``,
+        the answers ``ANSWER_SECONDS + STALL_SECONDS``, the lifespan ``drain + 5``
+        (``drain``: the app's ``drain_seconds``, else ``grace``). When cancelled, within
+        ``STOP_NOW_SECONDS``, then the cancellation propagates.
     """
     backend = sniffio.current_async_library()
     grace = grace if grace is not None else float(getattr(app, "grace", 10.0))
