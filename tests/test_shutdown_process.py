@@ -347,3 +347,26 @@ async def test_a_client_that_never_finishes_its_request_does_not_hold_up_shutdow
     bound = grace + ANSWER_SECONDS + STALL_SECONDS + 2
     assert exited - signalled < bound, err
     assert "Traceback" not in err and "CancelledError" not in err, err
+
+
+async def test_a_follow_up_to_a_parked_run_is_refused_once_shutdown_begins() -> None:
+    """In process: follow-ups are refused like new sends, so parked runs may end at once."""
+    from scoped_a2a import A2AApp
+    from scoped_a2a.agents.demo import demo_agent
+
+    from .helpers import rpc, served, text_message
+
+    app = A2AApp(demo_agent, grace=1.0)
+    async with served(app) as url, httpx.AsyncClient() as client:
+        asked = (await rpc(client, url, "SendMessage", {"message": text_message("ask")}))
+        task = asked["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        app.begin_shutdown()  # the drain has not cancelled the parked run yet
+        follow = await rpc(client, url, "SendMessage", {
+            "message": text_message("pineapple", taskId=task["id"])})
+        assert follow["error"]["code"] == -32000, follow
+        assert "shutting down" in follow["error"]["message"]
+    ended, _ = await app.store.get(task["id"])
+    assert ended.status.state.name == "CANCELED"
+    assert ended.status.message is not None
+    assert ended.status.message.metadata == {"reason": "shutdown"}
