@@ -223,7 +223,15 @@ class Runner:
                  task.id, state.name.lower(), reason)
 
     def resume(self, run: Run, message: Message, detach_reason: str | None) -> None:
-        """Hand a follow-up message to a run parked in ``ctx.ask``."""
+        """Hand a follow-up message to a run parked in ``ctx.ask``.
+
+        Raises ServerUnavailable while shutting down (follow-ups are refused like new sends,
+        which is why shutdown may cancel parked runs at once), UnsupportedOperation when the
+        run is not waiting for input.
+        """
+        if self.closing:
+            raise ServerUnavailable(
+                "the server is shutting down and accepts no follow-up messages")
         if not run.parked:
             raise UnsupportedOperation(
                 f"task {run.task_id!r} is working; send again once it asks for input or ends"
@@ -366,16 +374,23 @@ class Runner:
     # --- shutting down --------------------------------------------------------------------
 
     def begin_shutdown(self) -> None:
-        """Refuse new work from now on (sends get ServerUnavailable)."""
+        """Refuse new work from now on: sends and follow-ups get ServerUnavailable (-32000).
+
+        Runs already started carry on; :meth:`shutdown` ends them.
+        """
         self.closing = True
 
     async def shutdown(self, grace: float) -> None:
         """Refuse new work, give runs ``grace`` seconds, then cancel the rest.
 
-        Runs already parked in ``ctx.ask`` are cancelled at once (they wait for a person, not
-        for work to finish); a run that parks during the grace period waits it out like any
-        other and is cancelled with the rest. Every run records its end (reason ``shutdown``)
-        before this returns, or is logged as unrecorded after RECORD_TIMEOUT more seconds.
+        Runs already parked in ``ctx.ask`` are cancelled at once (they wait for a person, and
+        follow-ups are refused from now on); a run that parks during the grace period waits it
+        out like any other and is cancelled with the rest. Every run records its end (reason
+        ``shutdown``) before this returns, or is logged as unrecorded after RECORD_TIMEOUT more
+        seconds. Safe to call again: with no runs left it returns at once.
+
+        On cancellation this stops waiting at once and re-raises; the runs left keep going
+        unless the caller cancels them (``cancel_all``), as ``A2AApp.drain`` does.
         """
         self.begin_shutdown()
         for run in list(self._runs.values()):

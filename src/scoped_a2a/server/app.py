@@ -128,6 +128,9 @@ class A2AApp:
         )
         self.ready = anyio.Event()
         """Set once the server side runs (lifespan started): ``serve`` waits for it."""
+        self.lifespan_ending = anyio.Event()
+        """Set when the server has stopped serving connections and sent ``lifespan.shutdown``
+        (``serve`` watches for it: hypercorn's asyncio worker can hang before it)."""
         self.open_requests = 0
         """Requests in flight now (tests count them to prove nothing is left behind)."""
         if detached is not None:
@@ -140,9 +143,11 @@ class A2AApp:
     async def running(self) -> AsyncIterator[A2AApp]:
         """Run the app's server side for the ``async with`` body (lifespan does this for you).
 
-        Opens the server nursery unless one was passed in. On exit: new sends are refused, runs
-        get ``grace`` seconds, the rest are cancelled, and every one records how it ended. If
-        the exit is itself a cancellation, the grace period is skipped.
+        Opens the server nursery unless one was passed in. On exit: :meth:`drain` (new sends are
+        refused, runs get ``grace`` seconds, the rest are cancelled, and every one records how
+        it ended; nothing left to do if it already ran), then pending push deliveries get
+        ``push_grace`` seconds. If the exit is itself a cancellation, the grace periods are
+        skipped and the runs are recorded as ended by shutdown.
         """
         if self._detached is not None:
             # Push deliveries drain after the runs (their last states are deliveries too).
@@ -152,7 +157,7 @@ class A2AApp:
                 try:
                     yield self
                 finally:
-                    await self._drain()
+                    await self.drain()
             return
         async with (
             anyio.create_task_group() as nursery,
@@ -163,7 +168,7 @@ class A2AApp:
             try:
                 yield self
             finally:
-                await self._drain()
+                await self.drain()
 
     @property
     def push_grace(self) -> float:
@@ -173,18 +178,31 @@ class A2AApp:
 
     @property
     def drain_seconds(self) -> float:
-        """How long the lifespan's shutdown may take: runs, then push deliveries (``serve``)."""
+        """How long the app's shutdown may take: runs (:meth:`drain`), then push deliveries."""
         return self.grace + self.push_grace
 
-    async def _drain(self) -> None:
+    async def drain(self, grace: float | None = None) -> None:
+        """End every run for shutdown; return once each has recorded how it ended.
+
+        New sends (and follow-ups) are refused from the first moment with -32000. Runs parked
+        in ``ctx.ask`` are cancelled at once (they wait for a person, whose answer would be
+        refused); the others get ``grace`` seconds (default: the app's ``grace``), then are
+        cancelled with reason ``shutdown``. Every caller still waiting on a run (blocking send,
+        stream, subscription) is answered with the final task as soon as its run records its
+        end, so call this *before* your server stops serving connections: ``serve`` calls it
+        from its shutdown trigger. Calling it again (the lifespan shutdown does) returns at once.
+
+        On cancellation the grace period is cut short: the runs left are cancelled at once
+        (reason ``shutdown``) and the cancellation propagates.
+        """
         try:
-            await self.runner.shutdown(self.grace)
+            await self.runner.shutdown(self.grace if grace is None else grace)
         finally:
             # Interrupted by cancellation: still mark what is left as ended by shutdown.
             self.runner.cancel_all("shutdown")
 
     def begin_shutdown(self) -> None:
-        """Refuse new sends from now on (``serve`` calls this as soon as shutdown starts)."""
+        """Refuse new sends from now on; runs carry on (:meth:`drain` ends them)."""
         self.runner.begin_shutdown()
 
     # --- ASGI -----------------------------------------------------------------------------
@@ -209,6 +227,7 @@ class A2AApp:
                 started = True
                 while (await receive())["type"] != "lifespan.shutdown":
                     pass
+                self.lifespan_ending.set()
         except Exception as exc:
             log.exception("lifespan failed")
             failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"

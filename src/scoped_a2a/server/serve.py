@@ -1,18 +1,31 @@
 """``serve``: run an app under hypercorn on the running AnyIO backend.
 
 Usable inside an AnyIO service's task group (``await tg.start(serve, app, ...)`` hands back the
-bound port). Shutdown is graceful and bounded: when ``shutdown`` is set, the app refuses new sends
-at once, hypercorn stops accepting and waits up to ``grace`` seconds for requests in flight, the
-app's lifespan gives runs their grace period and records the rest, and a deadline around the whole
-server makes sure this returns even where hypercorn's asyncio worker hangs in
-``Server.wait_closed()`` (Python 3.12+, hypercorn #308). Cancelling ``serve`` itself stops at once:
-runs are cancelled and recorded with reason ``shutdown``.
+bound port). Shutdown is graceful and bounded, and its order is the point: when ``shutdown`` is
+set, the app drains its runs *first*, while hypercorn still serves every connection (new sends,
+also on open keep-alive connections, get -32000; runs get ``grace`` seconds, the rest are
+cancelled with reason ``shutdown``; every waiting caller is answered with its final task). Only
+then is hypercorn told to stop: it closes the listener and idle connections, lets the answers
+finish (``ANSWER_SECONDS`` at most), and runs the lifespan shutdown, which drains push
+deliveries. Told first, hypercorn would drop busy connections when its ``graceful_timeout``
+expired, before the lifespan shutdown even started, and the callers would get no answer.
+
+Cancelling ``serve`` itself (the CLI's second signal) is a shutdown with no grace: runs are
+cancelled at once and recorded with reason ``shutdown``, their callers are answered, hypercorn
+gets ``STOP_NOW_SECONDS`` to stop, then the cancellation propagates. hypercorn runs shielded
+for this: cancelled, its asyncio worker fails in its own clean-up, and the dropped connections
+would count as hang-ups. A deadline around the whole server makes sure this returns even where
+hypercorn's asyncio worker hangs in ``Server.wait_closed()`` (Python 3.12+, hypercorn #308).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -20,10 +33,27 @@ import sniffio
 from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
+from ..runtime.runner import RECORD_TIMEOUT
+
 log = logging.getLogger("scoped_a2a.serve")
 
 SHUTDOWN_SLACK = 5.0
 """Seconds beyond the grace periods before serve gives up on hypercorn and returns."""
+
+ANSWER_SECONDS = 5.0
+"""Seconds requests still open once the app's runs have ended get to finish.
+
+Callers waiting on a run are answered as soon as it records its end, within milliseconds; this
+only bounds requests that wait on something else (a stream whose client stopped reading)."""
+
+
+STOP_NOW_SECONDS = 2.0
+"""Seconds hypercorn gets to stop once ``serve`` is cancelled (runs end at once, callers are
+answered within milliseconds; pending push deliveries are cut off)."""
+
+
+STALL_SECONDS = 2.0
+"""Seconds past hypercorn's graceful wait before serve takes it for hung and stops it."""
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -45,13 +75,21 @@ async def serve(
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
 
-    :param grace: seconds for requests in flight to finish on shutdown (default: the app's
-        ``grace``, else 10).
-    :returns: after a graceful shutdown, within ``grace + drain + 5`` seconds of ``shutdown``
-        (``drain``: the app's ``drain_seconds``, runs then push deliveries; else ``grace``).
+    :param grace: seconds work in flight gets on shutdown (default: the app's ``grace``, else
+        10): an app with ``drain(grace)`` (:class:`~scoped_a2a.A2AApp`) gives it to its runs;
+        for any other ASGI app it is hypercorn's ``graceful_timeout`` for requests in flight.
+    :returns: after a graceful shutdown: for an A2AApp whose runs obey cancellation, about
+        ``grace`` seconds after ``shutdown`` (plus the push grace if deliveries are pending);
+        with a client that neither sends nor reads, ``ANSWER_SECONDS`` later (hypercorn closes
+        its connection; where hypercorn hangs instead, serve stops it ``STALL_SECONDS`` after
+        that). The deadline for each phase: the runs' drain ``grace + RECORD_TIMEOUT + 5``,
+        the answers ``ANSWER_SECONDS + STALL_SECONDS``, the lifespan ``drain + 5``
+        (``drain``: the app's ``drain_seconds``, else ``grace``). When cancelled, within
+        ``STOP_NOW_SECONDS``, then the cancellation propagates.
     """
     backend = sniffio.current_async_library()
     grace = grace if grace is not None else float(getattr(app, "grace", 10.0))
+    drain_runs = getattr(app, "drain", None)
     sock = _listen(host, port)
     bound_port: int = sock.getsockname()[1]
     if getattr(app, "public_url", "unset") is None:
@@ -59,52 +97,150 @@ async def serve(
         app.public_url = f"http://{shown}:{bound_port}/"
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket from here
-    config.graceful_timeout = grace
-    # The app's lifespan drain: its runs, then its push deliveries (A2AApp.drain_seconds).
+    # With an app that drains its own runs, hypercorn's wait only has to cover the answers.
+    config.graceful_timeout = ANSWER_SECONDS if drain_runs is not None else grace
+    # The app's lifespan shutdown: push deliveries (its runs have ended by then).
     drain = float(getattr(app, "drain_seconds", grace))
     config.shutdown_timeout = drain + SHUTDOWN_SLACK
     config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75
 
-    stopping = anyio.Event()
+    stopping = anyio.Event()  # shutdown has begun (the deadline counts from here)
+    hurry = anyio.Event()  # serve was cancelled from outside: skip the grace periods
+    drained = anyio.Event()  # the app's runs have ended (hypercorn is told to stop now)
+    cut_grace = anyio.CancelScope()
     shutdown = shutdown or anyio.Event()
 
     async def trigger() -> None:
-        await shutdown.wait()
-        begin = getattr(app, "begin_shutdown", None)
-        if begin is not None:
-            begin()
+        # hypercorn starts its shutdown when this returns: return only once the app's runs
+        # have ended and their callers are being answered (see the module docstring).
+        await stopping.wait()
+        if drain_runs is None:
+            begin = getattr(app, "begin_shutdown", None)
+            if begin is not None:
+                begin()
+            drained.set()
+            return
+        with cut_grace:
+            await drain_runs(grace)
+        if cut_grace.cancelled_caught:
+            # The drain's own clean-up has cancelled the runs: wait for their ends.
+            await drain_runs(0.0)
+        drained.set()
+
+    def stop(*, now: bool) -> None:
         stopping.set()
+        if now:
+            hurry.set()
+            cut_grace.cancel()
 
-    with anyio.CancelScope() as server_scope:
-        async with anyio.create_task_group() as tg:
+    async def on_shutdown() -> None:
+        await shutdown.wait()
+        stop(now=False)
 
-            async def deadline() -> None:
-                await stopping.wait()
-                await anyio.sleep(grace + drain + SHUTDOWN_SLACK)
-                log.error("hypercorn did not shut down in time; stopping it")
+    async def on_cancel() -> None:
+        # hypercorn's asyncio worker cannot be cancelled cleanly (its clean-up awaits again,
+        # raises InvalidStateError, and Python 3.11 logs a CancelledError traceback per
+        # connection), and cancelling its connections would count as hang-ups. So it runs
+        # shielded, and a cancel of serve becomes a shutdown with no grace period instead.
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stop(now=True)
+
+    async def deadline() -> None:
+        # Phase by phase, so a hang is caught soon after the phase it happens in.
+        await stopping.wait()
+        with anyio.move_on_after(grace + RECORD_TIMEOUT + SHUTDOWN_SLACK):
+            await drained.wait()  # the app's drain, bounded by itself
+        lifespan_ending = getattr(app, "lifespan_ending", None)
+        answers = config.graceful_timeout  # left to the last phase for an app that cannot tell
+        if isinstance(lifespan_ending, anyio.Event):
+            answers = 0.0
+            # hypercorn's graceful wait for the answers; its asyncio worker hangs here under
+            # Python 3.12+ while a connection stays open (Server.wait_closed, hypercorn #308).
+            with anyio.move_on_after(config.graceful_timeout + STALL_SECONDS):
+                await lifespan_ending.wait()
+            if not lifespan_ending.is_set():
+                log.error("hypercorn did not close its connections in time; stopping it")
                 server_scope.cancel()
+                return
+        await anyio.sleep(answers + drain + SHUTDOWN_SLACK)  # the lifespan has its own timeout
+        log.error("hypercorn did not shut down in time; stopping it")
+        server_scope.cancel()
 
-            async def hypercorn_serve() -> None:
-                # In a child task on purpose: on Python 3.11, hypercorn's asyncio worker can
-                # leave a native cancel request on the task that awaited it (its TaskGroup
-                # cancels its parent on shutdown), which anyio would then take for a cancel
-                # from outside. A child task ends with it instead.
-                if backend == "trio":
-                    import hypercorn.trio
+    async def stop_now_deadline() -> None:
+        await hurry.wait()
+        await anyio.sleep(STOP_NOW_SECONDS)
+        # Expected when push deliveries were pending (their grace is skipped), so a warning.
+        log.warning("stopping hypercorn %gs after serve was cancelled; its lifespan shutdown "
+                    "had not finished", STOP_NOW_SECONDS)
+        server_scope.cancel()
 
-                    await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
-                else:
-                    import hypercorn.asyncio
+    async with anyio.create_task_group() as outside:
+        outside.start_soon(on_cancel)
+        with anyio.CancelScope(shield=True) as server_scope:
+            async with anyio.create_task_group() as tg:
 
-                    await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
-                tg.cancel_scope.cancel()
+                async def hypercorn_serve() -> None:
+                    # In a child task on purpose: on Python 3.11, hypercorn's asyncio worker
+                    # can leave a native cancel request on the task that awaited it (its
+                    # TaskGroup cancels its parent on shutdown), which anyio would then take
+                    # for a cancel from outside. A child task ends with it instead.
+                    if backend == "trio":
+                        import hypercorn.trio
 
-            tg.start_soon(deadline)
-            tg.start_soon(_announce, app, bound_port, task_status)
-            log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
-            tg.start_soon(hypercorn_serve)
+                        await hypercorn.trio.serve(app, config, shutdown_trigger=trigger)
+                    else:
+                        import hypercorn.asyncio
+
+                        with _quiet_cancelled_connections():
+                            await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(on_shutdown)
+                tg.start_soon(deadline)
+                tg.start_soon(stop_now_deadline)
+                tg.start_soon(_announce, app, bound_port, task_status)
+                log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
+                tg.start_soon(hypercorn_serve)
+        outside.cancel_scope.cancel()
+
+
+class _CancelledConnectionFilter(logging.Filter):
+    """Drops Python 3.11's traceback for a connection task hypercorn cancelled on purpose.
+
+    hypercorn's asyncio worker cancels the connections still open when its graceful wait ends
+    (only a client that stopped sending or reading, once the runs have been answered). The
+    done-callback in CPython 3.11's ``asyncio/streams.py`` then calls ``task.exception()`` on
+    the cancelled task, which raises, and the loop logs "Exception in callback
+    StreamReaderProtocol.connection_made..." with a CancelledError traceback. 3.12 checks
+    ``task.cancelled()`` first. Nothing failed: only that exact record is dropped.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (
+            isinstance(exc, asyncio.CancelledError)
+            and record.getMessage().startswith(
+                "Exception in callback StreamReaderProtocol.connection_made")
+        )
+
+
+@contextmanager
+def _quiet_cancelled_connections() -> Iterator[None]:
+    """Install :class:`_CancelledConnectionFilter` on the ``asyncio`` logger (Python 3.11)."""
+    if sys.version_info >= (3, 12):
+        yield
+        return
+    target = logging.getLogger("asyncio")
+    quiet = _CancelledConnectionFilter()
+    target.addFilter(quiet)
+    try:
+        yield
+    finally:
+        target.removeFilter(quiet)
 
 
 async def _announce(app: Any, port: int, task_status: TaskStatus[int]) -> None:
