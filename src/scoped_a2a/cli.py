@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -22,7 +23,8 @@ from anyio.abc import TaskGroup
 
 from .client.cli_send import add_send_parser, run_send
 from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
-from .runtime.policy import RunPolicy
+from .runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS, RunPolicy
+from .store.memory import DEFAULT_MAX_ENDED_BYTES
 
 log = logging.getLogger("scoped_a2a.cli")
 
@@ -46,6 +48,26 @@ def load_agent(spec: str) -> Any:
     return obj
 
 
+_SIZE_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+
+
+def parse_size(text: str) -> int:
+    """A byte count from ``1048576``, ``64MiB``, ``1.5GiB``, ``500MB`` (K/M/G mean KiB/...)."""
+    match = _SIZE.fullmatch(text.lower())
+    if match is None or match.group(2) not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size: give bytes (1048576) or a number with a unit "
+            "(64MiB, 1GiB, 500MB)")
+    size = int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the size must be at least 1 byte")
+    return size
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m scoped_a2a", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -66,6 +88,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-body-bytes", type=int, default=8 << 20)
     s.add_argument("--max-ended-tasks", type=int, default=10_000,
                    help="ended tasks kept in memory (oldest evicted first)")
+    # Memory bounds (docs/memory.md).
+    s.add_argument("--max-ended-bytes", type=parse_size, default=DEFAULT_MAX_ENDED_BYTES,
+                   metavar="SIZE",
+                   help="bytes of ended tasks kept in memory, as encoded JSON (oldest evicted "
+                        "first); SIZE is bytes or e.g. 64MiB, 1GiB (default 256MiB)")
+    s.add_argument("--max-parked-runs", type=int, default=DEFAULT_MAX_PARKED_RUNS,
+                   metavar="N",
+                   help="runs that may wait for input (ctx.ask) at once; once reached, a run "
+                        f"that asks fails with reason parked-limit (default "
+                        f"{DEFAULT_MAX_PARKED_RUNS})")
+    s.add_argument("--input-timeout", type=float, default=DEFAULT_INPUT_TIMEOUT,
+                   metavar="SECONDS",
+                   help="how long a run waits for the answer to ctx.ask; then its task fails "
+                        f"with reason input-timeout (default {DEFAULT_INPUT_TIMEOUT:g})")
     s.add_argument("--log-level", default="INFO")
     # Push notifications (scoped_a2a.push).
     s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
@@ -94,9 +130,13 @@ async def _serve(args: argparse.Namespace) -> None:
     from .store.base import TaskStore
     from .store.memory import MemoryTaskStore
 
-    policy = RunPolicy.from_rules(
-        args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect
-    )
+    try:
+        policy = RunPolicy.from_rules(
+            args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect,
+            input_timeout=args.input_timeout, max_parked_runs=args.max_parked_runs,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"serve: {exc}") from None
     agent = load_agent(args.agent)
 
     def make_app(store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
@@ -119,7 +159,8 @@ async def _serve(args: argparse.Namespace) -> None:
     if args.store != "memory":  # Redis (redis_cli.py)
         await serve_on_redis(args, make_app, _on_signals)
         return
-    app = make_app(MemoryTaskStore(max_ended_tasks=args.max_ended_tasks))
+    app = make_app(MemoryTaskStore(max_ended_tasks=args.max_ended_tasks,
+                                   max_ended_bytes=args.max_ended_bytes))
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(_on_signals, shutdown, tg.cancel_scope)
