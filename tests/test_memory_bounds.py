@@ -7,6 +7,7 @@ server's resident memory from ``/proc/<pid>/status``.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -23,6 +24,9 @@ import httpx
 import msgspec
 import pytest
 
+from scoped_a2a import A2AApp, RunPolicy
+from scoped_a2a.agents.demo import demo_agent
+from scoped_a2a.cli import parse_size
 from scoped_a2a.protocol.errors import TaskNotFound
 from scoped_a2a.protocol.trajectory import TrajectoryEvent
 from scoped_a2a.protocol.types import (
@@ -36,7 +40,7 @@ from scoped_a2a.protocol.types import (
 )
 from scoped_a2a.store.memory import ENDED_EVENT_OVERHEAD, ENDED_TASK_OVERHEAD, MemoryTaskStore
 
-from .helpers import rpc, text_message
+from .helpers import rpc, served, text_message
 
 pytestmark = pytest.mark.anyio
 
@@ -268,3 +272,84 @@ async def test_ended_tasks_stay_within_the_byte_budget_in_a_real_server(backend:
         for task_id in ids[-5:]:
             got = await rpc(client, url, "GetTask", {"id": task_id, "historyLength": 0})
             assert got["result"]["status"]["state"] == "TASK_STATE_COMPLETED", got
+
+
+async def test_parked_runs_are_capped_and_unanswered_questions_time_out(backend: str) -> None:
+    async with (
+        server(backend, "--max-parked-runs", "2", "--input-timeout", "5") as (srv, url),
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        async def ask() -> dict[str, Any]:
+            body = await rpc(client, url, "SendMessage", {"message": text_message("ask")})
+            result: dict[str, Any] = body["result"]["task"]
+            return result
+
+        first, second = await ask(), await ask()
+        for parked in (first, second):
+            assert parked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", parked
+        # The cap is reached: the next run that asks fails at once, saying why.
+        refused = await ask()
+        assert refused["status"]["state"] == "TASK_STATE_FAILED", refused
+        message = refused["status"]["message"]
+        assert message["metadata"]["reason"] == "parked-limit"
+        assert "--max-parked-runs" in message["parts"][0]["text"]
+        # Sends that do not ask are not affected.
+        plain = await rpc(client, url, "SendMessage", {"message": text_message("hello")})
+        assert plain["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        # Answering a parked run frees its slot: the next question parks again.
+        done = await rpc(client, url, "SendMessage", {
+            "message": text_message("kiwi", taskId=first["id"])})
+        assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", done
+        third = await ask()
+        assert third["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", third
+        # Nobody answers the other two: after the input timeout they fail, one log line each.
+        for task in (second, third):
+            await srv.wait_for(rf"run end task={task['id']} outcome=failed .*"
+                               r"reason=input-timeout")
+            got = (await rpc(client, url, "GetTask", {"id": task["id"]}))["result"]
+            assert got["status"]["state"] == "TASK_STATE_FAILED"
+            assert got["status"]["message"]["metadata"]["reason"] == "input-timeout"
+            assert "--input-timeout" in got["status"]["message"]["parts"][0]["text"]
+        log = srv.log()
+    assert "Traceback" not in log, log
+    for task in (second, third, refused):
+        lines = [line for line in log.splitlines() if task["id"] in line]
+        assert len(lines) == 2, lines  # "run start" and "run end", nothing else
+
+
+async def test_cancelling_a_parked_run_frees_its_slot() -> None:
+    app = A2AApp(demo_agent, policy=RunPolicy(max_parked_runs=1))
+    async with served(app) as url, httpx.AsyncClient() as client:
+        first = await rpc(client, url, "SendMessage", {"message": text_message("ask")})
+        task_id = first["result"]["task"]["id"]
+        assert app.runner.parked == 1
+        refused = await rpc(client, url, "SendMessage", {"message": text_message("ask")})
+        assert refused["result"]["task"]["status"]["state"] == "TASK_STATE_FAILED"
+        canceled = await rpc(client, url, "CancelTask", {"id": task_id})
+        assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+        assert app.runner.parked == 0
+        again = await rpc(client, url, "SendMessage", {"message": text_message("ask")})
+        assert again["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert app.runner.parked == 1
+
+
+def test_the_policy_refuses_bounds_that_make_no_sense() -> None:
+    with pytest.raises(ValueError, match="max_parked_runs"):
+        RunPolicy(max_parked_runs=-1)
+    with pytest.raises(ValueError, match="input_timeout"):
+        RunPolicy(input_timeout=0)
+    with pytest.raises(ValueError, match="positive"):
+        MemoryTaskStore(max_ended_bytes=0)
+
+
+@pytest.mark.parametrize(("text", "size"), [
+    ("1048576", 1 << 20), ("64MiB", 64 << 20), ("1GiB", 1 << 30), ("1.5 GiB", 3 << 29),
+    ("500MB", 500_000_000), ("512k", 512 << 10), ("2m", 2 << 20)])
+def test_sizes_parse_like_an_operator_writes_them(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "MiB", "-1", "12 parsecs", "0"])
+def test_a_bad_size_says_how_to_write_one(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="size"):
+        parse_size(text)
