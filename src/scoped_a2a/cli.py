@@ -18,6 +18,7 @@ import importlib
 import inspect
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -32,7 +33,8 @@ from anyio.abc import TaskGroup
 from .cli_help import HelpFormatter, add_log_level
 from .client.cli_send import add_send_parser, run_send
 from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
-from .runtime.policy import RunPolicy
+from .runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS, RunPolicy
+from .store.memory import DEFAULT_MAX_ENDED_BYTES
 
 log = logging.getLogger("scoped_a2a.cli")
 
@@ -99,6 +101,26 @@ def _prog() -> str:
     return "scoped-a2a" if name.startswith("scoped-a2a") else "python -m scoped_a2a"
 
 
+_SIZE_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+
+
+def parse_size(text: str) -> int:
+    """A byte count from ``1048576``, ``64MiB``, ``1.5GiB``, ``500MB`` (K/M/G mean KiB/...)."""
+    match = _SIZE.fullmatch(text.lower())
+    if match is None or match.group(2) not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size: give bytes (1048576) or a number with a unit "
+            "(64MiB, 1GiB, 500MB)")
+    size = int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the size must be at least 1 byte")
+    return size
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=_prog(), formatter_class=HelpFormatter,
@@ -133,6 +155,19 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--expose-errors", action="store_true",
                    help="send the full text of an agent's exceptions to callers (development); "
                         "by default they see the type and an error id that is in the log")
+    # Memory bounds (docs/memory.md).
+    s.add_argument("--max-ended-bytes", type=parse_size, default=DEFAULT_MAX_ENDED_BYTES,
+                   metavar="SIZE",
+                   help="bytes of ended tasks kept in memory, as encoded JSON (oldest evicted "
+                        "first); SIZE is bytes or e.g. 64MiB, 1GiB")
+    s.add_argument("--max-parked-runs", type=int, default=DEFAULT_MAX_PARKED_RUNS,
+                   metavar="N",
+                   help="runs that may wait for input (ctx.ask) at once; once reached, a run "
+                        "that asks fails with reason parked-limit")
+    s.add_argument("--input-timeout", type=float, default=DEFAULT_INPUT_TIMEOUT,
+                   metavar="SECONDS",
+                   help="how long a run waits for the answer to ctx.ask; then its task fails "
+                        "with reason input-timeout")
     add_log_level(s, "INFO")
     # Push notifications (scoped_a2a.push).
     s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
@@ -161,9 +196,13 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
     from .store.base import TaskStore
     from .store.memory import MemoryTaskStore
 
-    policy = RunPolicy.from_rules(
-        args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect
-    )
+    try:
+        policy = RunPolicy.from_rules(
+            args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect,
+            input_timeout=args.input_timeout, max_parked_runs=args.max_parked_runs,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"serve: {exc}") from None
 
     def make_app(store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
         return A2AApp(
@@ -186,7 +225,8 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
     if args.store != "memory":  # Redis (redis_cli.py)
         await serve_on_redis(args, make_app, _on_signals)
         return
-    app = make_app(MemoryTaskStore(max_ended_tasks=args.max_ended_tasks))
+    app = make_app(MemoryTaskStore(max_ended_tasks=args.max_ended_tasks,
+                                   max_ended_bytes=args.max_ended_bytes))
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(_on_signals, shutdown, tg.cancel_scope)

@@ -29,6 +29,29 @@ from ..protocol.types import (
 from .run import Run
 
 
+class AskFailed(Exception):
+    """``ctx.ask`` could not get an answer; ``reason`` is recorded with the failed task.
+
+    An agent may catch it (and, say, carry on without the answer). Uncaught, the task is
+    recorded as failed with this message and ``reason``, in one log line: it is an expected
+    outcome, not a bug in the agent, so no traceback is logged.
+    """
+
+    reason = "ask-failed"
+
+
+class InputTimeout(AskFailed, TimeoutError):
+    """Nobody answered ``ctx.ask`` within the input timeout (a TimeoutError, as before)."""
+
+    reason = "input-timeout"
+
+
+class ParkedLimitReached(AskFailed):
+    """``ctx.ask`` was refused at once: the cap on runs waiting for input is reached."""
+
+    reason = "parked-limit"
+
+
 class Agent(Protocol):
     """An agent: an async callable taking a :class:`RunContext`.
 
@@ -164,12 +187,30 @@ class RunContext:
 
         The task is ``input-required`` while waiting (blocking sends and streams return to
         their callers then). The caller answers with a message carrying this task's id; that
-        message becomes ``ctx.message``. Raises TimeoutError after the policy's
-        ``input_timeout``; cancellation (CancelTask, shutdown) ends the wait at once.
+        message becomes ``ctx.message``.
+
+        Errors: :class:`ParkedLimitReached` at once, before the question is published, when as
+        many runs as the policy's ``max_parked_runs`` already wait for input;
+        :class:`InputTimeout` (a TimeoutError) when no answer came within the policy's
+        ``input_timeout``. Uncaught, either fails the task with its reason (``parked-limit``,
+        ``input-timeout``). Cancellation (CancelTask, shutdown) ends the wait at once.
         """
+        if self._run.parking_full:
+            raise ParkedLimitReached(
+                "the agent needed an answer but cannot wait for one now: the server's limit of "
+                f"{int(self._run.parked_limit)} runs waiting for input is reached (serve "
+                "--max-parked-runs); send again later"
+            )
         with self._run.parking():
             await self._emit(self._status(TaskState.INPUT_REQUIRED, text))
-            with anyio.fail_after(self._input_timeout):
-                self.message = await self._run.next_message()
+            try:
+                with anyio.fail_after(self._input_timeout):
+                    self.message = await self._run.next_message()
+            except TimeoutError:
+                raise InputTimeout(
+                    f"no answer to the agent's question within {self._input_timeout:g} s (the "
+                    "server's input timeout, serve --input-timeout); send a new message to "
+                    "start again"
+                ) from None
         await self._emit(self._status(TaskState.WORKING, None, message=self.message))
         return self.message.text

@@ -12,6 +12,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+DEFAULT_INPUT_TIMEOUT = 600.0
+"""Seconds a run waits in ``ctx.ask``: long enough for a person to answer a chat question."""
+
+DEFAULT_MAX_PARKED_RUNS = 1000
+"""Runs that may wait in ``ctx.ask`` at once. Each holds its task (messages up to the body
+limit) and its stack for up to the input timeout, with nobody waiting on it; a thousand
+conversations waiting on people at once is a busy agent, not a small one."""
+
 
 @dataclass(frozen=True, slots=True)
 class RunPolicy:
@@ -19,17 +27,34 @@ class RunPolicy:
 
     ``detach_metadata`` maps a metadata key to the values that detach a run, e.g.
     ``{"evoai_crm_event": {"inactivity_action", "new_lead"}}``; an empty value set matches any
-    value of that key. ``input_timeout`` bounds how long a run waits in ``ctx.ask``.
+    value of that key.
+
+    ``input_timeout`` bounds how long a run waits in ``ctx.ask`` (seconds; then the task fails
+    with reason ``input-timeout``). ``max_parked_runs`` caps how many runs may wait in
+    ``ctx.ask`` at once: when it is reached, a run that asks fails at once with reason
+    ``parked-limit`` (new sends are still accepted: a send cannot know whether its run will
+    ask, and most never do). Answering or cancelling a parked run frees its slot.
     """
 
     detach_metadata: Mapping[str, frozenset[str]] = field(default_factory=dict)
     cancel_on_disconnect: bool = True
-    input_timeout: float = 600.0
+    input_timeout: float = DEFAULT_INPUT_TIMEOUT
+    max_parked_runs: int = DEFAULT_MAX_PARKED_RUNS
+
+    def __post_init__(self) -> None:
+        if not self.input_timeout > 0:
+            raise ValueError(f"input_timeout must be positive seconds, not {self.input_timeout!r}")
+        if self.max_parked_runs < 0:
+            raise ValueError(
+                f"max_parked_runs must be 0 or more, not {self.max_parked_runs!r} (0: no run "
+                "may ask for input)"
+            )
 
     @classmethod
     def from_rules(
         cls, rules: Iterable[str] = (), *, cancel_on_disconnect: bool = True,
-        input_timeout: float = 600.0,
+        input_timeout: float = DEFAULT_INPUT_TIMEOUT,
+        max_parked_runs: int = DEFAULT_MAX_PARKED_RUNS,
     ) -> RunPolicy:
         """Build from CLI-style rules ``KEY=V1,V2`` (``KEY`` alone matches any value)."""
         parsed: dict[str, frozenset[str]] = {}
@@ -40,7 +65,7 @@ class RunPolicy:
                 raise ValueError(f"detach rule {rule!r} has no key (expected KEY=V1,V2)")
             vals = frozenset(v.strip() for v in values.split(",") if v.strip())
             parsed[key] = parsed.get(key, frozenset()) | vals
-        return cls(parsed, cancel_on_disconnect, input_timeout)
+        return cls(parsed, cancel_on_disconnect, input_timeout, max_parked_runs)
 
     def detach_reason(
         self,

@@ -10,6 +10,7 @@ while other subscribers keep it alive.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,17 +21,43 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ..protocol.types import Message
 
 
-class Run:
-    """Book-keeping of one run; the runner executes it. All methods are synchronous."""
+class ParkedRuns:
+    """How many of one runner's runs wait in ``ctx.ask`` now, and how many may.
 
-    def __init__(self, task_id: str, context_id: str, detach_reason: str | None) -> None:
+    A parked run holds its task, its messages and its stack for up to the input timeout while
+    nobody waits on it, so their number is capped (``RunPolicy.max_parked_runs``).
+    """
+
+    __slots__ = ("count", "limit")
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.count = 0
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.limit
+
+
+class Run:
+    """Book-keeping of one run; the runner executes it. All methods are synchronous.
+
+    ``parked_runs``: the runner's count of parked runs this run joins while it waits in
+    ``ctx.ask`` (absent: a count of its own, without limit).
+    """
+
+    def __init__(
+        self, task_id: str, context_id: str, detach_reason: str | None,
+        parked_runs: ParkedRuns | None = None,
+    ) -> None:
         self.task_id = task_id
         self.context_id = context_id
         self.detach_reason = detach_reason
         self.scope = anyio.CancelScope()
         self.done = anyio.Event()
         self.cancel_reason: str | None = None
-        self.parked = False  # waiting in ctx.ask for the caller's next message
+        self._parked = False  # waiting in ctx.ask for the caller's next message
+        self._parked_runs = parked_runs if parked_runs is not None else ParkedRuns(math.inf)
         self.started = time.monotonic()
         self._holders = 0
         self._inbox: tuple[MemoryObjectSendStream[Message], MemoryObjectReceiveStream[Message]]
@@ -43,6 +70,16 @@ class Run:
     @property
     def holders(self) -> int:
         return self._holders
+
+    @property
+    def parked(self) -> bool:
+        """True while the run waits in ``ctx.ask`` for the caller's next message."""
+        return self._parked
+
+    def _set_parked(self, parked: bool) -> None:
+        if parked != self._parked:
+            self._parked = parked
+            self._parked_runs.count += 1 if parked else -1
 
     def detach(self, reason: str) -> None:
         """Make the run detached from now on (a follow-up message asked for it)."""
@@ -83,17 +120,29 @@ class Run:
         answer arriving before the agent wakes must be refused, not silently dropped (the
         inbox hands the first straight to the waiting agent, so a second would fit too).
         """
-        self.parked = False
+        self._set_parked(False)  # the answer frees its slot among the parked runs at once
         self._inbox[0].send_nowait(message)
+
+    @property
+    def parking_full(self) -> bool:
+        """True when the runner's cap on parked runs is reached (this run may not park)."""
+        return self._parked_runs.full
+
+    @property
+    def parked_limit(self) -> float:
+        """The runner's cap on parked runs."""
+        return self._parked_runs.limit
 
     @contextmanager
     def parking(self) -> Iterator[None]:
         """Mark the run as waiting for input (``ctx.ask``) for the ``with`` body.
 
         While parked the run is not cancelled for lack of holders: nobody waits on an
-        input-required task. When the answer arrives, the usual rule applies again at once, so a
-        resuming caller that already hung up still ends an interactive run. When the wait ends
-        in an error (no answer in time) the error is the outcome, not a hang-up.
+        input-required task, and it counts against the runner's cap on parked runs (check
+        ``parking_full`` first). When the answer arrives, the usual rule applies again at once,
+        so a resuming caller that already hung up still ends an interactive run. When the wait
+        ends in an error (no answer in time) or a cancellation, the run stops counting as
+        parked and the error is the outcome, not a hang-up.
         """
         # A follow-up that arrived as an earlier ask timed out must not answer this question.
         while True:
@@ -101,11 +150,11 @@ class Run:
                 self._inbox[1].receive_nowait()
             except anyio.WouldBlock:
                 break
-        self.parked = True
+        self._set_parked(True)
         try:
             yield
         finally:
-            self.parked = False
+            self._set_parked(False)
         self._release_check()
 
     async def next_message(self) -> Message:

@@ -35,10 +35,10 @@ from ..protocol.types import (
 )
 from ..store.base import TaskEnded, TaskStore
 from ..store.launcher import RunLauncher
-from .context import Agent, RunContext, agent_message
+from .context import Agent, AskFailed, RunContext, agent_message
 from .failures import AgentError, failure_text, new_error_id
 from .policy import RunPolicy
-from .run import Run
+from .run import ParkedRuns, Run
 
 log = logging.getLogger("scoped_a2a.runs")
 
@@ -76,6 +76,7 @@ class Runner:
         self.closing = False
         self._nursery: TaskGroup | None = None
         self._runs: dict[str, Run] = {}
+        self._parked = ParkedRuns(policy.max_parked_runs)
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -89,6 +90,11 @@ class Runner:
     def active(self) -> int:
         """How many runs are executing now."""
         return len(self._runs)
+
+    @property
+    def parked(self) -> int:
+        """How many runs wait in ``ctx.ask`` now (at most ``policy.max_parked_runs``)."""
+        return self._parked.count
 
     def get(self, task_id: str) -> Run | None:
         return self._runs.get(task_id)
@@ -125,7 +131,7 @@ class Runner:
         assert self._nursery is not None  # check_accepting guarantees it
         if task.id in self._runs:
             raise UnsupportedOperation(f"task {task.id!r} is already running")
-        run = Run(task.id, task.context_id, detach_reason)
+        run = Run(task.id, task.context_id, detach_reason, self._parked)
         ctx = RunContext(
             run,
             message,
@@ -269,6 +275,10 @@ class Runner:
                     await self._append(run, ctx._status(
                         TaskState.WORKING, None, message=ctx.message if continuing else None))
                     reply = await self.agent(ctx)
+                except AskFailed as exc:
+                    # No answer to ctx.ask (timeout, or the cap on parked runs): an expected
+                    # outcome with its own reason, logged by the one "run end" line below.
+                    state, reason, text = TaskState.FAILED, exc.reason, str(exc)
                 except Exception as exc:
                     state, reason = TaskState.FAILED, "error"
                     # The caller sees the type and this id (or an AgentError's own message);
@@ -336,10 +346,13 @@ class Runner:
     # --- cancelling -----------------------------------------------------------------------
 
     async def cancel_task(self, task_id: str, *, reason: str = "CancelTask") -> Task:
-        """Cancel a task's run (or, without one, record it canceled); return the final task.
+        """Cancel a task's run (or, without one, record it canceled); return the canceled task.
 
-        Raises TaskNotFound, or TaskNotCancelable when the task is already terminal. Waits up to
-        RECORD_TIMEOUT for the run to record its end.
+        Raises TaskNotFound, or TaskNotCancelable when the task is already terminal, or when it
+        ended some other way while the cancel was on its way (a run that returns as it is
+        cancelled completes). Waits up to RECORD_TIMEOUT for the run to record its end; if it
+        has not by then, raises TaskNotCancelable. Cancelling this call leaves the run's
+        cancellation in place (it still ends and records ``canceled``).
         """
         task, _ = await self.store.get(task_id)
         if task.status.state.terminal:
@@ -362,8 +375,17 @@ class Runner:
                 # next write; this stops it at once.
                 await self.launcher.cancel_elsewhere(task_id)
         task, _ = await self.store.get(task_id)
-        if not task.status.state.terminal:
+        state = task.status.state
+        if not state.terminal:
             raise TaskNotCancelable(f"task {task_id!r} did not end after cancellation")
+        if state is not TaskState.CANCELED:
+            # The run ended on its own first (the agent returned or raised just as the cancel
+            # landed, with no checkpoint left to deliver it): terminal states never change,
+            # so the cancel did not happen and the caller must not read it as if it had.
+            raise TaskNotCancelable(
+                f"task {task_id!r} {state.name.lower()} before it could be canceled; terminal "
+                "tasks cannot be canceled (GetTask reads its outcome)"
+            )
         return task
 
     def cancel_all(self, reason: str) -> None:

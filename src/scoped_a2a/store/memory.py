@@ -1,9 +1,20 @@
 """The in-memory task store: the default, bounded in memory, one process.
 
-Bounds: at most ``max_ended_tasks`` terminal tasks are kept (oldest-ended evicted first; running
-tasks are never evicted), and each task keeps at most ``max_events_per_task`` log events (oldest
-dropped first; the snapshot still reflects every event, so only a reader resuming from before the
-retained window misses trajectory events, and streams then restart from the snapshot).
+Bounds (docs/memory.md has the figures):
+
+- Ended tasks: at most ``max_ended_tasks`` of them and about ``max_ended_bytes`` of their encoded
+  JSON, whichever binds first; the oldest-ended are evicted first. Running tasks are never
+  evicted, and neither is the most recently ended task, so one task larger than the whole budget
+  is still readable until the next task ends.
+- Each task keeps at most ``max_events_per_task`` log events (oldest dropped first; the snapshot
+  still reflects every event, so only a reader resuming from before the retained window misses
+  trajectory events, and streams then restart from the snapshot).
+
+How an ended task is kept: once a task ends nothing can change it, so its snapshot is encoded
+once and its retained log entries are kept as the encoded bytes every reader already used; the
+object trees are dropped. An ended task then costs about its encoded size (which is what the byte
+budget counts), and reads decode what they return (a fresh copy each time). A running task keeps
+its snapshot and events as objects, because streams and appends read them constantly.
 
 Waking readers: each task has one ``anyio.Event`` that is set and replaced on every append, so a
 reader holds no buffer of its own. A slow reader lags on its cursor and never slows the run or
@@ -14,12 +25,13 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, deque
+from typing import Any
 
 import anyio
 import msgspec
 
 from ..protocol.errors import InvalidParams, TaskNotFound
-from ..protocol.trajectory import LogEvent
+from ..protocol.trajectory import LogEvent, TrajectoryEvent
 from ..protocol.types import (
     ListTasksRequest,
     Task,
@@ -30,37 +42,163 @@ from ..protocol.types import (
 from .base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
 from .snapshot import apply_event
 
-_encode = msgspec.json.Encoder().encode
+_encoder = msgspec.json.Encoder()
+_decode_task = msgspec.json.Decoder(Task).decode
+
+# An ended task's log keeps one byte per event saying which type to decode it as.
+_KIND_OF: dict[type[Any], int] = {
+    TaskStatusUpdateEvent: ord("s"), TaskArtifactUpdateEvent: ord("a"), TrajectoryEvent: ord("t"),
+}
+_DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
+    ord("s"): msgspec.json.Decoder(TaskStatusUpdateEvent),
+    ord("a"): msgspec.json.Decoder(TaskArtifactUpdateEvent),
+    ord("t"): msgspec.json.Decoder(TrajectoryEvent),
+}
+
+DEFAULT_MAX_ENDED_BYTES = 256 << 20
+"""256 MiB of ended tasks by default: a few hundred large (1 MiB) conversations, or the whole
+count cap of small ones (10,000 tasks of a few KiB), while staying well inside a small
+container's memory next to the running tasks, which no cap on ended ones bounds."""
+
+COMPACT_ABOVE = 512
+"""Encoded JSON longer than this is copied into an exact-size bytes object before it is kept."""
+
+
+def _encode(obj: Any) -> bytes:
+    """``obj`` as JSON in a bytes object no larger than it needs to be.
+
+    msgspec returns its growing output buffer as the bytes object, so the allocation behind a
+    large result is up to 1.5 times its length (measured with tracemalloc: 1.5 MB behind a 1 MB
+    result); a copy holds exactly the bytes, which is what keeping thousands of them needs.
+    """
+    encoded = _encoder.encode(obj)
+    return memoryview(encoded).tobytes() if len(encoded) > COMPACT_ABOVE else encoded
+
+
+ENDED_TASK_OVERHEAD = 1024
+"""Bytes counted per ended task on top of its encoded JSON: its record, ids, index entries
+(measured with tracemalloc: ~600-900)."""
+
+ENDED_EVENT_OVERHEAD = 128
+"""Bytes counted per kept log event of an ended task on top of its JSON: the bytes object's
+header, the allocator's rounding of a small one, its slot in the tuple (measured: ~110)."""
+
+
+_NO_EVENTS: deque[LogEntry] = deque(maxlen=0)  # what an ended task has in place of its deque
 
 
 class _Record:
-    __slots__ = ("changed", "events", "last", "push", "seq", "task")
+    """One task. Running: ``task`` and ``events`` hold objects. Ended: ``frozen`` holds the
+    snapshot's JSON and ``encoded``/``kinds`` the retained log (positions ``first``..``last``)."""
+
+    __slots__ = (
+        "changed", "context_id", "encoded", "events", "first", "frozen", "kinds", "last",
+        "pins", "push", "seq", "size", "state", "task", "timestamp",
+    )
 
     def __init__(self, task: Task, seq: int) -> None:
-        self.task = task
+        self.task: Task | None = task
         self.seq = seq  # creation order, for ListTasks paging
         self.events: deque[LogEntry] = deque()
         self.last = 0
-        self.changed = anyio.Event()
+        # Created by the first waiter and dropped when set: most tasks are never waited on, and
+        # an idle event costs more than a small task's JSON (asyncio.Event keeps a deque).
+        self.changed: anyio.Event | None = None
         self.push: dict[str, TaskPushNotificationConfig] = {}
+        self.pins = 0  # readers waiting since before the task ended (see ``wait``)
+        # Filled in when the task ends (``freeze``).
+        self.frozen: bytes | None = None
+        self.encoded: tuple[bytes, ...] = ()
+        self.kinds = b""
+        self.first = 1
+        self.size = 0
+        # What ListTasks filters on, kept apart so filtering decodes nothing.
+        self.context_id = task.context_id
+        self.state = task.status.state
+        self.timestamp = task.status.timestamp
 
     def wake(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
+        if self.changed is not None:
+            self.changed.set()
+            self.changed = None
+
+    async def changes(self) -> None:
+        """Return at the next ``wake`` (an append, or the task's eviction)."""
+        if self.changed is None:
+            self.changed = anyio.Event()
+        await self.changed.wait()
+
+    def snapshot(self) -> Task:
+        """The task: the live object while running, a fresh decoded copy once ended."""
+        if self.task is not None:
+            return self.task
+        assert self.frozen is not None
+        return _decode_task(self.frozen)
+
+    def freeze(self) -> int:
+        """Drop the object trees of an ended task, keeping its JSON; return the bytes counted."""
+        assert self.task is not None
+        self.frozen = _encode(self.task)
+        self.first = self.events[0].position if self.events else self.last + 1
+        self.encoded = tuple(e.encoded for e in self.events)
+        self.kinds = bytes(_KIND_OF[type(e.event)] for e in self.events)
+        self.task = None
+        self.events = _NO_EVENTS
+        self.size = (
+            len(self.frozen) + sum(map(len, self.encoded)) + ENDED_TASK_OVERHEAD
+            + ENDED_EVENT_OVERHEAD * len(self.encoded)
+        )
+        return self.size
+
+    def entry(self, position: int) -> LogEntry:
+        """The kept log entry at ``position`` (decoded afresh if the task has ended)."""
+        if self.task is not None:
+            return self.events[position - self.events[0].position]
+        i = position - self.first
+        encoded = self.encoded[i]
+        return LogEntry(position, _DECODERS[self.kinds[i]].decode(encoded), encoded)
+
+    def entry_size(self, position: int) -> int:
+        if self.task is not None:
+            return len(self.events[position - self.events[0].position].encoded)
+        return len(self.encoded[position - self.first])
+
+    def first_kept(self) -> int:
+        if self.task is not None:
+            return self.events[0].position if self.events else self.last + 1
+        return self.first
 
 
 class MemoryTaskStore(TaskStore):
-    def __init__(self, *, max_ended_tasks: int = 10_000, max_events_per_task: int = 10_000) -> None:
-        if max_ended_tasks < 1 or max_events_per_task < 1:
+    """Tasks in this process's memory, bounded as the module says.
+
+    :param max_ended_tasks: ended tasks kept (oldest-ended evicted first).
+    :param max_ended_bytes: about how many bytes of ended tasks are kept: their encoded JSON
+        (snapshot plus kept log events) plus a small fixed overhead per task and per event.
+    :param max_events_per_task: log events kept per task, running or ended.
+    """
+
+    def __init__(
+        self, *, max_ended_tasks: int = 10_000, max_events_per_task: int = 10_000,
+        max_ended_bytes: int = DEFAULT_MAX_ENDED_BYTES,
+    ) -> None:
+        if max_ended_tasks < 1 or max_events_per_task < 1 or max_ended_bytes < 1:
             raise ValueError("store bounds must be positive")
         self.max_ended_tasks = max_ended_tasks
+        self.max_ended_bytes = max_ended_bytes
         self.max_events_per_task = max_events_per_task
         self._tasks: dict[str, _Record] = {}
         self._ended: OrderedDict[str, None] = OrderedDict()  # oldest-ended first
+        self._ended_bytes = 0
         self._seq = itertools.count(1)
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    @property
+    def ended_bytes(self) -> int:
+        """The bytes the ended tasks kept now count against ``max_ended_bytes``."""
+        return self._ended_bytes
 
     def _record(self, task_id: str) -> _Record:
         rec = self._tasks.get(task_id)
@@ -75,58 +213,88 @@ class MemoryTaskStore(TaskStore):
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         rec = self._record(task_id)
-        return rec.task, rec.last
+        return rec.snapshot(), rec.last
 
     async def append(self, task_id: str, event: LogEvent) -> int:
         rec = self._record(task_id)
-        if rec.task.status.state.terminal:
+        task = rec.task
+        if task is None or task.status.state.terminal:
             raise TaskEnded(task_id)
         # Encode first: an event JSON cannot encode is refused before it changes the snapshot
         # or takes a position (either would break every later read of the task).
         encoded = _encode(event)
-        apply_event(rec.task, event)
+        apply_event(task, event)
         rec.last += 1
         rec.events.append(LogEntry(rec.last, event, encoded))
         if len(rec.events) > self.max_events_per_task:
             rec.events.popleft()
-        if rec.task.status.state.terminal:
+        rec.state, rec.timestamp = task.status.state, task.status.timestamp
+        if task.status.state.terminal:
+            self._ended_bytes += rec.freeze()
             self._ended[task_id] = None
-            self._evict()
+            self._evict(task_id)
         rec.wake()
         return rec.last
 
-    def _evict(self) -> None:
-        while len(self._ended) > self.max_ended_tasks:
-            task_id, _ = self._ended.popitem(last=False)
-            rec = self._tasks.pop(task_id, None)
-            if rec is not None:
-                rec.wake()  # waiters re-read and learn the task is gone
+    def _evict(self, newest: str) -> None:
+        """Evict oldest-ended tasks until both caps hold again.
+
+        Skipped: ``newest`` (so a task larger than the budget can still be read once), and tasks
+        with readers that were waiting for them when they ended (a blocking send reads its own
+        task's end right after waking; evicting it in between would lose the answer). A skipped
+        task is evicted by a later pass.
+        """
+        count, size = len(self._ended), self._ended_bytes
+        if count <= self.max_ended_tasks and size <= self.max_ended_bytes:
+            return
+        victims: list[str] = []
+        for task_id in self._ended:
+            if count <= self.max_ended_tasks and size <= self.max_ended_bytes:
+                break
+            rec = self._tasks[task_id]
+            if task_id == newest or rec.pins:
+                continue
+            victims.append(task_id)
+            count -= 1
+            size -= rec.size
+        for task_id in victims:
+            del self._ended[task_id]
+            rec = self._tasks.pop(task_id)
+            self._ended_bytes -= rec.size
+            rec.wake()  # waiters re-read and learn the task is gone
 
     async def read(
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
     ) -> LogPage:
         rec = self._record(task_id)
-        events = rec.events
-        first = events[0].position if events else rec.last + 1
+        first = rec.first_kept()
         entries: list[LogEntry] = []
         if after < rec.last:
-            start = max(after + 1, first) - first
             size = 0
-            for i in range(start, len(events)):
-                entry = events[i]
-                size += len(entry.encoded)
+            for position in range(max(after + 1, first), rec.last + 1):
+                size += rec.entry_size(position)
                 # The first entry is always returned, whatever its size.
                 if entries and (len(entries) >= max_events or size > max_bytes):
                     break
-                entries.append(entry)
+                entries.append(rec.entry(position))
         nxt = entries[-1].position if entries else max(after, first - 1)
-        return LogPage(entries, nxt, nxt < rec.last, rec.task, first)
+        return LogPage(entries, nxt, nxt < rec.last, rec.snapshot(), first)
 
     async def wait(self, task_id: str, after: int) -> None:
         rec = self._record(task_id)
         if rec.last > after:
             return
-        await rec.changed.wait()
+        if rec.task is None:
+            # Ended: nothing more will be appended; this returns when the task is evicted.
+            await rec.changes()
+            return
+        # Waiting on a running task pins it once it ends, until this waiter has resumed: its
+        # next read (no checkpoint in between) must still find the task.
+        rec.pins += 1
+        try:
+            await rec.changes()
+        finally:
+            rec.pins -= 1
 
     async def list_tasks(self, request: ListTasksRequest) -> TaskPage:
         size = request.page_size or 50
@@ -140,21 +308,20 @@ class MemoryTaskStore(TaskStore):
                 raise InvalidParams("pageToken is not one this server issued") from None
         matched: list[_Record] = []
         for rec in reversed(self._tasks.values()):
-            t = rec.task
-            if request.context_id is not None and t.context_id != request.context_id:
+            if request.context_id is not None and rec.context_id != request.context_id:
                 continue
-            if request.status is not None and t.status.state != request.status:
+            if request.status is not None and rec.state != request.status:
                 continue
             if (
                 request.status_timestamp_after is not None
-                and (t.status.timestamp or "") <= request.status_timestamp_after
+                and (rec.timestamp or "") <= request.status_timestamp_after
             ):
                 continue
             matched.append(rec)
         page = [r for r in matched if before is None or r.seq < before][:size]
         more = bool(page) and matched[-1].seq < page[-1].seq
         token = str(page[-1].seq) if more else ""
-        return TaskPage([r.task for r in page], token, len(matched), size)
+        return TaskPage([r.snapshot() for r in page], token, len(matched), size)
 
     async def set_push_config(self, task_id: str, config: TaskPushNotificationConfig) -> None:
         rec = self._record(task_id)
@@ -168,4 +335,9 @@ class MemoryTaskStore(TaskStore):
         return self._record(task_id).push.pop(config_id, None) is not None
 
 
-__all__ = ["MemoryTaskStore", "TaskArtifactUpdateEvent", "TaskStatusUpdateEvent"]
+__all__ = [
+    "DEFAULT_MAX_ENDED_BYTES",
+    "MemoryTaskStore",
+    "TaskArtifactUpdateEvent",
+    "TaskStatusUpdateEvent",
+]
