@@ -23,9 +23,9 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_version
+from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_params, check_version
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
-from ..protocol.jsonrpc import error_frame, parse_request, result_frame
+from ..protocol.jsonrpc import NO_ID, error_frame, parse_request, result_frame
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
@@ -263,6 +263,10 @@ class A2AApp:
                 handler = self.methods.table.get(name)  # type: ignore[assignment]
                 if handler is None:
                     raise MethodNotFound(f"method {rpc.method!r} not found")
+            if not rpc.has_id:
+                # Not executed: the specific error about its params if there is one, else -32600.
+                check_params(rpc.method, rpc.params)
+                raise InvalidRequest(NO_ID)
         except A2AError as exc:
             await out.error(exc)
             return
@@ -300,6 +304,7 @@ class A2AApp:
         if cached is None:
             card = build_card(url, self._card_overrides, name=self._name,
                               push_notifications=self.push.enabled,
+                              cancel_on_disconnect=self.policy.cancel_on_disconnect,
                               extended=self._extended is not None)
             cached = self._card_cache[url] = _encode(card)
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
@@ -309,7 +314,8 @@ class A2AApp:
     def _extended_card(self) -> bytes:
         url = self.public_url or "/"
         card = build_card(url, {**self._card_overrides, **(self._extended or {})},
-                          name=self._name, push_notifications=self.push.enabled, extended=True)
+                          name=self._name, push_notifications=self.push.enabled,
+                          cancel_on_disconnect=self.policy.cancel_on_disconnect, extended=True)
         return _encode(card)
 
 

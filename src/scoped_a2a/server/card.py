@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..protocol.trajectory import TRAJECTORY_EXTENSION_URI
+from ..runtime.policy import ON_DISCONNECT_EXTENSION_URI, ON_DISCONNECT_KEY
 
 DEFAULT_SKILL = {
     "id": "chat",
@@ -26,10 +27,12 @@ def build_card(
     name: str = "scoped-a2a agent",
     push_notifications: bool = False,
     extended: bool = False,
+    cancel_on_disconnect: bool = True,
 ) -> dict[str, Any]:
     """The card for an agent served at ``url``; ``overrides`` replace top-level fields.
 
-    ``capabilities`` in overrides is merged (so the trajectory extension stays advertised).
+    ``capabilities`` in overrides is merged (so our extensions stay advertised).
+    ``cancel_on_disconnect``: the server's default for the on-disconnect extension.
     """
     overrides = dict(overrides or {})
     caps = {
@@ -42,7 +45,18 @@ def build_card(
                 "description": "Cursor reads of a task's live trajectory "
                 "(method scoped_a2a/trajectory/read)",
                 "required": False,
-            }
+            },
+            {
+                "uri": ON_DISCONNECT_EXTENSION_URI,
+                "description": f"Request metadata {ON_DISCONNECT_KEY!r}: \"cancel\" ends the "
+                "run when its last caller hangs up, \"continue\" lets it finish",
+                "required": False,
+                "params": {
+                    "metadataKey": ON_DISCONNECT_KEY,
+                    "values": ["cancel", "continue"],
+                    "default": "cancel" if cancel_on_disconnect else "continue",
+                },
+            },
         ],
     }
     caps.update(overrides.pop("capabilities", {}) or {})

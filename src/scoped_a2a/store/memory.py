@@ -147,7 +147,7 @@ class MemoryTaskStore(TaskStore):
                 continue
             if (
                 request.status_timestamp_after is not None
-                and (t.status.timestamp or "") <= request.status_timestamp_after
+                and (t.status.timestamp or "") < request.status_timestamp_after
             ):
                 continue
             matched.append(rec)
