@@ -45,9 +45,12 @@ from .asgi import (
 )
 from .asgi import read_body as _read_body
 from .card import build_card
-from .disconnect import watch_disconnect
-from .methods import Call, Methods, Output
-from .sse import SlowConsumer, SSEWriter
+from .dispatch import Responder, run_method
+from .dispatch import extensions as _extensions
+from .dispatch import last_event_id as _last_event_id
+from .methods import Call, Methods
+from .rest import RestBinding, is_rest_path
+from .sse import SSEWriter
 
 log = logging.getLogger("scoped_a2a.server")
 
@@ -72,6 +75,8 @@ class A2AApp:
     :param extended_card: card fields for ``GetExtendedAgentCard`` (absent: -32007).
     :param push: push-notification settings (:class:`~scoped_a2a.push.PushSettings`); push is
         on by default, refusing webhooks on non-public addresses unless allowed.
+    :param preferred_binding: ``"JSONRPC"`` (default) or ``"HTTP+JSON"``: the 1.0 interface the
+        card lists first. Both are always served (HTTP+JSON routes: docs/rest.md).
     """
 
     def __init__(
@@ -89,7 +94,11 @@ class A2AApp:
         stream_write_timeout: float = 30.0,
         extended_card: Mapping[str, Any] | None = None,
         push: PushSettings | None = None,
+        preferred_binding: str = "JSONRPC",
     ) -> None:
+        if preferred_binding not in ("JSONRPC", "HTTP+JSON"):
+            raise ValueError("preferred_binding must be 'JSONRPC' or 'HTTP+JSON'")
+        self.preferred_binding = preferred_binding
         self.agent = agent
         self.policy = policy if policy is not None else RunPolicy()
         # Not ``store or ...``: an empty MemoryTaskStore has len() 0, so it is falsy.
@@ -113,6 +122,9 @@ class A2AApp:
             extended_card=self._extended_card if self._extended is not None else None,
             push=self.push,
         )
+        self.rest = RestBinding(self.methods, max_body_bytes=max_body_bytes,
+                                write_timeout=stream_write_timeout)
+        """The HTTP+JSON binding (:mod:`.rest`) over the same method table."""
         self.ready = anyio.Event()
         """Set once the server side runs (lifespan started): ``serve`` waits for it."""
         self.open_requests = 0
@@ -213,6 +225,13 @@ class A2AApp:
                 await send_response(send, 200, self._card(scope),
                                     headers=[(b"cache-control", b"max-age=60")])
             return
+        if is_rest_path(path):
+            self.open_requests += 1
+            try:
+                await self.rest(scope, receive, send, path)
+            finally:
+                self.open_requests -= 1
+            return
         if path not in ("/", ""):
             await discard_body(scope, receive)
             await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at /")
@@ -271,21 +290,7 @@ class A2AApp:
             await out.error(exc)
             return
         call = Call(dialect, rpc, _extensions(scope), _last_event_id(scope))
-        async with anyio.create_task_group() as request:
-            request.start_soon(watch_disconnect, receive, request.cancel_scope)
-            try:
-                await handler(call, out)
-            except A2AError as exc:
-                await out.error(exc)
-            except SlowConsumer:
-                log.warning("closed a stream whose client stopped reading (task stream %s)",
-                            rpc.method)
-            except Exception:
-                log.exception("%s failed", rpc.method)
-                await out.error(A2AError("internal error; the server log has the details"))
-            else:
-                await out.finish()
-            request.cancel_scope.cancel()
+        await run_method(handler, call, out, receive, rpc.method)
 
     # --- cards ----------------------------------------------------------------------------
 
@@ -305,7 +310,8 @@ class A2AApp:
             card = build_card(url, self._card_overrides, name=self._name,
                               push_notifications=self.push.enabled,
                               cancel_on_disconnect=self.policy.cancel_on_disconnect,
-                              extended=self._extended is not None)
+                              extended=self._extended is not None,
+                              preferred_binding=self.preferred_binding)
             cached = self._card_cache[url] = _encode(card)
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
                 self._card_cache.clear()
@@ -315,11 +321,12 @@ class A2AApp:
         url = self.public_url or "/"
         card = build_card(url, {**self._card_overrides, **(self._extended or {})},
                           name=self._name, push_notifications=self.push.enabled,
-                          cancel_on_disconnect=self.policy.cancel_on_disconnect, extended=True)
+                          cancel_on_disconnect=self.policy.cancel_on_disconnect, extended=True,
+                          preferred_binding=self.preferred_binding)
         return _encode(card)
 
 
-class _AsgiOutput(Output):
+class _AsgiOutput(Responder):
     """Writes a method's answer: one JSON response, or an SSE stream started lazily."""
 
     def __init__(self, send: Send, id_json: bytes, v1: bool, write_timeout: float) -> None:
@@ -356,18 +363,6 @@ class _AsgiOutput(Output):
 
 async def _plain(send: Send, status: int, text: str) -> None:
     await send_response(send, status, _encode({"error": text}))
-
-
-def _extensions(scope: Scope) -> frozenset[str]:
-    raw = header(scope, b"a2a-extensions") or header(scope, b"x-a2a-extensions") or ""
-    return frozenset(x.strip() for x in raw.split(",") if x.strip())
-
-
-def _last_event_id(scope: Scope) -> int | None:
-    raw = header(scope, b"last-event-id")
-    if raw is None or not raw.strip().isdigit():
-        return None
-    return int(raw.strip())
 
 
 def _query_version(scope: Scope) -> str | None:
