@@ -96,7 +96,7 @@ class Send(Scenario):
                 bench.fail(f"{label} c={c}: {errors} wrong answers")
             rps = len(latencies) / window
             p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
-            role = "subject" if rest else None
+            role = "control" if rest else None  # listed beside the subject, not in ratios
             bench.record(row, system.server, f"rps_c{c}", rps, "req/s", role=role)
             bench.record(row, system.server, f"p50_c{c}", p50, "ms", role=role)
             bench.record(row, system.server, f"p99_c{c}", p99, "ms", role=role)
