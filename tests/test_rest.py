@@ -279,3 +279,29 @@ async def test_a2a_client_over_rest() -> None:
     ) as client:
         with pytest.raises(VersionNotSupported):
             await client.send("hi")
+
+
+async def test_an_error_after_the_stream_started_is_one_error_event_then_the_end() -> None:
+    """The REST stream's late error: ``event: error`` with the error body (what the a2a-sdk
+    REST client reads), then the body ends; our client raises it as the A2A error."""
+    from scoped_a2a.client.rest import unwrap_rest_event
+    from scoped_a2a.client.sse import SSEDecoder
+    from scoped_a2a.server.rest import _RestOutput
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    out = _RestOutput(send, write_timeout=5)
+    await out.event(b'{"task":{"id":"t"}}', 0)
+    await out.error(TaskNotFound("task 't' was evicted"))
+    await out.finish()  # a second end is a no-op
+    assert sent[0]["status"] == 200
+    body = b"".join(m.get("body", b"") for m in sent[1:])
+    assert [m.get("more_body") for m in sent[1:]] == [True, True, False]
+    events = SSEDecoder().feed(body)
+    assert [(e.event, e.id) for e in events] == [("message", "0"), ("error", None)]
+    assert unwrap_rest_event(events[0]) == b'{"task":{"id":"t"}}'
+    with pytest.raises(TaskNotFound, match="evicted"):
+        unwrap_rest_event(events[1])

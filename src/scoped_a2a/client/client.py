@@ -1,4 +1,5 @@
-"""``A2AClient``: call one A2A agent over JSON-RPC, in 1.0 or (when its card offers only that) 0.3.
+"""``A2AClient``: call one A2A agent over JSON-RPC (1.0, or 0.3 when its card offers only that)
+or over HTTP+JSON (1.0; when the card lists it first, or ``transport="rest"``).
 
 Works under asyncio and trio (httpx over AnyIO). The client reads the agent card on first use and
 picks the interface and version from it (see :mod:`.card`); every method then speaks that
