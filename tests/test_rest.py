@@ -8,6 +8,7 @@ What every method does is the same as over JSON-RPC: tests/test_bindings.py prov
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -34,7 +35,7 @@ def send_body(text: str, **extra: Any) -> dict[str, Any]:
 
 def assert_error(r: httpx.Response, status: int, reason: str, grpc: str) -> dict[str, Any]:
     assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/json"
+    assert r.headers["content-type"] == "application/a2a+json"
     err: dict[str, Any] = r.json()["error"]
     assert err["code"] == status and err["status"] == grpc and err["message"]
     [info] = err["details"]
@@ -116,7 +117,11 @@ async def test_error_statuses_and_body() -> None:
 async def test_query_names_delete_answer_and_extended_card() -> None:
     app = A2AApp(demo_agent, extended_card={"description": "the extended card"})
     async with served(app) as url, httpx.AsyncClient(base_url=url, headers=V1) as http:
-        done = (await http.post("/message:send", json=send_body("hi"))).json()["task"]
+        # The spec's media type is accepted on requests and used on answers.
+        r = await http.post("/message:send", content=json.dumps(send_body("hi")),
+                            headers={"content-type": "application/a2a+json"})
+        assert r.headers["content-type"] == "application/a2a+json"
+        done = r.json()["task"]
         # Proto field names work in the query too; unknown parameters are ignored.
         r = await http.get(f"/tasks/{done['id']}", params={"history_length": 1, "x": "y"})
         assert [m["role"] for m in r.json()["history"]] == ["ROLE_AGENT"]

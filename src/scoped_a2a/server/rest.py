@@ -64,6 +64,11 @@ from .sse import SSEWriter
 REST_PREFIXES = ("/message:", "/tasks", "/extendedAgentCard")
 """Paths that belong to the REST binding (everything else stays with JSON-RPC and the card)."""
 
+MEDIA_TYPE = b"application/a2a+json"
+"""The media type of REST answers (the spec's; a2a-sdk answers it too)."""
+JSON_TYPES = ("application/json", "application/a2a+json")
+"""Request bodies may be either."""
+
 _encode = msgspec.json.Encoder().encode
 _SEG = r"([^/:]+)"
 
@@ -198,17 +203,17 @@ class RestBinding:
                 err: A2AError = MethodNotFound(
                     f"{verb} is not allowed on {path}; use {' or '.join(sorted(set(found)))}")
                 allow = ", ".join(sorted(set(found))).encode()
-                await send_response(send, 405, rest_error_body(err, http_status=405),
+                await _respond(send, 405, rest_error_body(err, http_status=405),
                                     headers=[(b"allow", allow)])
             else:
                 err = MethodNotFound(f"no A2A HTTP+JSON route {verb} {path}")
-                await send_response(send, 404, rest_error_body(err))
+                await _respond(send, 404, rest_error_body(err))
             return
         segments = tuple(str(s) for s in found)
         try:
             body = await self._body(scope, receive, route)
         except _Answered as answered:
-            await send_response(send, answered.status, answered.body,
+            await _respond(send, answered.status, answered.body,
                                 headers=answered.headers)
             return
         except ClientGone:
@@ -217,12 +222,12 @@ class RestBinding:
             _check_version(scope)
             params = self._params(scope, route, segments, body)
         except A2AError as exc:
-            await send_response(send, rest_status(exc), rest_error_body(exc))
+            await _respond(send, rest_status(exc), rest_error_body(exc))
             return
         handler = self.methods.table.get(route.method)
         if handler is None:  # not in the table: a method this server was built without
             err = MethodNotFound(f"{route.method} is not served by this agent")
-            await send_response(send, 404, rest_error_body(err))
+            await _respond(send, 404, rest_error_body(err))
             return
         call = Call(V10_DIALECT, RpcRequest(b"null", route.method, params),
                     extensions(scope), last_event_id(scope))
@@ -234,10 +239,11 @@ class RestBinding:
             await discard_body(scope, receive)
             return b""
         ctype = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
-        if ctype not in ("application/json", "") or (route.body == "required" and not ctype):
+        if (ctype and ctype not in JSON_TYPES) or (route.body == "required" and not ctype):
             await discard_body(scope, receive)
             err = ContentTypeNotSupported(
-                f"Content-Type must be application/json, not {ctype or 'absent'!r}")
+                f"Content-Type must be application/json or application/a2a+json, not "
+                f"{ctype or 'absent'!r}")
             raise _Answered(415, rest_error_body(err, http_status=415))
         try:
             return await read_body(scope, receive, self.max_body_bytes)
@@ -262,6 +268,11 @@ class RestBinding:
                                        route.method))
         params.update(zip(route.path_keys, segments, strict=True))
         return msgspec.Raw(_encode(params))
+
+
+async def _respond(send: Send, status: int, body: bytes,
+                   headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send_response(send, status, body, content_type=MEDIA_TYPE, headers=headers or ())
 
 
 class _Answered(Exception):
@@ -290,7 +301,7 @@ class _RestOutput(Responder):
     async def result(self, result: bytes) -> None:
         self._done = True
         # DeleteTaskPushNotificationConfig's JSON-RPC result is null; REST answers ``{}``.
-        await send_response(self._send, 200, b"{}" if result == b"null" else result)
+        await _respond(self._send, 200, b"{}" if result == b"null" else result)
 
     async def event(self, result: bytes, event_id: int | None) -> None:
         await self._sse.event(result, event_id)
@@ -304,7 +315,7 @@ class _RestOutput(Responder):
             await self.finish()
         elif not self._done:
             self._done = True
-            await send_response(self._send, rest_status(exc), rest_error_body(exc))
+            await _respond(self._send, rest_status(exc), rest_error_body(exc))
 
     async def finish(self) -> None:
         if self._sse.started and not self._done:
