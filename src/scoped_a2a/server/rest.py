@@ -204,7 +204,7 @@ class RestBinding:
                     f"{verb} is not allowed on {path}; use {' or '.join(sorted(set(found)))}")
                 allow = ", ".join(sorted(set(found))).encode()
                 await _respond(send, 405, rest_error_body(err, http_status=405),
-                                    headers=[(b"allow", allow)])
+                               headers=[(b"allow", allow)])
             else:
                 err = MethodNotFound(f"no A2A HTTP+JSON route {verb} {path}")
                 await _respond(send, 404, rest_error_body(err))
@@ -213,8 +213,7 @@ class RestBinding:
         try:
             body = await self._body(scope, receive, route)
         except _Answered as answered:
-            await _respond(send, answered.status, answered.body,
-                                headers=answered.headers)
+            await _respond(send, answered.status, answered.body, headers=answered.headers)
             return
         except ClientGone:
             return
