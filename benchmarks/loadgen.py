@@ -74,12 +74,18 @@ class RequestTemplate:
 
     def __init__(self, port: int, method: str, text: str, *, stream: bool = False,
                  metadata: dict[str, Any] | None = None, return_immediately: bool = False,
-                 context_id: str | None = None):
+                 context_id: str | None = None, rest: bool = False):
+        """``rest``: the HTTP+JSON binding (the params alone POSTed to ``/message:send`` or
+        ``/message:stream``) instead of a JSON-RPC call to ``/``."""
         marker = "#" * self.WIDTH
-        body = rpc_body(method, message_params(text, message_id=f"m-{marker}", metadata=metadata,
-                                               return_immediately=return_immediately,
-                                               context_id=context_id))
-        raw = http_request(port, body, stream=stream)
+        params = message_params(text, message_id=f"m-{marker}", metadata=metadata,
+                                return_immediately=return_immediately, context_id=context_id)
+        if rest:
+            body = json.dumps(params, separators=(",", ":")).encode()
+            path = "/message:stream" if stream else "/message:send"
+        else:
+            body, path = rpc_body(method, params), "/"
+        raw = http_request(port, body, stream=stream, path=path)
         self._head, _, self._tail = raw.partition(marker.encode())
 
     def make(self, i: int) -> bytes:

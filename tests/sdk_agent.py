@@ -1,7 +1,7 @@
 """An agent served by the official a2a-sdk (1.0 and 0.3 on one URL), for interop tests.
 
 Run as a script in a subprocess (the SDK server runs under uvicorn, not hypercorn's trio
-worker): ``python tests/sdk_agent.py --port N [--only-v03-card]``. By the user's text:
+worker): ``python tests/sdk_agent.py --port N [--only-v03-card] [--rest]``. By the user's text:
 
 - ``msg ...``: replies with a direct message (no task);
 - ``slow ...``: a task: working, three artifact chunks 0.1 s apart, completed;
@@ -22,7 +22,11 @@ from a2a.helpers import new_task_from_user_message, new_text_message, new_text_p
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.server.tasks import (
     BasePushNotificationSender,
     InMemoryPushNotificationConfigStore,
@@ -66,10 +70,13 @@ class Executor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
-def build_app(port: int, only_v03: bool) -> Starlette:
+def build_app(port: int, only_v03: bool, rest: bool = False) -> Starlette:
     url = f"http://127.0.0.1:{port}/"
     interfaces = [] if only_v03 else [
         AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")]
+    if rest:  # HTTP+JSON first: a client that follows the card's order picks it
+        interfaces.insert(0, AgentInterface(url=url, protocol_binding="HTTP+JSON",
+                                            protocol_version="1.0"))
     interfaces.append(AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"))
     card = AgentCard(
         name="sdk-agent", description="a2a-sdk interop peer", version="1.0.0",
@@ -86,6 +93,8 @@ def build_app(port: int, only_v03: bool) -> Starlette:
     )
     routes = create_agent_card_routes(card) + create_jsonrpc_routes(
         handler, rpc_url="/", enable_v0_3_compat=True)
+    if rest:
+        routes += create_rest_routes(handler)
     return Starlette(routes=routes)
 
 
@@ -93,6 +102,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--only-v03-card", action="store_true")
+    ap.add_argument("--rest", action="store_true", help="also serve the HTTP+JSON routes")
     args = ap.parse_args()
-    uvicorn.run(build_app(args.port, args.only_v03_card), host="127.0.0.1", port=args.port,
-                log_level="warning")
+    uvicorn.run(build_app(args.port, args.only_v03_card, args.rest), host="127.0.0.1",
+                port=args.port, log_level="warning")

@@ -85,7 +85,8 @@ async def sdk_peer(url: str, proto: str) -> AsyncIterator[Peer]:
     async with httpx.AsyncClient() as h:
         card = await A2ACardResolver(h, url).get_agent_card()
     assert card.capabilities.streaming
-    keep = [i for i in card.supported_interfaces if i.protocol_version == proto]
+    keep = [i for i in card.supported_interfaces
+            if i.protocol_version == proto and i.protocol_binding == "JSONRPC"]
     assert len(keep) == 1 and keep[0].url == url
     del card.supported_interfaces[:]
     card.supported_interfaces.extend(keep)

@@ -17,6 +17,8 @@ from ..loadgen import Loop, RequestTemplate, connect, connect_many
 from ..systems import BARE, SCOPED, SDK, ServerProcess, System
 
 CONCURRENCY = (1, 64)
+REST_ROW = "scoped-a2a HTTP+JSON"
+"""The row name of scoped-a2a's REST binding (same server process as its JSON-RPC row)."""
 MARK = b"TASK_STATE_COMPLETED"
 
 
@@ -42,7 +44,9 @@ class Send(Scenario):
         Metric("generator_cpu_c64", "generator CPU c=64", "cores", None, False, "{:.2f}"),
     )
     notes = ("fasta2a is left out: it answers SendMessage with a submitted task before its agent "
-             "runs, so there is no blocking send to time (scenario 2 times its streams).")
+             "runs, so there is no blocking send to time (scenario 2 times its streams). "
+             f"'{REST_ROW}' is the same scoped-a2a server answering POST /message:send "
+             "(the HTTP+JSON binding) instead of a JSON-RPC SendMessage.")
 
     def systems(self) -> list[System]:
         return [*BARE, *SCOPED, *SDK]
@@ -50,14 +54,22 @@ class Send(Scenario):
     async def run(self, bench: Bench) -> None:
         async with bench.servers(self.systems()) as running:
             for system, proc in running.items():
-                await self.measure(bench, system, proc)
+                await self.run_one(bench, system, proc)
 
-    async def measure(self, bench: Bench, system: System, proc: ServerProcess) -> None:
-        template = RequestTemplate(proc.port, "SendMessage", "echo hello")
+    async def run_one(self, bench: Bench, system: System, proc: ServerProcess) -> None:
+        await self.measure(bench, system, proc)
+        if system.kind == "scoped":  # the HTTP+JSON binding of the same server, beside it
+            await self.measure(bench, system, proc, rest=True)
+
+    async def measure(self, bench: Bench, system: System, proc: ServerProcess, *,
+                      rest: bool = False) -> None:
+        template = RequestTemplate(proc.port, "SendMessage", "echo hello", rest=rest)
+        label = f"{REST_ROW} / {system.server}" if rest else system.label
+        row: System | str = REST_ROW if rest else system
         async with await connect(proc.port) as probe:
             status, body = await probe.request(template.make(0))
         if not check(status, body):
-            bench.fail(f"{system.label} answered {status}: {body[:300]!r}")
+            bench.fail(f"{label} answered {status}: {body[:300]!r}")
             return
         sizes = bench.sizes
         for c in CONCURRENCY:
@@ -78,19 +90,20 @@ class Send(Scenario):
             latencies = [x for lp in loops for x in lp.latencies]
             errors = sum(lp.errors for lp in loops)
             if not latencies:
-                bench.fail(f"{system.label} c={c}: no answer completed")
+                bench.fail(f"{label} c={c}: no answer completed")
                 continue
             if errors:
-                bench.fail(f"{system.label} c={c}: {errors} wrong answers")
+                bench.fail(f"{label} c={c}: {errors} wrong answers")
             rps = len(latencies) / window
             p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
-            bench.record(system, None, f"rps_c{c}", rps, "req/s")
-            bench.record(system, None, f"p50_c{c}", p50, "ms")
-            bench.record(system, None, f"p99_c{c}", p99, "ms")
+            role = "control" if rest else None  # listed beside the subject, not in ratios
+            bench.record(row, system.server, f"rps_c{c}", rps, "req/s", role=role)
+            bench.record(row, system.server, f"p50_c{c}", p50, "ms", role=role)
+            bench.record(row, system.server, f"p99_c{c}", p99, "ms", role=role)
             if c == 64:
-                bench.record(system, None, "server_cpu_c64", srv, "cores")
-                bench.record(system, None, "generator_cpu_c64", gen, "cores")
-            bench.progress(f"{system.label:32} c={c:<3} {rps:7.0f} req/s  p50 {p50:6.2f} ms  "
+                bench.record(row, system.server, "server_cpu_c64", srv, "cores", role=role)
+                bench.record(row, system.server, "generator_cpu_c64", gen, "cores", role=role)
+            bench.progress(f"{label:32} c={c:<3} {rps:7.0f} req/s  p50 {p50:6.2f} ms  "
                            f"p99 {p99:6.2f} ms  server CPU {srv:.2f}  generator CPU {gen:.2f}")
 
 

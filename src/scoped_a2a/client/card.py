@@ -118,3 +118,35 @@ def select_interface(card: AgentCard, *, want: str | None = None) -> tuple[str, 
         f"the agent card offers no JSON-RPC interface in {' or '.join(order)} "
         f"(offered: {', '.join(offered)})"
     )
+
+
+REST_BINDING = "HTTP+JSON"
+
+
+def select_binding(card: AgentCard, *, transport: str | None = None,
+                   want: str | None = None) -> tuple[str, str | None]:
+    """Which binding to call: ``("jsonrpc", None)`` or ``("rest", url)``.
+
+    ``transport`` forces one (``"jsonrpc"`` or ``"rest"``); otherwise the card's order decides:
+    the first 1.0 interface it lists in a binding this client speaks. REST is 1.0 only, so a
+    forced ``want="0.3"`` means JSON-RPC. Raises VersionNotSupported when ``"rest"`` is forced
+    and the card offers no HTTP+JSON 1.0 interface.
+    """
+    rest_url: str | None = None
+    first: str | None = None
+    for iface in card.supported_interfaces or ():
+        binding = iface.protocol_binding.upper()
+        mm = _major_minor(iface.protocol_version)
+        if mm is not None and mm[0] < 1:
+            continue
+        if binding == REST_BINDING and rest_url is None:
+            rest_url = iface.url
+        if first is None and binding in ("JSONRPC", REST_BINDING):
+            first = binding
+    if transport == "rest" or (transport is None and want != "0.3" and first == REST_BINDING):
+        if rest_url is None:
+            raise VersionNotSupported("the agent card offers no HTTP+JSON (REST) 1.0 interface")
+        if want == "0.3":
+            raise VersionNotSupported("the HTTP+JSON binding is served in 1.0 only")
+        return "rest", rest_url
+    return "jsonrpc", None

@@ -1,4 +1,5 @@
-"""``A2AClient``: call one A2A agent over JSON-RPC, in 1.0 or (when its card offers only that) 0.3.
+"""``A2AClient``: call one A2A agent over JSON-RPC (1.0, or 0.3 when its card offers only that)
+or over HTTP+JSON (1.0; when the card lists it first, or ``transport="rest"``).
 
 Works under asyncio and trio (httpx over AnyIO). The client reads the agent card on first use and
 picks the interface and version from it (see :mod:`.card`); every method then speaks that
@@ -25,7 +26,7 @@ import anyio
 import httpx
 import msgspec
 
-from ..protocol.errors import InvalidAgentResponse, UnsupportedOperation
+from ..protocol.errors import InvalidAgentResponse, UnsupportedOperation, VersionNotSupported
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD, TrajectoryRead
 from ..protocol.types import (
     ListTasksRequest,
@@ -38,8 +39,9 @@ from ..protocol.types import (
     Task,
     TaskState,
 )
-from .card import AgentCard, decode_card, select_interface
+from .card import AgentCard, decode_card, select_binding, select_interface
 from .pages import LivePage, WirePage
+from .rest import RestTransport
 from .rpc import RpcTransport, raise_for_http, transport_error
 from .streams import EventStream
 from .wire import CODECS, Codec
@@ -79,6 +81,8 @@ class A2AClient:
     :param timeout: seconds for one call (the headers of a stream); None for no deadline.
     :param stream_idle_timeout: seconds a stream may stay silent before it fails.
     :param extensions: extension URIs to activate on every call (``A2A-Extensions``).
+    :param transport: ``"jsonrpc"`` or ``"rest"`` (HTTP+JSON, 1.0) to force a binding; by
+        default the card's order decides (the first 1.0 interface it lists).
     """
 
     def __init__(
@@ -93,9 +97,13 @@ class A2AClient:
         stream_idle_timeout: float | None = None,
         extensions: Sequence[str] = (),
         headers: Mapping[str, str] | None = None,
+        transport: str | None = None,
     ) -> None:
         if version not in (None, "1.0", "0.3"):
             raise ValueError("version must be '1.0', '0.3' or None")
+        if transport not in (None, "jsonrpc", "rest"):
+            raise ValueError("transport must be 'jsonrpc', 'rest' or None")
+        self._binding = transport
         self.url = url
         self._owns_http = http is None
         self.http = http if http is not None else httpx.AsyncClient(timeout=None)
@@ -106,7 +114,7 @@ class A2AClient:
         self.stream_idle_timeout = stream_idle_timeout
         self._extensions = tuple(extensions)
         self._headers = dict(headers or {})
-        self._transport: RpcTransport | None = None
+        self._transport: RpcTransport | RestTransport | None = None
         self._codec: Codec | None = None
 
     async def __aenter__(self) -> A2AClient:
@@ -146,16 +154,44 @@ class A2AClient:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidAgentResponse(f"the agent card at {where} is invalid: {exc}") from None
 
-    async def _rpc(self) -> tuple[RpcTransport, Codec]:
+    async def _rpc(self) -> tuple[RpcTransport | RestTransport, Codec]:
         if self._transport is None or self._codec is None:
             card = await self.card()
-            url, version = select_interface(card, want=self._want)
-            self._codec = CODECS[version]
-            self._transport = RpcTransport(
-                self.http, self._rpc_url or url, version, timeout=self.timeout,
-                extensions=self._extensions, headers=self._headers,
-            )
+            binding, rest_url = select_binding(card, transport=self._binding, want=self._want)
+            rpc: RpcTransport | None = None
+            try:
+                url, version = select_interface(card, want=self._want)
+            except VersionNotSupported:
+                if binding != "rest":
+                    raise
+            else:
+                rpc = RpcTransport(
+                    self.http, self._rpc_url or url, version, timeout=self.timeout,
+                    extensions=self._extensions, headers=self._headers,
+                )
+            if binding == "rest" and rest_url is not None:
+                self._codec = CODECS["1.0"]
+                # JSON-RPC stays the way to methods REST has no route for (trajectory reads).
+                self._transport = RestTransport(
+                    self.http, rest_url, timeout=self.timeout, extensions=self._extensions,
+                    headers=self._headers,
+                    fallback=rpc if rpc is not None and rpc.version == "1.0" else None,
+                )
+            else:
+                assert rpc is not None
+                self._codec = CODECS[rpc.version]
+                self._transport = rpc
         return self._transport, self._codec
+
+    async def binding(self) -> str:
+        """The binding this client calls the agent over: ``"jsonrpc"`` or ``"rest"``."""
+        return "rest" if isinstance((await self._rpc())[0], RestTransport) else "jsonrpc"
+
+    def _events(self, response: httpx.Response, transport: RpcTransport | RestTransport,
+                codec: Codec) -> EventStream:
+        unwrap = transport.unwrap if isinstance(transport, RestTransport) else None
+        return EventStream(response, codec, idle_timeout=self.stream_idle_timeout,
+                           unwrap=unwrap)
 
     async def version(self) -> str:
         """The protocol version this client speaks to the agent (``"1.0"`` or ``"0.3"``)."""
@@ -210,7 +246,7 @@ class A2AClient:
         async with transport.stream(
             codec.stream_method, codec.send_params(req), extensions=extensions
         ) as response:
-            events = EventStream(response, codec, idle_timeout=self.stream_idle_timeout)
+            events = self._events(response, transport, codec)
             try:
                 yield events
             finally:
@@ -228,7 +264,7 @@ class A2AClient:
             codec.subscribe_method, codec.id_params(task_id), last_event_id=last_event_id,
             extensions=extensions,
         ) as response:
-            events = EventStream(response, codec, idle_timeout=self.stream_idle_timeout)
+            events = self._events(response, transport, codec)
             try:
                 yield events
             finally:

@@ -13,7 +13,7 @@ that opened it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 import httpx
@@ -31,13 +31,21 @@ def _position(event_id: str | None) -> int | None:
     return int(event_id.strip())
 
 
+def _jsonrpc_result(sse: SSEEvent) -> bytes:
+    return decode_answer(sse.data)
+
+
 class EventStream:
     """Async iterator of :class:`StreamEvent` over one open stream response."""
 
     def __init__(
-        self, response: httpx.Response, codec: Codec, *, idle_timeout: float | None = None
+        self, response: httpx.Response, codec: Codec, *, idle_timeout: float | None = None,
+        unwrap: Callable[[SSEEvent], bytes] | None = None,
     ) -> None:
+        """``unwrap`` turns one SSE event into its result JSON, raising its error; the default
+        reads a JSON-RPC response (the HTTP+JSON binding passes its own)."""
         self._response = response
+        self._unwrap = unwrap or _jsonrpc_result
         self._codec = codec
         self._idle_timeout = idle_timeout
         self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
@@ -101,7 +109,7 @@ class EventStream:
 
     def _convert(self, sse: SSEEvent) -> list[StreamEvent | A2AError]:
         try:
-            result = decode_answer(sse.data)
+            result = self._unwrap(sse)
             payload = self._codec.stream_result(result)
         except A2AError as exc:
             return [exc]

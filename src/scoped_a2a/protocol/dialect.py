@@ -18,12 +18,15 @@ from .jsonrpc import decode_params
 from .trajectory import LogEvent, TrajectoryEvent
 from .types import (
     CancelTaskRequest,
+    GetExtendedAgentCardRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
     TaskArtifactUpdateEvent,
+    TaskPushConfigRequest,
     TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
@@ -46,6 +49,45 @@ V03_NAMES = {
     "GetExtendedAgentCard": "agent/getAuthenticatedExtendedCard",
 }
 FROM_V03 = {v: k for k, v in V03_NAMES.items()}
+
+# The params type of each method, under the name the caller used (1.0 and 0.3).
+PARAM_TYPES: dict[str, type[Any]] = {
+    "SendMessage": SendMessageRequest,
+    "SendStreamingMessage": SendMessageRequest,
+    "GetTask": GetTaskRequest,
+    "ListTasks": ListTasksRequest,
+    "CancelTask": CancelTaskRequest,
+    "SubscribeToTask": SubscribeToTaskRequest,
+    "CreateTaskPushNotificationConfig": TaskPushNotificationConfig,
+    "GetTaskPushNotificationConfig": TaskPushConfigRequest,
+    "ListTaskPushNotificationConfigs": TaskPushConfigRequest,
+    "DeleteTaskPushNotificationConfig": TaskPushConfigRequest,
+    "GetExtendedAgentCard": GetExtendedAgentCardRequest,
+    "message/send": v03.MessageSendParams03,
+    "message/stream": v03.MessageSendParams03,
+    "tasks/get": v03.TaskQueryParams03,
+    "tasks/cancel": v03.TaskIdParams03,
+    "tasks/resubscribe": v03.TaskIdParams03,
+    "tasks/pushNotificationConfig/set": v03.TaskPushConfig03,
+    "tasks/pushNotificationConfig/get": v03.GetPushConfigParams03,
+    "tasks/pushNotificationConfig/list": v03.TaskIdParams03,
+    "tasks/pushNotificationConfig/delete": v03.DeletePushConfigParams03,
+}
+OPTIONAL_PARAMS = frozenset(
+    {"ListTasks", "GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"})
+"""Methods whose params may be left out."""
+
+
+def check_params(method: str, raw: msgspec.Raw | None) -> None:
+    """Raise InvalidParams (-32602) when ``raw`` does not decode as ``method``'s params.
+
+    Only decodes; nothing is done. Used where a request cannot be executed but its params
+    should still be judged (a request without an ``id``).
+    """
+    type_ = PARAM_TYPES.get(method)
+    if type_ is None or (raw is None and method in OPTIONAL_PARAMS):
+        return
+    decode_params(raw, type_)
 
 
 def check_version(header: str | None) -> None:

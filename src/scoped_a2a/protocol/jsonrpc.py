@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from .errors import A2AError, InvalidParams, InvalidRequest, ParseError
+from .protojson import decode_with_proto_names
 
 T = TypeVar("T")
 
@@ -31,6 +32,10 @@ class RpcRequest(msgspec.Struct):
     id_json: bytes  # the id, encoded, ready to splice into the answer
     method: str
     params: msgspec.Raw | None
+    has_id: bool = True
+    """False for a request object without an ``id`` (a JSON-RPC notification in form). A2A has
+    no notifications: the app answers such a request with an error whose ``id`` is null, the
+    specific one (-32601, -32602) where there is one, else -32600."""
 
 
 def _id_json(value: Any) -> bytes:
@@ -72,21 +77,28 @@ def _parse_request(body: bytes) -> RpcRequest:
     id_json = _id_json(env.id)
     if env.jsonrpc != "2.0":
         err = InvalidRequest('"jsonrpc" must be "2.0"')
-    elif env.id is msgspec.UNSET or env.id is None:
-        err = InvalidRequest('A2A requests need an "id" (a string or a number)')
-    else:
-        params = None if env.params is msgspec.UNSET else env.params
-        return RpcRequest(id_json, env.method, params)
-    err.id_json = id_json  # type: ignore[attr-defined]
-    raise err
+        err.id_json = id_json  # type: ignore[attr-defined]
+        raise err
+    params = None if env.params is msgspec.UNSET else env.params
+    has_id = env.id is not msgspec.UNSET and env.id is not None
+    return RpcRequest(id_json, env.method, params, has_id)
+
+
+NO_ID = 'A2A has no notifications: give the request an "id" (a string or a number)'
+"""The -32600 message for a request without an id whose method and params are fine."""
 
 
 def decode_params(params: msgspec.Raw | None, type_: type[T]) -> T:
-    """Decode and validate a method's params; InvalidParams names the offending field."""
+    """Decode and validate a method's params; InvalidParams names the offending field.
+
+    Field names may be the JSON names (``taskId``) or the proto names (``task_id``), as ProtoJSON
+    parsers accept both (:mod:`.protojson`).
+    """
     if params is None or bytes(params).strip() == b"null":
         raise InvalidParams("this method needs params (a JSON object)")
     try:
-        return msgspec.json.decode(params, type=type_)
+        decoded: T = decode_with_proto_names(bytes(params), type_)
+        return decoded
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidParams(f"invalid params: {exc}") from None
     except RecursionError:

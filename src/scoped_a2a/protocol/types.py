@@ -197,7 +197,10 @@ class ListTasksRequest(Wire):
     tenant: str | None = None
 
 
-class ListTasksResponse(Wire):
+class ListTasksResponse(Wire, omit_defaults=False):
+    """Every field is written, defaults included: the proto marks all four REQUIRED (an empty
+    ``nextPageToken`` says this is the last page)."""
+
     tasks: list[Task]
     next_page_token: str = ""
     page_size: int = 0
@@ -235,3 +238,25 @@ def utc_timestamp() -> str:
 
     now = datetime.datetime.now(datetime.UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def normalize_timestamp(text: str, *, field: str) -> str:
+    """An RFC 3339 timestamp (ProtoJSON's form) rewritten as :func:`utc_timestamp` writes them.
+
+    A timestamp without an offset is taken as UTC. Raises InvalidParams naming ``field`` for
+    anything else.
+    """
+    import datetime
+
+    from .errors import InvalidParams
+
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidParams(
+            f"{field} must be an RFC 3339 timestamp such as 2026-01-31T12:00:00Z, not {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    when = when.astimezone(datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol.errors import InvalidParams
+
 DEFAULT_INPUT_TIMEOUT = 600.0
 """Seconds a run waits in ``ctx.ask``: long enough for a person to answer a chat question."""
 
@@ -74,7 +76,14 @@ class RunPolicy:
         message_metadata: Mapping[str, Any] | None,
         request_metadata: Mapping[str, Any] | None,
     ) -> str | None:
-        """Why a new run is detached, or None when it is interactive."""
+        """Why a new run is detached, or None when it is interactive.
+
+        In order: the caller does not wait (``returnImmediately``); a server rule matches the
+        metadata (events that must finish whatever their caller asks); the caller's
+        ``onDisconnect`` choice (:data:`ON_DISCONNECT_KEY`, the on-disconnect extension);
+        the server's default. Raises InvalidParams for an ``onDisconnect`` value other than
+        ``"cancel"`` or ``"continue"``.
+        """
         if return_immediately:
             return "return-immediately"
         for meta in (message_metadata, request_metadata):
@@ -83,6 +92,35 @@ class RunPolicy:
             for key, values in self.detach_metadata.items():
                 if key in meta and (not values or str(meta[key]) in values):
                     return f"rule {key}={meta[key]}"
+        choice = on_disconnect_choice(request_metadata, message_metadata)
+        if choice is not None:
+            return "on-disconnect continue" if choice == "continue" else None
         if not self.cancel_on_disconnect:
             return "cancel-on-disconnect off"
         return None
+
+
+ON_DISCONNECT_EXTENSION_URI = "https://github.com/scoped-a2a/scoped-a2a/ext/on-disconnect/v1"
+"""The on-disconnect extension: a caller chooses per request what its hang-up does."""
+
+ON_DISCONNECT_KEY = "onDisconnect"
+"""The request (or message) metadata key of the on-disconnect extension."""
+
+ON_DISCONNECT_VALUES = ("cancel", "continue")
+
+
+def on_disconnect_choice(*metadata: Mapping[str, Any] | None) -> str | None:
+    """The first ``onDisconnect`` value in ``metadata`` (None when absent).
+
+    Raises InvalidParams for a value that is not ``"cancel"`` or ``"continue"``.
+    """
+    for meta in metadata:
+        if meta and ON_DISCONNECT_KEY in meta:
+            value = meta[ON_DISCONNECT_KEY]
+            if value not in ON_DISCONNECT_VALUES:
+                raise InvalidParams(
+                    f'metadata.{ON_DISCONNECT_KEY} must be "cancel" or "continue", '
+                    f"not {value!r}"
+                )
+            return str(value)
+    return None

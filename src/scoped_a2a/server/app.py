@@ -23,14 +23,13 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_version
+from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_params, check_version
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
-from ..protocol.jsonrpc import error_frame, parse_request, result_frame
-from ..protocol.method import Call, Output
+from ..protocol.jsonrpc import NO_ID, error_frame, parse_request, result_frame
+from ..protocol.method import Call
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
-from ..runtime.failures import failure_text, new_error_id
 from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
@@ -47,9 +46,12 @@ from .asgi import (
 )
 from .asgi import read_body as _read_body
 from .card import build_card
-from .disconnect import watch_disconnect
+from .dispatch import Responder, run_method
+from .dispatch import extensions as _extensions
+from .dispatch import last_event_id as _last_event_id
 from .methods import Methods
-from .sse import SlowConsumer, SSEWriter
+from .rest import RestBinding, is_rest_path
+from .sse import SSEWriter
 
 log = logging.getLogger("scoped_a2a.server")
 
@@ -82,6 +84,8 @@ class A2AApp:
     Mounted in a host app (Starlette ``Mount("/a2a", app=...)``), it serves under the mount's
     ASGI ``root_path`` and its card advertises that prefix; the host's lifespan must enter
     :meth:`running`, since a host does not run a mounted app's lifespan.
+    :param preferred_binding: ``"JSONRPC"`` (default) or ``"HTTP+JSON"``: the 1.0 interface the
+        card lists first. Both are always served (HTTP+JSON routes: docs/rest.md).
     """
 
     def __init__(
@@ -100,7 +104,11 @@ class A2AApp:
         extended_card: Mapping[str, Any] | None = None,
         push: PushSettings | None = None,
         expose_errors: bool = False,
+        preferred_binding: str = "JSONRPC",
     ) -> None:
+        if preferred_binding not in ("JSONRPC", "HTTP+JSON"):
+            raise ValueError("preferred_binding must be 'JSONRPC' or 'HTTP+JSON'")
+        self.preferred_binding = preferred_binding
         self.agent = agent
         self.expose_errors = expose_errors
         self.policy = policy if policy is not None else RunPolicy()
@@ -126,6 +134,9 @@ class A2AApp:
             extended_card=self._extended_card if self._extended is not None else None,
             push=self.push,
         )
+        self.rest = RestBinding(self.methods, max_body_bytes=max_body_bytes,
+                                write_timeout=stream_write_timeout, expose_errors=expose_errors)
+        """The HTTP+JSON binding (:mod:`.rest`) over the same method table."""
         self.ready = anyio.Event()
         """Set once the server side runs (lifespan started): ``serve`` waits for it."""
         self.lifespan_ending = anyio.Event()
@@ -245,6 +256,13 @@ class A2AApp:
                 await send_response(send, 200, self._card(scope),
                                     headers=[(b"cache-control", b"max-age=60")])
             return
+        if is_rest_path(path):
+            self.open_requests += 1
+            try:
+                await self.rest(scope, receive, send, path)
+            finally:
+                self.open_requests -= 1
+            return
         if path not in ("/", ""):
             await discard_body(scope, receive)
             await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at "
@@ -297,29 +315,16 @@ class A2AApp:
                 handler = self.methods.table.get(name)  # type: ignore[assignment]
                 if handler is None:
                     raise MethodNotFound(f"method {rpc.method!r} not found")
+            if not rpc.has_id:
+                # Not executed: the specific error about its params if there is one, else -32600.
+                check_params(rpc.method, rpc.params)
+                raise InvalidRequest(NO_ID)
         except A2AError as exc:
             await out.error(exc)
             return
         call = Call(dialect, rpc, _extensions(scope), _last_event_id(scope))
-        async with anyio.create_task_group() as request:
-            request.start_soon(watch_disconnect, receive, request.cancel_scope)
-            try:
-                await handler(call, out)
-            except A2AError as exc:
-                await out.error(exc)
-            except SlowConsumer:
-                log.warning("closed a stream whose client stopped reading (task stream %s)",
-                            rpc.method)
-            except Exception as exc:
-                # The text may hold internals: the caller gets the type and an id that
-                # finds this log line (failures.py), unless the app exposes errors.
-                error_id = new_error_id()
-                log.exception("%s failed (error id %s)", rpc.method, error_id)
-                text = failure_text(exc, error_id, expose=self.expose_errors)
-                await out.error(A2AError(f"internal error: {text}"))
-            else:
-                await out.finish()
-            request.cancel_scope.cancel()
+        await run_method(handler, call, out, receive, rpc.method,
+                         expose_errors=self.expose_errors)
 
     # --- cards ----------------------------------------------------------------------------
 
@@ -338,7 +343,9 @@ class A2AApp:
         if cached is None:
             card = build_card(url, self._card_overrides, name=self._name,
                               push_notifications=self.push.enabled,
-                              extended=self._extended is not None)
+                              cancel_on_disconnect=self.policy.cancel_on_disconnect,
+                              extended=self._extended is not None,
+                              preferred_binding=self.preferred_binding)
             cached = self._card_cache[url] = _encode(card)
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
                 self._card_cache.clear()
@@ -347,11 +354,13 @@ class A2AApp:
     def _extended_card(self) -> bytes:
         url = self.public_url or "/"
         card = build_card(url, {**self._card_overrides, **(self._extended or {})},
-                          name=self._name, push_notifications=self.push.enabled, extended=True)
+                          name=self._name, push_notifications=self.push.enabled,
+                          cancel_on_disconnect=self.policy.cancel_on_disconnect, extended=True,
+                          preferred_binding=self.preferred_binding)
         return _encode(card)
 
 
-class _AsgiOutput(Output):
+class _AsgiOutput(Responder):
     """Writes a method's answer: one JSON response, or an SSE stream started lazily."""
 
     def __init__(self, send: Send, id_json: bytes, v1: bool, write_timeout: float) -> None:
@@ -407,18 +416,6 @@ def _route_path(scope: Scope) -> str:
     if root and (path == root or path.startswith(root + "/")):
         path = path[len(root):]
     return path or "/"
-
-
-def _extensions(scope: Scope) -> frozenset[str]:
-    raw = header(scope, b"a2a-extensions") or header(scope, b"x-a2a-extensions") or ""
-    return frozenset(x.strip() for x in raw.split(",") if x.strip())
-
-
-def _last_event_id(scope: Scope) -> int | None:
-    raw = header(scope, b"last-event-id")
-    if raw is None or not raw.strip().isdigit():
-        return None
-    return int(raw.strip())
 
 
 def _query_version(scope: Scope) -> str | None:

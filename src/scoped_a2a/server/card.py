@@ -1,6 +1,7 @@
 """The agent card: one JSON document that 1.0 and 0.3 clients both read (no I/O).
 
-1.0 clients read ``supportedInterfaces`` (a 1.0 and a 0.3 JSON-RPC interface on the same URL);
+1.0 clients read ``supportedInterfaces`` (1.0 JSON-RPC, 1.0 HTTP+JSON and 0.3 JSON-RPC, all on the
+same base URL; the preferred 1.0 binding first);
 0.3 clients read the legacy top-level ``url``, ``preferredTransport`` and ``protocolVersion``.
 """
 
@@ -10,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..protocol.trajectory import TRAJECTORY_EXTENSION_URI
+from ..runtime.policy import ON_DISCONNECT_EXTENSION_URI, ON_DISCONNECT_KEY
 
 DEFAULT_SKILL = {
     "id": "chat",
@@ -26,11 +28,22 @@ def build_card(
     name: str = "scoped-a2a agent",
     push_notifications: bool = False,
     extended: bool = False,
+    cancel_on_disconnect: bool = True,
+    preferred_binding: str = "JSONRPC",
 ) -> dict[str, Any]:
     """The card for an agent served at ``url``; ``overrides`` replace top-level fields.
 
-    ``capabilities`` in overrides is merged (so the trajectory extension stays advertised).
+    ``capabilities`` in overrides is merged (so our extensions stay advertised).
+    ``cancel_on_disconnect``: the server's default for the on-disconnect extension.
+    ``preferred_binding``: ``"JSONRPC"`` or ``"HTTP+JSON"``, listed first (clients that take
+    the first interface they speak use it).
     """
+    one_oh = [
+        {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+    ]
+    if preferred_binding == "HTTP+JSON":
+        one_oh.reverse()
     overrides = dict(overrides or {})
     caps = {
         "streaming": True,
@@ -42,7 +55,18 @@ def build_card(
                 "description": "Cursor reads of a task's live trajectory "
                 "(method scoped_a2a/trajectory/read)",
                 "required": False,
-            }
+            },
+            {
+                "uri": ON_DISCONNECT_EXTENSION_URI,
+                "description": f"Request metadata {ON_DISCONNECT_KEY!r}: \"cancel\" ends the "
+                "run when its last caller hangs up, \"continue\" lets it finish",
+                "required": False,
+                "params": {
+                    "metadataKey": ON_DISCONNECT_KEY,
+                    "values": ["cancel", "continue"],
+                    "default": "cancel" if cancel_on_disconnect else "continue",
+                },
+            },
         ],
     }
     caps.update(overrides.pop("capabilities", {}) or {})
@@ -51,7 +75,7 @@ def build_card(
         "description": "An A2A agent served by scoped-a2a.",
         "version": "0.1.0",
         "supportedInterfaces": [
-            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            *one_oh,
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         ],
         "capabilities": caps,

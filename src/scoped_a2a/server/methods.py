@@ -42,6 +42,7 @@ from ..protocol.types import (
     TaskPushNotificationConfig,
     TaskState,
     TaskStatus,
+    normalize_timestamp,
     utc_timestamp,
 )
 from ..push.rpc import PushRpc
@@ -52,6 +53,9 @@ from ..runtime.tail import tail
 from ..store.base import LogPage, TaskStore
 
 _encode = msgspec.json.Encoder().encode
+
+MAX_PAGE_SIZE = 100
+"""The largest ListTasks ``pageSize`` (the 1.0 proto's maximum)."""
 
 BEGIN_DEADLINE = 30.0
 """Seconds the shielded set-up of a send may take (a backstop: its awaits have their own)."""
@@ -267,6 +271,7 @@ class Methods:
             if call.rpc.params is None
             else decode_params(call.rpc.params, ListTasksRequest)
         )
+        check_list_request(req)
         page = await self.store.list_tasks(req)
         tasks = [
             trim(t, req.history_length, artifacts=req.include_artifacts) for t in page.tasks
@@ -332,6 +337,21 @@ class Methods:
             _encode(TrajectoryPage(state=page.task.status.state, events=events,
                                    next=page.next, has_more=page.has_more))
         )
+
+
+def check_list_request(req: ListTasksRequest) -> None:
+    """Refuse ListTasks params the 1.0 proto rules out, before any store is asked (-32602).
+
+    Normalizes ``statusTimestampAfter`` in place to the stored timestamps' own form (UTC,
+    milliseconds, ``Z``), so every store can compare the two as strings.
+    """
+    if req.page_size is not None and not 1 <= req.page_size <= MAX_PAGE_SIZE:
+        raise InvalidParams(f"pageSize must be between 1 and {MAX_PAGE_SIZE}")
+    if req.history_length is not None and req.history_length < 0:
+        raise InvalidParams("historyLength must not be negative")
+    if req.status_timestamp_after is not None:
+        req.status_timestamp_after = normalize_timestamp(
+            req.status_timestamp_after, field="statusTimestampAfter")
 
 
 class _no_hold:

@@ -314,7 +314,7 @@ class MemoryTaskStore(TaskStore):
                 continue
             if (
                 request.status_timestamp_after is not None
-                and (rec.timestamp or "") <= request.status_timestamp_after
+                and (rec.timestamp or "") < request.status_timestamp_after
             ):
                 continue
             matched.append(rec)

@@ -272,7 +272,7 @@ class RedisTaskStore(TaskStore):
                 if request.status is not None and state.decode() != request.status.value:
                     continue
                 if (request.status_timestamp_after is not None
-                        and (ts or b"").decode() <= request.status_timestamp_after):
+                        and (ts or b"").decode() < request.status_timestamp_after):
                     continue
                 matched.append((task_id, int(score)))
         if gone:
