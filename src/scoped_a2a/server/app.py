@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_version
+from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, Frame, check_version
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
 from ..protocol.jsonrpc import error_frame, parse_request, result_frame
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
@@ -46,7 +46,7 @@ from .asgi import (
 from .asgi import read_body as _read_body
 from .card import build_card
 from .disconnect import watch_disconnect
-from .methods import Call, Methods, Output
+from .methods import BAD_LAST_EVENT_ID, MAX_EVENT_ID_DIGITS, Call, Methods, Output
 from .sse import SlowConsumer, SSEWriter
 
 log = logging.getLogger("scoped_a2a.server")
@@ -327,11 +327,26 @@ class _AsgiOutput(Output):
         self._done = True
         await send_response(self._send, 200, result_frame(self._id, result))
 
-    async def event(self, result: bytes, event_id: int | None) -> None:
-        await self._sse.event(result_frame(self._id, result), event_id)
+    async def event(self, result: bytes | Frame, event_id: int | None) -> None:
+        if isinstance(result, Frame) and event_id is not None:
+            # The shared body is spliced in by the writer, never joined into a per-stream copy.
+            await self._sse.result(b'{"jsonrpc":"2.0","id":' + self._id + b',"result":',
+                                   result, event_id)
+        else:
+            data = result.joined() if isinstance(result, Frame) else result
+            await self._sse.event(result_frame(self._id, data), event_id)
 
     async def keepalive(self) -> None:
         await self._sse.keepalive()
+
+    async def start_stream(self) -> None:
+        await self._sse.start()
+
+    def write_deadline(self) -> AbstractContextManager[None]:
+        return self._sse.write_deadline()
+
+    def last_write(self) -> float:
+        return self._sse.last_write
 
     async def error(self, exc: A2AError) -> None:
         frame = error_frame(self._id, exc, v1=self._v1)
@@ -358,10 +373,19 @@ def _extensions(scope: Scope) -> frozenset[str]:
 
 
 def _last_event_id(scope: Scope) -> int | None:
+    """The ``Last-Event-ID`` header as a log position; :data:`BAD_LAST_EVENT_ID` if malformed.
+
+    Only ASCII digits, at most :data:`MAX_EVENT_ID_DIGITS` of them, are a position. Anything else
+    (``²`` passes ``str.isdigit()`` but not ``int()``; 5,000 digits exceed ``int()``'s limit) is
+    reported, not raised here: the methods that resume from it answer -32602 naming the header.
+    """
     raw = header(scope, b"last-event-id")
-    if raw is None or not raw.strip().isdigit():
+    if raw is None or not raw.strip():
         return None
-    return int(raw.strip())
+    value = raw.strip()
+    if len(value) > MAX_EVENT_ID_DIGITS or not (value.isascii() and value.isdigit()):
+        return BAD_LAST_EVENT_ID
+    return int(value)
 
 
 def _query_version(scope: Scope) -> str | None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import msgspec
 
-from ..protocol.dialect import Dialect
+from ..protocol.dialect import Dialect, Frame
 from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
@@ -49,13 +50,20 @@ from ..push.rpc import PushRpc
 from ..push.service import PushService
 from ..runtime.run import Run
 from ..runtime.runner import Runner
-from ..runtime.tail import tail
-from ..store.base import LogPage, TaskStore
+from ..runtime.tail import ends_stream, tail
+from ..store.base import TaskStore
+from .frames import FrameCache
 
 _encode = msgspec.json.Encoder().encode
 
 BEGIN_DEADLINE = 30.0
 """Seconds the shielded set-up of a send may take (a backstop: its awaits have their own)."""
+
+
+BAD_LAST_EVENT_ID = -1
+"""``Call.last_event_id`` when the ``Last-Event-ID`` header is present but not a position."""
+MAX_EVENT_ID_DIGITS = 18
+"""A ``Last-Event-ID`` longer than this is refused (positions fit in 64 bits)."""
 
 
 @dataclass(slots=True)
@@ -66,6 +74,7 @@ class Call:
     rpc: RpcRequest
     extensions: frozenset[str]
     last_event_id: int | None
+    """The ``Last-Event-ID`` header (None: absent; :data:`BAD_LAST_EVENT_ID`: malformed)."""
 
 
 class Output:
@@ -74,11 +83,23 @@ class Output:
     async def result(self, result: bytes) -> None:
         raise NotImplementedError
 
-    async def event(self, result: bytes, event_id: int | None) -> None:
+    async def event(self, result: bytes | Frame, event_id: int | None) -> None:
+        """One stream event; a :class:`Frame`'s shared body must not be copied per stream."""
         raise NotImplementedError
 
     async def keepalive(self) -> None:
         raise NotImplementedError
+
+    async def start_stream(self) -> None:
+        """Open the stream now (headers) although no event is ready yet."""
+
+    def write_deadline(self) -> AbstractContextManager[None]:
+        """Bound the stream's writes (raises ``SlowConsumer`` when one makes no progress)."""
+        return nullcontext()
+
+    def last_write(self) -> float:
+        """``anyio.current_time()`` of the stream's last accepted write (keep-alives follow it)."""
+        return anyio.current_time()
 
 
 Method = Callable[[Call, Output], Awaitable[None]]
@@ -116,6 +137,8 @@ class Methods:
         self.store = store
         self.policy = runner.policy
         self.keepalive_every = keepalive_every
+        self.frames = FrameCache()
+        """Snapshots and events encoded once, shared by every stream that sends them."""
         self.extended_card = extended_card
         self.page_events = trajectory_page_events
         self.page_bytes = trajectory_page_bytes
@@ -238,8 +261,8 @@ class Methods:
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         task, run, pos = await self._begin(req, call.dialect.v1)
-        with run.hold():
-            await out.event(call.dialect.stream_task(task), pos)
+        with out.write_deadline(), run.hold():
+            await out.event(self.frames.task(call.dialect, task, pos), pos)
             await self._stream(call, out, task.id, pos)
 
     async def _accept_push(
@@ -258,28 +281,45 @@ class Methods:
         await self.push.set_config(task_id, config, v1=v1, after=pos, state=state)
 
     async def _stream(self, call: Call, out: Output, task_id: str, after: int) -> None:
-        """Write the log after ``after`` as SSE events until the task ends or is interrupted."""
+        """Write the log after ``after`` as SSE events until the task ends or is interrupted.
+
+        Stops after the first terminal or interrupted status (the one :func:`tail` stops at).
+        Keep-alives follow the bytes actually written: one goes out whenever this stream has
+        written nothing for ``keepalive_every`` seconds, whether the log was quiet or only had
+        events this stream filters out (trajectory events without the extension). Raises
+        TaskNotFound if the task is evicted meanwhile; cancellation ends it at once.
+        """
         dialect = call.dialect
         with_trajectory = TRAJECTORY_EXTENSION_URI in call.extensions
+        every = self.keepalive_every
         cursor = after
-
-        async def write(page: LogPage) -> None:
-            nonlocal cursor
-            if page.first_retained > cursor + 1:
-                # Events we never sent were dropped by the per-task cap: restart from the
-                # snapshot, which reflects all of them.
-                task, _ = await self.store.get(task_id)
-                await out.event(dialect.stream_task(task), page.first_retained - 1)
-            for entry in page.entries:
-                if with_trajectory or not isinstance(entry.event, TrajectoryEvent):
-                    await out.event(dialect.stream_event(entry.event, entry.encoded),
-                                    entry.position)
-            cursor = page.next
-
-        await tail(
-            self.store, task_id, after, write, idle=out.keepalive,
-            idle_every=self.keepalive_every,
-        )
+        while True:
+            page = await self.store.read(task_id, cursor)
+            if page.entries:
+                end = ends_stream(page)
+                entries = page.entries if end is None else [
+                    e for e in page.entries if e.position <= end]
+                if page.first_retained > cursor + 1:
+                    # Events we never sent were dropped by the per-task cap: restart from the
+                    # snapshot, which reflects all of them.
+                    task, pos = await self.store.get(task_id)
+                    await out.event(self.frames.task(dialect, task, pos),
+                                    page.first_retained - 1)
+                for entry in entries:
+                    if with_trajectory or not isinstance(entry.event, TrajectoryEvent):
+                        await out.event(self.frames.event(dialect, task_id, entry),
+                                        entry.position)
+                if end is not None:
+                    return
+                cursor = page.next
+                if page.has_more:
+                    continue
+            elif page.task.status.state.terminal:
+                return  # ended before our cursor: nothing more will ever come
+            with anyio.move_on_at(out.last_write() + every):
+                await self.store.wait(task_id, cursor)
+            if anyio.current_time() >= out.last_write() + every:
+                await out.keepalive()
 
     # --- reading --------------------------------------------------------------------------
 
@@ -307,6 +347,11 @@ class Methods:
         req = call.dialect.subscribe_params(call.rpc.params)
         task, pos = await self.store.get(req.id)
         resume = call.last_event_id
+        if resume == BAD_LAST_EVENT_ID:
+            raise InvalidParams(
+                "the Last-Event-ID header must be the id: of an event this server sent (ASCII "
+                f"digits, at most {MAX_EVENT_ID_DIGITS}); omit it to start from the task snapshot"
+            )
         if task.status.state.terminal and (resume is None or resume >= pos):
             raise UnsupportedOperation(
                 f"task {task.id!r} is {task.status.state.name.lower()}; subscribe to a task "
@@ -314,11 +359,13 @@ class Methods:
             )
         run = self.runner.get(task.id)
         hold = run.hold() if run is not None else _no_hold()
-        with hold:
+        with out.write_deadline(), hold:
             if resume is None:
-                await out.event(call.dialect.stream_task(task), pos)
+                await out.event(self.frames.task(call.dialect, task, pos), pos)
                 after = pos
             else:
+                # Headers now: the next event may be a long way off (resuming at the log's end).
+                await out.start_stream()
                 after = max(0, min(resume, pos))
             await self._stream(call, out, task.id, after)
 
