@@ -11,9 +11,12 @@ runs are cancelled and recorded with reason ``shutdown``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -49,14 +52,61 @@ def _listen(host: str, port: int, *, stall_timeout: float | None = None) -> sock
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family, backlog=1024)
     if stall_timeout is not None and stall_timeout > 0:
-        user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)
-        with contextlib.suppress(OSError):  # why: a platform without it keeps the app deadline
-            if user_timeout is not None:
+        user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
+        # Refused options are skipped: the app's own write deadline still applies.
+        if user_timeout is not None:
+            with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, user_timeout,
                                 max(1, round(stall_timeout * 1000)))
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SNDBUF)
     sock.setblocking(False)
     return sock
+
+
+@contextlib.contextmanager
+def _quiet_aborted_connections() -> Iterator[None]:
+    """While hypercorn's asyncio worker serves, an aborted connection is not an error report.
+
+    hypercorn 0.18's asyncio worker lets a plain ``OSError`` out of its connection close
+    (``TCPServer._close`` catches only ``ConnectionError``; hypercorn #361): ``ETIMEDOUT`` from a
+    connection the kernel aborted (``TCP_USER_TIMEOUT``, set by :func:`_listen`), or
+    ``EHOSTUNREACH``. The connection is already gone and cleaned up; what escapes is a traceback
+    through the loop's exception handler ("Task exception was never retrieved" on 3.11,
+    "Unhandled exception in client_connected_cb" on 3.12+). This handler logs those at debug
+    level and passes every other report to the handler it replaces, restored on exit.
+    """
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and _raised_in_hypercorn_close(exc):
+            log.debug("connection aborted: %s", exc)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    try:
+        yield
+    finally:
+        if loop.get_exception_handler() is handler:
+            loop.set_exception_handler(previous)
+
+
+def _raised_in_hypercorn_close(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "_close" and code.co_filename.endswith(
+            os.path.join("hypercorn", "asyncio", "tcp_server.py")
+        ):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 async def serve(
@@ -124,7 +174,8 @@ async def serve(
                 else:
                     import hypercorn.asyncio
 
-                    await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
+                    with _quiet_aborted_connections():
+                        await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
                 tg.cancel_scope.cancel()
 
             tg.start_soon(deadline)

@@ -88,9 +88,14 @@ class SSEWriter:
         deadline = self._deadline
         if deadline is not None:
             deadline.deadline = anyio.current_time() + self._write_timeout
-        if not self.started:
-            await self.start()
-        await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+        try:
+            if not self.started:
+                await self.start()
+            await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except OSError as exc:
+            # hypercorn's asyncio worker can hand a connection's failure (ETIMEDOUT after the
+            # kernel aborted a client that stopped reading) to the app's send() (hypercorn #361).
+            raise SlowConsumer(f"the connection failed: {exc}") from None
         self.last_write = anyio.current_time()
         if deadline is not None:
             deadline.deadline = math.inf
