@@ -46,6 +46,17 @@ def load_agent(spec: str) -> Any:
     return obj
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive, finite number of seconds")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m scoped_a2a", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -64,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds runs get to finish on shutdown (default 10)")
     s.add_argument("--public-url", help="the URL the agent card advertises (behind a proxy)")
     s.add_argument("--max-body-bytes", type=int, default=8 << 20)
+    s.add_argument("--stream-write-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="close a connection whose client has taken no bytes for this long "
+                        "(a stream that stopped being read; default 30)")
+    s.add_argument("--keepalive", type=_seconds, default=15.0, metavar="SECONDS",
+                   help="send a keep-alive comment on a stream with nothing written for this "
+                        "long (default 15)")
     s.add_argument("--max-ended-tasks", type=int, default=10_000,
                    help="ended tasks kept in memory (oldest evicted first)")
     s.add_argument("--log-level", default="INFO")
@@ -106,6 +123,8 @@ async def _serve(args: argparse.Namespace) -> None:
             grace=args.grace,
             public_url=args.public_url,
             max_body_bytes=args.max_body_bytes,
+            stream_write_timeout=args.stream_write_timeout,
+            keepalive=args.keepalive,
             store=store,
             detached=detached,
             push=PushSettings(
