@@ -5,7 +5,8 @@ metadata, so the snapshot every subscription starts with is over 1 MiB; its agen
 then sleeps. N raw sockets with a 4 KiB receive buffer each send ``SubscribeToTask`` and never
 read a byte. The server runs with ``--stream-write-timeout 3``. Reported: the server's resident
 memory before the subscriptions and its peak while they are stuck (the growth is what N stuck
-clients of one big task cost: targets <= 64 MiB for 500), and the time from the last
+clients of one big task cost: targets <= 64 MiB for 500), the growth of the kernel's TCP
+buffers (machine-wide, /proc/net/sockstat), and the time from the last
 subscription sent until the server has closed them all (target <= timeout + 5 s), seen as the
 server's open file descriptors falling back to where they were (a client that never reads cannot
 tell: the kernel's abort sends it no reset until it sends or reads).
@@ -43,6 +44,7 @@ class SlowReaders(Scenario):
         Metric("subscribers", "stuck subscribers", "count", None, False, "{:.0f}"),
         Metric("rss_before", "RSS before MiB", "MiB", None, False, "{:.0f}"),
         Metric("rss_added", "RSS added MiB", "MiB", "lower", False, "{:.1f}"),
+        Metric("tcp_added", "kernel TCP MiB added", "MiB", "lower", False, "{:.0f}"),
         Metric("closed_after", "all closed after s", "s", "lower", False, "{:.1f}"),
         Metric("closed", "closed", "fraction", None, False, "{:.0%}"),
     )
@@ -72,7 +74,7 @@ class SlowReaders(Scenario):
             bench.fail(f"{system.label}: the agent never started")
             return
         await asyncio.sleep(0.5)
-        rss_before, fds_before = proc.rss(), _fds(proc)
+        rss_before, fds_before, tcp_before = proc.rss(), _fds(proc), _tcp_memory()
         subscribe = http_request(proc.port, rpc_body("SubscribeToTask", {"id": task_id}),
                                  stream=True)
         loop = asyncio.get_running_loop()
@@ -86,12 +88,12 @@ class SlowReaders(Scenario):
                 await loop.sock_connect(sock, ("127.0.0.1", proc.port))
                 await loop.sock_sendall(sock, subscribe)
             sent = time.monotonic()
-            peak = proc.rss()
+            peak, tcp_peak = proc.rss(), _tcp_memory()
             closed_after: float | None = None
             cap = WRITE_TIMEOUT + 30
             while time.monotonic() - sent < cap:
                 await asyncio.sleep(0.1)
-                peak = max(peak, proc.rss())
+                peak, tcp_peak = max(peak, proc.rss()), max(tcp_peak, _tcp_memory())
                 if _fds(proc) <= fds_before:
                     closed_after = time.monotonic() - sent
                     break
@@ -103,6 +105,7 @@ class SlowReaders(Scenario):
         bench.record(system, None, "subscribers", n, "count")
         bench.record(system, None, "rss_before", rss_before / (1 << 20), "MiB")
         bench.record(system, None, "rss_added", added, "MiB")
+        bench.record(system, None, "tcp_added", (tcp_peak - tcp_before) / (1 << 20), "MiB")
         bench.record(system, None, "closed", (n - min(left, n)) / n, "fraction")
         if closed_after is None:
             bench.record(system, None, "closed_after", None, "s", note=f"> {cap:g}")
@@ -112,9 +115,20 @@ class SlowReaders(Scenario):
             bench.record(system, None, "closed_after", closed_after, "s")
         shown = "never" if closed_after is None else f"{closed_after:.1f}s"
         bench.progress(f"{system.label:32} N={n}: RSS {rss_before / (1 << 20):.0f} MiB "
-                       f"+ {added:.1f} MiB with them stuck; all closed after {shown}")
+                       f"+ {added:.1f} MiB with them stuck (kernel TCP buffers "
+                       f"+{(tcp_peak - tcp_before) / (1 << 20):.0f} MiB); all closed after {shown}")
 
 
 def _fds(proc: ServerProcess) -> int:
     """Open file descriptors of the server (each connection is one)."""
     return len(os.listdir(f"/proc/{proc.pid}/fd"))
+
+
+def _tcp_memory() -> int:
+    """Bytes the kernel holds in TCP buffers, machine-wide (/proc/net/sockstat ``mem`` pages)."""
+    with open("/proc/net/sockstat") as f:
+        for line in f:
+            if line.startswith("TCP:"):
+                fields = line.split()
+                return int(fields[fields.index("mem") + 1]) * os.sysconf("SC_PAGE_SIZE")
+    return 0

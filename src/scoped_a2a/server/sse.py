@@ -32,7 +32,7 @@ import anyio
 from ..protocol.dialect import Frame
 from .asgi import Send
 
-SLICE = 16 << 10
+SLICE = 8 << 10
 """The most bytes of a big event handed to the server in one ``send``."""
 
 _HEADERS = [
