@@ -262,7 +262,10 @@ class Methods:
         req = call.dialect.send_params(call.rpc.params)
         task, run, pos = await self._begin(req, call.dialect.v1)
         with out.write_deadline(), run.hold():
-            await out.event(self.frames.task(call.dialect, task, pos), pos)
+            # Not from the shared cache: _begin may have awaited after reading this snapshot,
+            # which the store changes in place as events are appended, so it is not certain to
+            # be exactly "the task as of pos" that others could share. One stream, one copy.
+            await out.event(call.dialect.stream_task_frame(task), pos)
             await self._stream(call, out, task.id, pos)
 
     async def _accept_push(
