@@ -16,9 +16,13 @@ from typing import Any
 
 import anyio
 import httpx
+import msgspec
 import pytest
 
 from scoped_a2a import A2AApp
+from scoped_a2a.protocol.dialect import V10_DIALECT, Dialect, Frame
+from scoped_a2a.protocol.types import Task, TaskState, TaskStatus, utc_timestamp
+from scoped_a2a.server.frames import FrameCache
 from scoped_a2a.server.serve import _listen
 
 from .agents import Probe
@@ -219,3 +223,56 @@ def test_accepted_sockets_inherit_the_stall_timeout_and_the_small_send_buffer() 
     plain = _listen("127.0.0.1", 0)
     with plain:
         assert plain.getsockopt(socket.IPPROTO_TCP, user_timeout) == 0
+
+
+async def test_subscribers_of_one_task_share_one_encoding_of_its_snapshot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five subscribers of a task holding 1 MiB: its snapshot is encoded once, not five times."""
+    encodings: list[int] = []
+    original = Dialect.stream_task_frame
+
+    def counting(self: Dialect, task: Any) -> Frame:
+        frame = original(self, task)
+        encodings.append(len(frame.body))
+        return frame
+
+    monkeypatch.setattr(Dialect, "stream_task_frame", counting)
+    app = A2AApp(Probe().agent(seconds=5, steps=5))
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        sent = await rpc(client, url, "SendMessage", {
+            "message": text_message(BIG), "configuration": {"returnImmediately": True}})
+        task_id = sent["result"]["task"]["id"]
+        firsts: list[int] = []
+
+        async def subscribe() -> None:
+            req = {"jsonrpc": "2.0", "id": 3, "method": "SubscribeToTask",
+                   "params": {"id": task_id}}
+            async with client.stream("POST", url, json=req) as resp:
+                async for _, event in sse_events(resp):
+                    firsts.append(len(event["result"]["task"]["history"][0]["parts"][0]["text"]))
+                    return
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(subscribe)
+        assert firsts == [len(BIG)] * 5
+        assert len([n for n in encodings if n > len(BIG)]) == 1, encodings
+        await rpc(client, url, "CancelTask", {"id": task_id})
+
+
+def test_the_frame_cache_is_bounded_by_entries_and_bytes() -> None:
+    cache = FrameCache(max_entries=3, max_bytes=1000)
+    for pos in range(5):
+        task = Task(id="t", context_id="c",
+                    status=TaskStatus(state=TaskState.WORKING, timestamp=utc_timestamp()),
+                    metadata={"pad": "x" * 100, "pos": pos})
+        cache.task(V10_DIALECT, task, pos)
+    assert len(cache) == 3
+    big = Task(id="b", context_id="c",
+               status=TaskStatus(state=TaskState.WORKING, timestamp=utc_timestamp()),
+               metadata={"pad": "x" * 700})
+    cache.task(V10_DIALECT, big, 0)
+    assert len(cache) <= 3 and cache._bytes <= 1000
+    huge = msgspec.structs.replace(big, id="h", metadata={"pad": "x" * 5000})
+    frame = cache.task(V10_DIALECT, huge, 0)
+    assert len(frame.body) > 1000 and cache._bytes <= 1000  # too big to keep: not cached
