@@ -86,8 +86,19 @@ class SSEWriter:
 
     async def _write(self, chunk: bytes) -> None:
         deadline = self._deadline
-        if deadline is not None:
-            deadline.deadline = anyio.current_time() + self._write_timeout
+        if deadline is None:
+            # Outside write_deadline() (an error event after the method gave up): a deadline
+            # of its own for this one write.
+            with anyio.move_on_after(self._write_timeout) as alone:
+                self._deadline = alone
+                try:
+                    await self._write(chunk)
+                finally:
+                    self._deadline = None
+            if alone.cancelled_caught:
+                raise SlowConsumer
+            return
+        deadline.deadline = anyio.current_time() + self._write_timeout
         try:
             if not self.started:
                 await self.start()
@@ -97,8 +108,7 @@ class SSEWriter:
             # kernel aborted a client that stopped reading) to the app's send() (hypercorn #361).
             raise SlowConsumer(f"the connection failed: {exc}") from None
         self.last_write = anyio.current_time()
-        if deadline is not None:
-            deadline.deadline = math.inf
+        deadline.deadline = math.inf
 
     async def event(self, data: bytes, event_id: int | None = None) -> None:
         """Send one event; ``data`` is one complete JSON-RPC response (no newlines)."""
