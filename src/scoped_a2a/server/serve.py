@@ -30,6 +30,8 @@ SHUTDOWN_SLACK = 5.0
 """Seconds beyond the grace periods before serve gives up on hypercorn and returns."""
 
 
+MAX_STALL_TIMEOUT = 2**31 / 1000
+"""TCP_USER_TIMEOUT is an int of milliseconds: a longer stall timeout (or inf) sets no option."""
 STREAM_SNDBUF = 64 << 10
 """SO_SNDBUF asked for on accepted sockets (the kernel doubles it): what it buffers per client."""
 
@@ -40,18 +42,21 @@ def _listen(host: str, port: int, *, stall_timeout: float | None = None) -> sock
     ``stall_timeout`` (the app's ``stream_write_timeout``) becomes ``TCP_USER_TIMEOUT``: the
     kernel aborts a connection (ETIMEDOUT) once data it sent has gone unacknowledged, or the
     client's receive window has stayed zero, for that long, i.e. once the client has accepted no
-    bytes for that long. This is what closes a stream whose client stopped reading on both
-    hypercorn workers: the trio worker shields its socket writes, so no deadline in the app can
-    interrupt them, while the kernel can. hypercorn then sees the socket error, closes the
-    connection and delivers ``http.disconnect``, which the disconnect watcher turns into
-    cancellation. An idle connection (nothing in flight) is never affected. A small ``SO_SNDBUF``
-    bounds what the kernel buffers per client (unbounded autotuning let 500 stuck clients pin
-    about 1 GiB of TCP memory), so a stuck client reaches a zero window quickly. Where the
-    platform lacks an option it is skipped (the app's own write deadline still applies).
+    bytes for that long (caveat: a window too small for the next segment counts as zero, so a
+    reader that lags a full small buffer behind for that long is closed too; docs/streams.md).
+    It applies to every response on the server; an idle connection is never affected. This is
+    what closes a stream whose client stopped reading on both hypercorn workers: the trio worker
+    shields its socket writes, so no deadline in the app can interrupt them, while the kernel
+    can. hypercorn then sees the socket error, closes the connection and delivers
+    ``http.disconnect``, which the disconnect watcher turns into cancellation. A small
+    ``SO_SNDBUF`` bounds what the kernel buffers per client (unbounded autotuning let 500 stuck
+    clients pin about 700 MiB of TCP memory), so a stuck client reaches a zero window quickly.
+    Where the platform lacks an option it is skipped (the app's own write deadline still
+    applies).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family, backlog=1024)
-    if stall_timeout is not None and stall_timeout > 0:
+    if stall_timeout is not None and 0 < stall_timeout < MAX_STALL_TIMEOUT:
         user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
         # Refused options are skipped: the app's own write deadline still applies.
         if user_timeout is not None:
