@@ -10,7 +10,7 @@ import pytest
 
 from scoped_a2a import A2AApp, RunContext
 
-from .helpers import rpc, served, text_message
+from .helpers import rpc, served, sse_events, text_message
 
 pytestmark = pytest.mark.anyio
 
@@ -91,3 +91,34 @@ async def test_subscribe_resuming_at_the_end_of_the_log_sends_headers_at_once() 
                 assert resp.status_code == 200
                 assert resp.headers["content-type"] == "text/event-stream"
         await rpc(client, url, "CancelTask", {"id": task_id})
+
+
+async def big_artifact_agent(ctx: RunContext) -> str:
+    """One artifact of 300 KiB (an event far bigger than one write slice), then done."""
+    await ctx.artifact("y" * (300 << 10), name="big")
+    return "done"
+
+
+@pytest.mark.parametrize("v1", [True, False])
+async def test_big_events_arrive_whole_in_both_dialects(v1: bool) -> None:
+    """A snapshot and an event bigger than a write slice are written in slices and arrive as
+    one intact event each (1.0 splices the log's encoding; 0.3 re-encodes, shared)."""
+    app = A2AApp(big_artifact_agent)
+    big_text = "x" * (200 << 10)
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        req = {"jsonrpc": "2.0", "id": "big", "params": {"message": text_message(big_text, v1=v1)},
+               "method": "SendStreamingMessage" if v1 else "message/stream"}
+        headers = {"A2A-Version": "1.0"} if v1 else {}
+        got: list[tuple[int | None, dict]] = []
+        async with client.stream("POST", url, json=req, headers=headers) as resp:
+            got = [e async for e in sse_events(resp)]
+    assert all(body["id"] == "big" and "result" in body for _, body in got)
+    ids = [i for i, _ in got]
+    assert ids == sorted(ids) and ids[0] == 0
+    first = got[0][1]["result"]
+    task = first["task"] if v1 else first
+    assert task["history"][0]["parts"][0]["text"] == big_text
+    texts = [p.get("text") for _, body in got
+             for p in (body["result"].get("artifactUpdate", body["result"]).get("artifact")
+                       or {}).get("parts", [])]
+    assert "y" * (300 << 10) in texts
