@@ -7,10 +7,11 @@ from .detached import Detached
 from .fanout import Fanout
 from .hangup import Hangup
 from .send import Send
+from .slowreaders import SlowReaders
 from .soak import Soak
 from .stream import Stream
 from .teardown import Teardown
 
 
 def all_scenarios() -> list[Scenario]:
-    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached()]
+    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders()]

@@ -121,6 +121,17 @@ def parse_size(text: str) -> int:
     return size
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive, finite number of seconds")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=_prog(), formatter_class=HelpFormatter,
@@ -150,6 +161,12 @@ def _parser() -> argparse.ArgumentParser:
                         "request's own URL)")
     s.add_argument("--max-body-bytes", type=int, default=8 << 20,
                    help="larger request bodies are refused with 413")
+    s.add_argument("--stream-write-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="close a connection whose client has taken no bytes for this long "
+                        "(a stream that stopped being read; default 30)")
+    s.add_argument("--keepalive", type=_seconds, default=15.0, metavar="SECONDS",
+                   help="send a keep-alive comment on a stream with nothing written for this "
+                        "long")
     s.add_argument("--max-ended-tasks", type=int, default=10_000,
                    help="ended tasks kept in memory (oldest evicted first)")
     s.add_argument("--expose-errors", action="store_true",
@@ -211,6 +228,8 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
             grace=args.grace,
             public_url=args.public_url,
             max_body_bytes=args.max_body_bytes,
+            stream_write_timeout=args.stream_write_timeout,
+            keepalive=args.keepalive,
             store=store,
             detached=detached,
             expose_errors=args.expose_errors,

@@ -8,7 +8,7 @@ must name a version this server speaks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -34,6 +34,29 @@ from .types import (
 _encode = msgspec.json.Encoder().encode
 
 SUPPORTED_VERSIONS = ("1.0", "0.3")
+
+
+class Frame(NamedTuple):
+    """A stream result in three pieces: ``head + body + tail`` is its JSON.
+
+    ``body`` is the big part (a task snapshot, an event) and is encoded once and shared by every
+    stream that sends it; ``head`` and ``tail`` are a few bytes of wrapping. A writer sends the
+    pieces without joining them into one per-stream copy (``server/sse.py``).
+    """
+
+    head: bytes
+    body: bytes
+    tail: bytes
+
+    def joined(self) -> bytes:
+        return self.head + self.body + self.tail
+
+
+_TASK_HEAD = b'{"task":'
+_STATUS_HEAD = b'{"statusUpdate":'
+_ARTIFACT_HEAD = b'{"artifactUpdate":'
+_TRAJECTORY_HEAD = b'{"trajectory":'
+_V03_TRAJECTORY_HEAD = b'{"kind":"trajectory","event":'
 
 # 1.0 method name -> 0.3 method name (where 0.3 has one).
 V03_NAMES = {
@@ -131,14 +154,25 @@ class Dialect:
         return b'{"message":' + _encode(message) + b"}"
 
     def stream_task(self, task: Task) -> bytes:
-        return b'{"task":' + _encode(task) + b"}"
+        return self.stream_task_frame(task).joined()
 
     def stream_event(self, event: LogEvent, encoded: bytes) -> bytes:
+        return self.stream_event_frame(event, encoded).joined()
+
+    def stream_task_frame(self, task: Task) -> Frame:
+        """The first event of a stream: the task snapshot (encoded here: cache the result)."""
+        return Frame(_TASK_HEAD, _encode(task), b"}")
+
+    event_reencodes = False
+    """Whether :meth:`stream_event_frame` encodes anew (then its result is worth caching)."""
+
+    def stream_event_frame(self, event: LogEvent, encoded: bytes) -> Frame:
+        """One logged event as a stream result; ``encoded`` (its 1.0 JSON) is the shared body."""
         if isinstance(event, TaskStatusUpdateEvent):
-            return b'{"statusUpdate":' + encoded + b"}"
+            return Frame(_STATUS_HEAD, encoded, b"}")
         if isinstance(event, TaskArtifactUpdateEvent):
-            return b'{"artifactUpdate":' + encoded + b"}"
-        return b'{"trajectory":' + encoded + b"}"
+            return Frame(_ARTIFACT_HEAD, encoded, b"}")
+        return Frame(_TRAJECTORY_HEAD, encoded, b"}")
 
     def push_config(self, config: TaskPushNotificationConfig) -> bytes:
         return _encode(config)
@@ -175,10 +209,12 @@ class V03(Dialect):
     def message_result(self, message: Message) -> bytes:
         return _encode(v03.message_to_v03(message))
 
-    def stream_task(self, task: Task) -> bytes:
-        return self.task(task)
+    def stream_task_frame(self, task: Task) -> Frame:
+        return Frame(b"", self.task(task), b"")
 
-    def stream_event(self, event: LogEvent, encoded: bytes) -> bytes:
+    event_reencodes = True
+
+    def stream_event_frame(self, event: LogEvent, encoded: bytes) -> Frame:
         out: dict[str, Any]
         if isinstance(event, TaskStatusUpdateEvent):
             out = v03.status_update_to_v03(event)
@@ -186,8 +222,8 @@ class V03(Dialect):
             out = v03.artifact_update_to_v03(event)
         else:
             assert isinstance(event, TrajectoryEvent)
-            return b'{"kind":"trajectory","event":' + encoded + b"}"
-        return _encode(out)
+            return Frame(_V03_TRAJECTORY_HEAD, encoded, b"}")
+        return Frame(b"", _encode(out), b"")
 
     def push_config(self, config: TaskPushNotificationConfig) -> bytes:
         return _encode(v03.push_config_to_v03(config))

@@ -1,41 +1,63 @@
-"""What an A2A method sees of one JSON-RPC call, and where it writes its answer (no I/O).
+"""What an A2A method sees of one call, and where it writes its answer (no I/O).
 
-Shared by every method table (``server.methods``, ``push.rpc``): it sits in the protocol layer so
-that each of them can import it without importing the other. The app implements :class:`Output`
-over ASGI.
+Shared by every method table (``server.methods``, ``push.rpc``) and every binding (JSON-RPC and
+HTTP+JSON build a :class:`Call` and implement :class:`Output`): it sits in the protocol layer so
+that each of them can import it without importing the others.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from .dialect import Dialect
+from .dialect import Dialect, Frame
 from .jsonrpc import RpcRequest
+
+BAD_LAST_EVENT_ID = -1
+"""``Call.last_event_id`` when the ``Last-Event-ID`` header is present but not a position."""
+MAX_EVENT_ID_DIGITS = 18
+"""A ``Last-Event-ID`` longer than this is refused (positions fit in 64 bits)."""
 
 
 @dataclass(slots=True)
 class Call:
-    """One JSON-RPC call, as the methods see it."""
+    """One call, as the methods see it (whatever binding it came over)."""
 
     dialect: Dialect
     rpc: RpcRequest
     extensions: frozenset[str]
     last_event_id: int | None
+    """The ``Last-Event-ID`` header (None: absent; :data:`BAD_LAST_EVENT_ID`: malformed)."""
 
 
 class Output:
-    """Where a method writes its answer; implemented by the app over ASGI."""
+    """Where a method writes its answer; each binding implements every method over ASGI."""
 
     async def result(self, result: bytes) -> None:
+        """The one answer of a unary call (an encoded result)."""
         raise NotImplementedError
 
-    async def event(self, result: bytes, event_id: int | None) -> None:
+    async def event(self, result: bytes | Frame, event_id: int | None) -> None:
+        """One stream event; a :class:`Frame`'s shared body must not be copied per stream."""
         raise NotImplementedError
 
     async def keepalive(self) -> None:
+        """A keep-alive on an open stream."""
+        raise NotImplementedError
+
+    async def start_stream(self) -> None:
+        """Open the stream now (headers) although no event is ready yet."""
+        raise NotImplementedError
+
+    def write_deadline(self) -> AbstractContextManager[None]:
+        """Bound the stream's writes (raises ``SlowConsumer`` when one makes no progress)."""
+        raise NotImplementedError
+
+    def last_write(self) -> float:
+        """``anyio.current_time()`` of the stream's last accepted write (keep-alives follow it)."""
         raise NotImplementedError
 
 
 Method = Callable[[Call, Output], Awaitable[None]]
-"""A method: ``async def (call, out)``; raises ``A2AError`` for a JSON-RPC error."""
+"""A method: ``async def (call, out)``; raises ``A2AError`` for an error answer."""

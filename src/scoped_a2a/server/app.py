@@ -16,14 +16,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_params, check_version
+from ..protocol.dialect import (
+    FROM_V03,
+    V03_DIALECT,
+    V10_DIALECT,
+    Frame,
+    check_params,
+    check_version,
+)
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
 from ..protocol.jsonrpc import NO_ID, error_frame, parse_request, result_frame
 from ..protocol.method import Call
@@ -374,11 +381,27 @@ class _AsgiOutput(Responder):
         self._done = True
         await send_response(self._send, 200, result_frame(self._id, result))
 
-    async def event(self, result: bytes, event_id: int | None) -> None:
-        await self._sse.event(result_frame(self._id, result), event_id)
+    async def event(self, result: bytes | Frame, event_id: int | None) -> None:
+        if isinstance(result, Frame) and event_id is not None:
+            # The shared body is spliced in by the writer, never joined into a per-stream copy.
+            await self._sse.result(result, event_id,
+                                   before=b'{"jsonrpc":"2.0","id":' + self._id + b',"result":',
+                                   after=b"}")
+        else:
+            data = result.joined() if isinstance(result, Frame) else result
+            await self._sse.event(result_frame(self._id, data), event_id)
 
     async def keepalive(self) -> None:
         await self._sse.keepalive()
+
+    async def start_stream(self) -> None:
+        await self._sse.start()
+
+    def write_deadline(self) -> AbstractContextManager[None]:
+        return self._sse.write_deadline()
+
+    def last_write(self) -> float:
+        return self._sse.last_write
 
     async def error(self, exc: A2AError) -> None:
         frame = error_frame(self._id, exc, v1=self._v1)

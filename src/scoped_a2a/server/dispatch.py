@@ -14,7 +14,13 @@ import logging
 import anyio
 
 from ..protocol.errors import A2AError
-from ..protocol.method import Call, Method, Output
+from ..protocol.method import (
+    BAD_LAST_EVENT_ID,
+    MAX_EVENT_ID_DIGITS,
+    Call,
+    Method,
+    Output,
+)
 from ..runtime.failures import failure_text, new_error_id
 from .asgi import Receive, Scope, header
 from .disconnect import watch_disconnect
@@ -71,8 +77,16 @@ def extensions(scope: Scope) -> frozenset[str]:
 
 
 def last_event_id(scope: Scope) -> int | None:
-    """The log position a reconnecting stream resumes after (``Last-Event-ID``), if any."""
+    """The ``Last-Event-ID`` header as a log position; :data:`BAD_LAST_EVENT_ID` if malformed.
+
+    Only ASCII digits, at most :data:`MAX_EVENT_ID_DIGITS` of them, are a position. Anything else
+    (``²`` passes ``str.isdigit()`` but not ``int()``; 5,000 digits exceed ``int()``'s limit) is
+    reported, not raised here: the methods that resume from it answer -32602 naming the header.
+    """
     raw = header(scope, b"last-event-id")
-    if raw is None or not raw.strip().isdigit():
+    if raw is None or not raw.strip():
         return None
-    return int(raw.strip())
+    value = raw.strip()
+    if len(value) > MAX_EVENT_ID_DIGITS or not (value.isascii() and value.isdigit()):
+        return BAD_LAST_EVENT_ID
+    return int(value)

@@ -26,7 +26,7 @@ from ..protocol.errors import (
     UnsupportedOperation,
 )
 from ..protocol.jsonrpc import decode_params
-from ..protocol.method import Call, Method, Output
+from ..protocol.method import BAD_LAST_EVENT_ID, MAX_EVENT_ID_DIGITS, Call, Method, Output
 from ..protocol.trajectory import (
     TRAJECTORY_EXTENSION_URI,
     TrajectoryEvent,
@@ -49,8 +49,9 @@ from ..push.rpc import PushRpc
 from ..push.service import PushService
 from ..runtime.run import Run
 from ..runtime.runner import Runner
-from ..runtime.tail import tail
-from ..store.base import LogPage, TaskStore
+from ..runtime.tail import ends_stream, tail
+from ..store.base import TaskStore
+from .frames import FrameCache
 
 _encode = msgspec.json.Encoder().encode
 
@@ -93,6 +94,8 @@ class Methods:
         self.store = store
         self.policy = runner.policy
         self.keepalive_every = keepalive_every
+        self.frames = FrameCache()
+        """Snapshots and events encoded once, shared by every stream that sends them."""
         self.extended_card = extended_card
         self.page_events = trajectory_page_events
         self.page_bytes = trajectory_page_bytes
@@ -215,8 +218,11 @@ class Methods:
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         task, run, pos = await self._begin(req, call.dialect.v1)
-        with run.hold():
-            await out.event(call.dialect.stream_task(task), pos)
+        with out.write_deadline(), run.hold():
+            # Not from the shared cache: _begin may have awaited after reading this snapshot,
+            # which the store changes in place as events are appended, so it is not certain to
+            # be exactly "the task as of pos" that others could share. One stream, one copy.
+            await out.event(call.dialect.stream_task_frame(task), pos)
             await self._stream(call, out, task.id, pos)
 
     async def _accept_push(
@@ -235,28 +241,45 @@ class Methods:
         await self.push.set_config(task_id, config, v1=v1, after=pos, state=state)
 
     async def _stream(self, call: Call, out: Output, task_id: str, after: int) -> None:
-        """Write the log after ``after`` as SSE events until the task ends or is interrupted."""
+        """Write the log after ``after`` as SSE events until the task ends or is interrupted.
+
+        Stops after the first terminal or interrupted status (the one :func:`tail` stops at).
+        Keep-alives follow the bytes actually written: one goes out whenever this stream has
+        written nothing for ``keepalive_every`` seconds, whether the log was quiet or only had
+        events this stream filters out (trajectory events without the extension). Raises
+        TaskNotFound if the task is evicted meanwhile; cancellation ends it at once.
+        """
         dialect = call.dialect
         with_trajectory = TRAJECTORY_EXTENSION_URI in call.extensions
+        every = self.keepalive_every
         cursor = after
-
-        async def write(page: LogPage) -> None:
-            nonlocal cursor
-            if page.first_retained > cursor + 1:
-                # Events we never sent were dropped by the per-task cap: restart from the
-                # snapshot, which reflects all of them.
-                task, _ = await self.store.get(task_id)
-                await out.event(dialect.stream_task(task), page.first_retained - 1)
-            for entry in page.entries:
-                if with_trajectory or not isinstance(entry.event, TrajectoryEvent):
-                    await out.event(dialect.stream_event(entry.event, entry.encoded),
-                                    entry.position)
-            cursor = page.next
-
-        await tail(
-            self.store, task_id, after, write, idle=out.keepalive,
-            idle_every=self.keepalive_every,
-        )
+        while True:
+            page = await self.store.read(task_id, cursor)
+            if page.entries:
+                end = ends_stream(page)
+                entries = page.entries if end is None else [
+                    e for e in page.entries if e.position <= end]
+                if page.first_retained > cursor + 1:
+                    # Events we never sent were dropped by the per-task cap: restart from the
+                    # snapshot, which reflects all of them.
+                    task, pos = await self.store.get(task_id)
+                    await out.event(self.frames.task(dialect, task, pos),
+                                    page.first_retained - 1)
+                for entry in entries:
+                    if with_trajectory or not isinstance(entry.event, TrajectoryEvent):
+                        await out.event(self.frames.event(dialect, task_id, entry),
+                                        entry.position)
+                if end is not None:
+                    return
+                cursor = page.next
+                if page.has_more:
+                    continue
+            elif page.task.status.state.terminal:
+                return  # ended before our cursor: nothing more will ever come
+            with anyio.move_on_at(out.last_write() + every):
+                await self.store.wait(task_id, cursor)
+            if anyio.current_time() >= out.last_write() + every:
+                await out.keepalive()
 
     # --- reading --------------------------------------------------------------------------
 
@@ -285,6 +308,11 @@ class Methods:
         req = call.dialect.subscribe_params(call.rpc.params)
         task, pos = await self.store.get(req.id)
         resume = call.last_event_id
+        if resume == BAD_LAST_EVENT_ID:
+            raise InvalidParams(
+                "the Last-Event-ID header must be the id: of an event this server sent (ASCII "
+                f"digits, at most {MAX_EVENT_ID_DIGITS}); omit it to start from the task snapshot"
+            )
         if task.status.state.terminal and (resume is None or resume >= pos):
             raise UnsupportedOperation(
                 f"task {task.id!r} is {task.status.state.name.lower()}; subscribe to a task "
@@ -292,11 +320,13 @@ class Methods:
             )
         run = self.runner.get(task.id)
         hold = run.hold() if run is not None else _no_hold()
-        with hold:
+        with out.write_deadline(), hold:
             if resume is None:
-                await out.event(call.dialect.stream_task(task), pos)
+                await out.event(self.frames.task(call.dialect, task, pos), pos)
                 after = pos
             else:
+                # Headers now: the next event may be a long way off (resuming at the log's end).
+                await out.start_stream()
                 after = max(0, min(resume, pos))
             await self._stream(call, out, task.id, after)
 

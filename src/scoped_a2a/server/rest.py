@@ -27,6 +27,7 @@ Routes (relative to the app's root; tenant prefixes are not served yet)::
 from __future__ import annotations
 
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
@@ -34,7 +35,7 @@ from urllib.parse import parse_qsl
 import msgspec
 from msgspec import inspect as mi
 
-from ..protocol.dialect import PARAM_TYPES, V10_DIALECT, check_version
+from ..protocol.dialect import PARAM_TYPES, V10_DIALECT, Frame, check_version
 from ..protocol.errors import (
     A2AError,
     ContentTypeNotSupported,
@@ -306,11 +307,25 @@ class _RestOutput(Responder):
         # DeleteTaskPushNotificationConfig's JSON-RPC result is null; REST answers ``{}``.
         await _respond(self._send, 200, b"{}" if result == b"null" else result)
 
-    async def event(self, result: bytes, event_id: int | None) -> None:
-        await self._sse.event(result, event_id)
+    async def event(self, result: bytes | Frame, event_id: int | None) -> None:
+        if isinstance(result, Frame) and event_id is not None:
+            # The shared body is spliced in by the writer, never joined into a per-stream copy.
+            await self._sse.result(result, event_id)
+        else:
+            await self._sse.event(result.joined() if isinstance(result, Frame) else result,
+                                  event_id)
 
     async def keepalive(self) -> None:
         await self._sse.keepalive()
+
+    async def start_stream(self) -> None:
+        await self._sse.start()
+
+    def write_deadline(self) -> AbstractContextManager[None]:
+        return self._sse.write_deadline()
+
+    def last_write(self) -> float:
+        return self._sse.last_write
 
     async def error(self, exc: A2AError) -> None:
         if self._sse.started:

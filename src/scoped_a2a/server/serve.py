@@ -21,7 +21,9 @@ hypercorn's asyncio worker hangs in ``Server.wait_closed()`` (Python 3.12+, hype
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -56,11 +58,88 @@ STALL_SECONDS = 2.0
 """Seconds past hypercorn's graceful wait before serve takes it for hung and stops it."""
 
 
-def _listen(host: str, port: int) -> socket.socket:
+MAX_STALL_TIMEOUT = 2**31 / 1000
+"""TCP_USER_TIMEOUT is an int of milliseconds: a longer stall timeout (or inf) sets no option."""
+STREAM_SNDBUF = 64 << 10
+"""SO_SNDBUF asked for on accepted sockets (the kernel doubles it): what it buffers per client."""
+
+
+def _listen(host: str, port: int, *, stall_timeout: float | None = None) -> socket.socket:
+    """The listening socket, with the options every accepted connection inherits (Linux).
+
+    ``stall_timeout`` (the app's ``stream_write_timeout``) becomes ``TCP_USER_TIMEOUT``: the
+    kernel aborts a connection (ETIMEDOUT) once data it sent has gone unacknowledged, or the
+    client's receive window has stayed zero, for that long, i.e. once the client has accepted no
+    bytes for that long (caveat: a window too small for the next segment counts as zero, so a
+    reader that lags a full small buffer behind for that long is closed too; docs/streams.md).
+    It applies to every response on the server; an idle connection is never affected. This is
+    what closes a stream whose client stopped reading on both hypercorn workers: the trio worker
+    shields its socket writes, so no deadline in the app can interrupt them, while the kernel
+    can. hypercorn then sees the socket error, closes the connection and delivers
+    ``http.disconnect``, which the disconnect watcher turns into cancellation. A small
+    ``SO_SNDBUF`` bounds what the kernel buffers per client (unbounded autotuning let 500 stuck
+    clients pin about 700 MiB of TCP memory), so a stuck client reaches a zero window quickly.
+    Where the platform lacks an option it is skipped (the app's own write deadline still
+    applies).
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family, backlog=1024)
+    if stall_timeout is not None and 0 < stall_timeout < MAX_STALL_TIMEOUT:
+        user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
+        # Refused options are skipped: the app's own write deadline still applies.
+        if user_timeout is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, user_timeout,
+                                max(1, round(stall_timeout * 1000)))
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SNDBUF)
     sock.setblocking(False)
     return sock
+
+
+@contextmanager
+def _quiet_aborted_connections() -> Iterator[None]:
+    """While hypercorn's asyncio worker serves, an aborted connection is not an error report.
+
+    hypercorn 0.18's asyncio worker lets a plain ``OSError`` out of its connection close
+    (``TCPServer._close`` catches only ``ConnectionError``; hypercorn #361): ``ETIMEDOUT`` from a
+    connection the kernel aborted (``TCP_USER_TIMEOUT``, set by :func:`_listen`), or
+    ``EHOSTUNREACH``. The connection is already gone and cleaned up; what escapes is a traceback
+    through the loop's exception handler ("Task exception was never retrieved" on 3.11,
+    "Unhandled exception in client_connected_cb" on 3.12+). This handler logs those at debug
+    level and passes every other report to the handler it replaces, restored on exit.
+    """
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and _raised_in_hypercorn_close(exc):
+            log.debug("connection aborted: %s", exc)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    try:
+        yield
+    finally:
+        if loop.get_exception_handler() is handler:
+            loop.set_exception_handler(previous)
+
+
+def _raised_in_hypercorn_close(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "_close" and code.co_filename.endswith(
+            os.path.join("hypercorn", "asyncio", "tcp_server.py")
+        ):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 async def serve(
@@ -90,7 +169,7 @@ async def serve(
     backend = sniffio.current_async_library()
     grace = grace if grace is not None else float(getattr(app, "grace", 10.0))
     drain_runs = getattr(app, "drain", None)
-    sock = _listen(host, port)
+    sock = _listen(host, port, stall_timeout=getattr(app, "stream_write_timeout", None))
     bound_port: int = sock.getsockname()[1]
     if getattr(app, "public_url", "unset") is None:
         shown = f"[{host}]" if ":" in host else host
@@ -195,7 +274,7 @@ async def serve(
                     else:
                         import hypercorn.asyncio
 
-                        with _quiet_cancelled_connections():
+                        with _quiet_cancelled_connections(), _quiet_aborted_connections():
                             await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
                     tg.cancel_scope.cancel()
 

@@ -1,51 +1,114 @@
 """Server-sent events: the writer of one stream response.
 
-Headers go out with the first event, so a handler that fails before streaming anything still
-answers with an ordinary JSON-RPC error. Every event carries ``id:`` = its position in the task's
-log, so a client that reconnects with ``Last-Event-ID`` resumes where it left off.
+Headers go out with the first write (or at once, :meth:`SSEWriter.start`), so a handler that
+fails before streaming anything still answers with an ordinary JSON-RPC error. Every event
+carries ``id:`` = its position in the task's log, so a client that reconnects with
+``Last-Event-ID`` resumes where it left off.
 
-A write that cannot complete within ``write_timeout`` (a client that stopped reading) ends the
-stream with :class:`SlowConsumer`; other streams and the run are never held up by it, because each
-stream reads the shared log at its own cursor.
+Memory: an event is written as a small per-stream prefix (``id:``, the JSON-RPC envelope with
+this request's id), the SHARED encoded body (:class:`~scoped_a2a.protocol.dialect.Frame`, one
+copy for every subscriber) and a small suffix. A small event goes out in one ``send``; a big one
+in slices of at most :data:`SLICE` bytes, so a server worker stuck on a client that stopped
+reading holds one slice for it, never a full-size copy (h11 joins each chunk's framing into a new
+bytes object, which for a 1 MiB snapshot was 1 MiB per stuck client).
+
+Clients that stop reading: the stream has ONE write deadline (:meth:`SSEWriter.write_deadline`),
+armed while a write is in progress and disarmed when it completes, rather than a new
+``fail_after`` per write. Where the server's write can be interrupted (hypercorn's asyncio worker,
+uvicorn) it ends the stream with :class:`SlowConsumer` after ``write_timeout`` without progress.
+hypercorn's trio worker shields its socket writes, so no deadline in the app can interrupt them;
+there the kernel does it (``TCP_USER_TIMEOUT`` set by :func:`~scoped_a2a.server.serve.serve`):
+the connection is aborted, hypercorn delivers ``http.disconnect`` and the stream is cancelled.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import anyio
 
+from ..protocol.dialect import Frame
 from .asgi import Send
+
+SLICE = 8 << 10
+"""The most bytes of a big event handed to the server in one ``send``."""
+
+_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 class SlowConsumer(Exception):
-    """The client did not take an event within the write timeout; its stream is closed."""
+    """The client took no bytes within the write timeout; its stream is closed."""
 
 
 class SSEWriter:
+    """Writes one SSE response. Not safe for concurrent use: one task writes a stream."""
+
     def __init__(self, send: Send, *, write_timeout: float = 30.0) -> None:
         self._send = send
         self._write_timeout = write_timeout
+        self._deadline: anyio.CancelScope | None = None
         self.started = False
         self.events_sent = 0
+        self.last_write = -math.inf
+        """``anyio.current_time()`` when the server last accepted bytes of this stream."""
+
+    @contextmanager
+    def write_deadline(self) -> Iterator[None]:
+        """Bound every write made inside this block by ``write_timeout`` (one scope, re-armed).
+
+        On expiry the block is cancelled (the run holds it took are released on the way out)
+        and :class:`SlowConsumer` is raised. A write the server shields from cancellation is
+        not interrupted; the block ends once it returns (see the module docstring). Cancellation
+        from outside (a hang-up) passes through unchanged.
+        """
+        with anyio.CancelScope() as scope:
+            self._deadline = scope
+            try:
+                yield
+            finally:
+                self._deadline = None
+        if scope.cancelled_caught:
+            raise SlowConsumer
+
+    async def start(self) -> None:
+        """Send the response headers now (a stream with nothing to send yet says it is open)."""
+        if not self.started:
+            self.started = True
+            await self._send({"type": "http.response.start", "status": 200,
+                              "headers": _HEADERS})
+            self.last_write = anyio.current_time()
 
     async def _write(self, chunk: bytes) -> None:
+        deadline = self._deadline
+        if deadline is None:
+            # Outside write_deadline() (an error event after the method gave up): a deadline
+            # of its own for this one write.
+            with anyio.move_on_after(self._write_timeout) as alone:
+                self._deadline = alone
+                try:
+                    await self._write(chunk)
+                finally:
+                    self._deadline = None
+            if alone.cancelled_caught:
+                raise SlowConsumer
+            return
+        deadline.deadline = anyio.current_time() + self._write_timeout
         try:
-            with anyio.fail_after(self._write_timeout):
-                if not self.started:
-                    self.started = True
-                    await self._send(
-                        {
-                            "type": "http.response.start",
-                            "status": 200,
-                            "headers": [
-                                (b"content-type", b"text/event-stream"),
-                                (b"cache-control", b"no-cache"),
-                                (b"x-accel-buffering", b"no"),
-                            ],
-                        }
-                    )
-                await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except TimeoutError:
-            raise SlowConsumer from None
+            if not self.started:
+                await self.start()
+            await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except OSError as exc:
+            # hypercorn's asyncio worker can hand a connection's failure (ETIMEDOUT after the
+            # kernel aborted a client that stopped reading) to the app's send() (hypercorn #361).
+            raise SlowConsumer(f"the connection failed: {exc}") from None
+        self.last_write = anyio.current_time()
+        deadline.deadline = math.inf
 
     async def event(self, data: bytes, event_id: int | None = None) -> None:
         """Send one event; ``data`` is one complete JSON-RPC response (no newlines)."""
@@ -53,6 +116,31 @@ class SSEWriter:
             await self._write(b"data: " + data + b"\n\n")
         else:
             await self._write(b"id: " + str(event_id).encode() + b"\ndata: " + data + b"\n\n")
+        self.events_sent += 1
+
+    async def result(self, frame: Frame, event_id: int, *, before: bytes = b"",
+                     after: bytes = b"") -> None:
+        """Send one event whose data is ``before + frame + after``.
+
+        ``before``/``after`` wrap the frame for the binding (JSON-RPC: the envelope with this
+        request's id, ``{"jsonrpc":..,"result":`` and ``}``; HTTP+JSON: nothing). The frame's
+        shared body is never copied whole: small events go out in one ``send``, big ones in
+        slices of at most :data:`SLICE` bytes. Cancelled midway, the client has a partial
+        event, which SSE discards (an event counts only once its blank line arrives).
+        """
+        prefix = b"id: " + str(event_id).encode() + b"\ndata: " + before + frame.head
+        suffix = frame.tail + after + b"\n\n"
+        body = frame.body
+        if len(body) <= SLICE:
+            await self._write(b"".join((prefix, body, suffix)))
+        else:
+            view = memoryview(body)
+            await self._write(prefix + view[:SLICE])
+            at = SLICE
+            while len(body) - at > SLICE:
+                await self._write(bytes(view[at : at + SLICE]))
+                at += SLICE
+            await self._write(view[at:].tobytes() + suffix)
         self.events_sent += 1
 
     async def keepalive(self) -> None:
