@@ -20,6 +20,8 @@ import sniffio
 from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
+from . import hypercorn_fixes
+
 log = logging.getLogger("scoped_a2a.serve")
 
 SHUTDOWN_SLACK = 5.0
@@ -41,12 +43,17 @@ async def serve(
     shutdown: anyio.Event | None = None,
     grace: float | None = None,
     access_log: bool = False,
+    http2: bool = False,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
 
     :param grace: seconds for requests in flight to finish on shutdown (default: the app's
         ``grace``, else 10).
+    :param http2: allow HTTP/2 (h2c) clients. Off by default: hypercorn 0.18's HTTP/2 layer
+        loses requests and can end the server (docs/connections.md); with it off, a client
+        that opens with the HTTP/2 preface has its connection closed and everyone else is
+        served over HTTP/1.1.
     :returns: after a graceful shutdown, within ``grace + drain + 5`` seconds of ``shutdown``
         (``drain``: the app's ``drain_seconds``, runs then push deliveries; else ``grace``).
     """
@@ -65,7 +72,13 @@ async def serve(
     config.shutdown_timeout = drain + SHUTDOWN_SLACK
     config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
+    # Idle keep-alive connections stay open longer than clients' own pools keep them (httpx 5 s,
+    # nginx upstream 60 s), so the client, not us, closes them: a server closing an idle
+    # connection races the client's next request on it. A connection the client closed is
+    # released at once (hypercorn_fixes), so this does not hold descriptors.
     config.keep_alive_timeout = 75
+    setattr(config, hypercorn_fixes.HTTP2_FLAG, http2)
+    hypercorn_fixes.install()
 
     stopping = anyio.Event()
     shutdown = shutdown or anyio.Event()
