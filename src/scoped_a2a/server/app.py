@@ -15,7 +15,7 @@ cancels interactive runs no one else holds; detached runs carry on in the server
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -34,6 +34,7 @@ from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.memory import MemoryTaskStore
 from .asgi import (
+    BodyInTooManyPieces,
     BodyTooLarge,
     ClientGone,
     Receive,
@@ -240,7 +241,11 @@ class A2AApp:
         except BodyTooLarge as exc:
             if exc.more_body:
                 await discard_body(scope, receive)
-            err = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
+            if isinstance(exc, BodyInTooManyPieces):
+                err = InvalidRequest(f"{exc}; send it in fewer, larger pieces (for example "
+                                     "with a Content-Length)")
+            else:
+                err = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
             await send_response(send, 413, error_frame(b"null", err, v1=True),
                                 headers=[(b"connection", b"close")])
             return
@@ -267,6 +272,12 @@ class A2AApp:
             await out.error(exc)
             return
         call = Call(dialect, rpc, _extensions(scope), _last_event_id(scope))
+        # The watcher cancels this group at a hang-up. It cannot cut the answer: the final
+        # answer is written shielded (_AsgiOutput), because on trio hypercorn emits
+        # http.disconnect from inside that very send() (Connection: close, a half-closed
+        # client), and cancelling it there would leave the answer half-written and the socket
+        # open. A blocking send whose caller hung up (or only half-closed: the two look the
+        # same until we write) still gets its final task, written under a short deadline.
         async with anyio.create_task_group() as request:
             request.start_soon(watch_disconnect, receive, request.cancel_scope)
             try:
@@ -282,6 +293,7 @@ class A2AApp:
             else:
                 await out.finish()
             request.cancel_scope.cancel()
+        await out.answer_after_hangup()
 
     # --- cards ----------------------------------------------------------------------------
 
@@ -313,19 +325,57 @@ class A2AApp:
         return _encode(card)
 
 
+HANGUP_WAIT = 0.5
+"""Seconds a blocking send whose caller hung up waits for its task to end before answering."""
+HANGUP_WRITE = 2.0
+"""...and seconds it then has to write that answer (the client may be gone: nobody reads)."""
+
+
 class _AsgiOutput(Output):
-    """Writes a method's answer: one JSON response, or an SSE stream started lazily."""
+    """Writes a method's answer: one JSON response, or an SSE stream started lazily.
+
+    The final answer (a JSON response, or the end of a stream) is written shielded, within
+    ``write_timeout``: once its write has begun, a hang-up no longer cancels the request, so
+    the answer goes out whole and hypercorn's own close of the connection (which it may run
+    inside this send) is not interrupted. A write that hits the deadline is abandoned.
+    """
 
     def __init__(self, send: Send, id_json: bytes, v1: bool, write_timeout: float) -> None:
         self._send = send
         self._id = id_json
         self._v1 = v1
+        self._write_timeout = write_timeout
         self._sse = SSEWriter(send, write_timeout=write_timeout)
         self._done = False
+        self._on_hangup: Callable[[float], Awaitable[None]] | None = None
+
+    async def _final(self, status: int, body: bytes) -> None:
+        self._done = True
+        with anyio.move_on_after(self._write_timeout, shield=True):
+            await send_response(self._send, status, body)
 
     async def result(self, result: bytes) -> None:
-        self._done = True
-        await send_response(self._send, 200, result_frame(self._id, result))
+        await self._final(200, result_frame(self._id, result))
+
+    def answer_on_hangup(self, answer: Callable[[float], Awaitable[None]]) -> None:
+        self._on_hangup = answer
+
+    async def answer_after_hangup(self) -> None:
+        """If a hang-up cancelled the method before it answered, answer as it registered.
+
+        Shielded, within ``HANGUP_WAIT + HANGUP_WRITE`` seconds: a half-closed client reads
+        its final task (canceled with reason hang-up, or completed if it ended first); for a
+        client that is gone the write goes nowhere. Errors are logged, not raised.
+        """
+        if self._done or self._sse.started or self._on_hangup is None:
+            return
+        with anyio.move_on_after(HANGUP_WAIT + HANGUP_WRITE, shield=True):
+            try:
+                await self._on_hangup(HANGUP_WAIT)
+            except A2AError as exc:
+                await self.error(exc)
+            except Exception:
+                log.exception("answering a caller that hung up failed")
 
     async def event(self, result: bytes, event_id: int | None) -> None:
         await self._sse.event(result_frame(self._id, result), event_id)
@@ -339,13 +389,13 @@ class _AsgiOutput(Output):
             await self._sse.event(frame)
             await self.finish()
         elif not self._done:
-            self._done = True
-            await send_response(self._send, 200, frame)
+            await self._final(200, frame)
 
     async def finish(self) -> None:
         if self._sse.started and not self._done:
             self._done = True
-            await self._sse.close()
+            with anyio.move_on_after(self._write_timeout, shield=True):
+                await self._sse.close()
 
 
 async def _plain(send: Send, status: int, text: str) -> None:

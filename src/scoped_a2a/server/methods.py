@@ -80,6 +80,14 @@ class Output:
     async def keepalive(self) -> None:
         raise NotImplementedError
 
+    def answer_on_hangup(self, answer: Callable[[float], Awaitable[None]]) -> None:
+        """How to answer if the caller hangs up first (a half-close looks like a hang-up).
+
+        ``answer(wait)`` waits up to ``wait`` seconds for the task to end, then writes it
+        through ``result``. The app calls it after the hang-up has cancelled the method, under a
+        short shielded deadline; a client that only half-closed still reads its answer.
+        """
+
 
 Method = Callable[[Call, Output], Awaitable[None]]
 
@@ -230,6 +238,15 @@ class Methods:
         if req.configuration is not None and req.configuration.return_immediately:
             await out.result(call.dialect.send_result(trim(task, history)))
             return
+        async def answer(wait: float) -> None:
+            # After a hang-up released the hold: an interactive run is being cancelled (reason
+            # hang-up); its terminal state lands within milliseconds.
+            with anyio.move_on_after(wait):
+                await tail(self.store, task.id, pos)
+            final, _ = await self.store.get(task.id)
+            await out.result(call.dialect.send_result(trim(final, history)))
+
+        out.answer_on_hangup(answer)
         with run.hold():
             await tail(self.store, task.id, pos)
         task, _ = await self.store.get(task.id)
