@@ -12,8 +12,12 @@ version nothing is patched and a warning says so, because these reach into priva
    read loop has seen the end of input, an idle connection is closed at once, and an idle timer
    started later (a response finishing after the client half-closed) closes at once too.
 2. **fd exhaustion floods the log.** When ``accept()`` fails for lack of descriptors, trio's
-   ``serve_listeners`` logs a traceback every 0.1 s and asyncio's loop one per retry. A filter
-   keeps one record per ``ACCEPT_LOG_INTERVAL`` seconds per logger, saying how many it dropped.
+   ``serve_listeners`` logs a traceback every 0.1 s. asyncio's selector loop (CPython 3.11 to
+   3.13) does not stop its accept loop at the error: it tries ``backlog`` (hypercorn: 100) more
+   accepts, logging each and scheduling a retry for each, so it logs ~100 tracebacks a second
+   and, when the server closes, each pending retry fails on the closed socket with another
+   traceback. A filter keeps one record per ``ACCEPT_LOG_INTERVAL`` seconds per logger, saying
+   how many it dropped, and a retry for a listening socket that has been closed does nothing.
 3. **HTTP/2 is off unless asked for** (``serve(http2=True)``): hypercorn switches a plain
    connection to HTTP/2 when it opens with the h2c preface or asks for an ``Upgrade: h2c``, and
    its HTTP/2 layer (0.18) loses requests and can end the server (docs/connections.md). With
@@ -24,6 +28,7 @@ version nothing is patched and a warning says so, because these reach into priva
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -80,6 +85,7 @@ def install() -> bool:
     _patch_eof(trio_tcp.TCPServer)
     _patch_http2(protocol.ProtocolWrapper)
     _throttle_accept_errors()
+    _skip_retries_on_closed_listeners()
     _installed = True
     return True
 
@@ -167,6 +173,23 @@ def _throttle_accept_errors() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, AcceptErrorThrottle) for f in logger.filters):
             logger.addFilter(AcceptErrorThrottle())
+
+
+def _skip_retries_on_closed_listeners() -> None:
+    from asyncio import selector_events
+
+    loop_class: Any = selector_events.BaseSelectorEventLoop
+    if sys.version_info[:2] not in ((3, 11), (3, 12), (3, 13), (3, 14)):
+        return  # written against these; elsewhere pending retries may log at shutdown
+    start_serving: Callable[..., None] = loop_class._start_serving
+
+    def _start_serving(self: Any, protocol_factory: Any, sock: Any, *args: Any,
+                       **kwargs: Any) -> None:
+        if sock.fileno() == -1:
+            return  # an accept retry scheduled before the server closed its socket
+        start_serving(self, protocol_factory, sock, *args, **kwargs)
+
+    loop_class._start_serving = _start_serving
 
 
 # --- 3. HTTP/2 only when allowed -----------------------------------------------------------
