@@ -106,7 +106,11 @@ def _patch_eof(server_class: Any) -> None:
             # instead of when the timer fires. A request in flight still gets its answer:
             # hypercorn closes the connection after it (or the idle timer below does).
             self._scoped_a2a_eof = True
-            if self.idle_task._handle is not None:
+            # Under the timer's lock: a restart in progress (a response just finished) may
+            # have checked the flag before it was set and not yet recorded its task.
+            async with self.idle_task._lock:
+                idle = self.idle_task._handle is not None
+            if idle:
                 await self.idle_task.restart(self._task_group, self._idle_timeout)
 
     async def _idle_timeout(self: Any) -> None:
