@@ -22,7 +22,7 @@ import anyio
 import pytest
 from anyio.abc import SocketStream
 
-from scoped_a2a import A2AApp
+from scoped_a2a import A2AApp, serve
 from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.server.asgi import MAX_BODY_MESSAGES
 
@@ -115,13 +115,14 @@ async def test_closed_connections_release_their_fds() -> None:
         assert after <= before, f"{after - before} connections still held after 1 s"
 
 
-def _spawn_server(backend: str, port: int, fd_limit: int) -> subprocess.Popen[bytes]:
+def _spawn_server(backend: str, port: int, fd_limit: int,
+                  *extra: str) -> subprocess.Popen[bytes]:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
 
     return subprocess.Popen(
         [sys.executable, "-m", "scoped_a2a", "serve", "--backend", backend, "--port", str(port),
-         "--log-level", "INFO"],
+         "--log-level", "INFO", *extra],
         preexec_fn=limit, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env=os.environ.copy(),
     )
@@ -306,6 +307,56 @@ async def test_http2_preface_is_refused_and_http11_still_served() -> None:
             raw, _ = await _read_to_eof(stream, 5.0)
             status, _, answer = _parse_response(raw)
             assert status == 200 and "error" in json.loads(answer)
+
+
+def _h2_get_card(port: int) -> int:
+    """GET the agent card over HTTP/2 with prior knowledge (the h2 package on a raw socket)."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(conn.data_to_send())
+        stream_id = conn.get_next_available_stream_id()
+        conn.send_headers(stream_id, [(":method", "GET"), (":scheme", "http"),
+                                      (":authority", "127.0.0.1"),
+                                      (":path", "/.well-known/agent-card.json")],
+                          end_stream=True)
+        sock.sendall(conn.data_to_send())
+        while True:
+            data = sock.recv(65536)
+            assert data, "the server closed the HTTP/2 connection"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    return int(dict(event.headers)[b":status"])
+            sock.sendall(conn.data_to_send())
+
+
+async def test_http2_is_served_when_asked_for() -> None:
+    """``serve(http2=True)`` (``--http2``) serves an HTTP/2 prior-knowledge client."""
+    shutdown = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve(
+            A2AApp(demo_agent), port=0, shutdown=shutdown, http2=True, task_status=task_status))
+        try:
+            assert await anyio.to_thread.run_sync(_h2_get_card, port) == 200
+        finally:
+            shutdown.set()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_serve_command_takes_http2_flag(backend: str) -> None:
+    """``python -m scoped_a2a serve --http2`` serves HTTP/2 prior-knowledge clients."""
+    port = _free_port()
+    proc = _spawn_server(backend, port, 1024, "--http2")
+    try:
+        _wait_listening(port, proc)
+        assert _h2_get_card(port) == 200
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
 
 
 async def test_h2c_upgrade_is_answered_over_http11() -> None:

@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-ended-tasks", type=int, default=10_000,
                    help="ended tasks kept in memory (oldest evicted first)")
     s.add_argument("--log-level", default="INFO")
+    s.add_argument("--http2", action="store_true",
+                   help="also accept HTTP/2 (h2c) clients; off by default because hypercorn's "
+                        "HTTP/2 layer loses requests under load (docs/connections.md)")
     # Push notifications (scoped_a2a.push).
     s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
                    help="allow push webhooks on HOST although it is (or resolves to) a "
@@ -123,7 +126,8 @@ async def _serve(args: argparse.Namespace) -> None:
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(_on_signals, shutdown, tg.cancel_scope)
-        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace)
+        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
+                    http2=args.http2)
         tg.cancel_scope.cancel()
 
 
