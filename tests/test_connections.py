@@ -239,8 +239,11 @@ async def test_closing_requests_get_whole_answer_then_eof(kind: str) -> None:
         for _ in range(20):
             async with await anyio.connect_tcp("127.0.0.1", _port(url)) as stream:
                 await stream.send(request)
-                raw, closed = await _read_to_eof(stream, 5.0)
-                status, _, answer = _parse_response(raw)
+                raw = b""
+                while b"TASK_STATE_COMPLETED" not in raw or not raw.endswith(b"}"):
+                    raw += await stream.receive()
+                rest, closed = await _read_to_eof(stream, 1.0)  # EOF within 1 s of the answer
+                status, _, answer = _parse_response(raw + rest)
                 assert status == 200
                 assert json.loads(answer)["result"]["task"]["status"]["state"] == \
                     "TASK_STATE_COMPLETED"
@@ -309,39 +312,89 @@ async def test_http2_preface_is_refused_and_http11_still_served() -> None:
             assert status == 200 and "error" in json.loads(answer)
 
 
-def _h2_get_card(port: int) -> int:
-    """GET the agent card over HTTP/2 with prior knowledge (the h2 package on a raw socket)."""
-    import h2.config
-    import h2.connection
-    import h2.events
+class _H2Client:
+    """A blocking HTTP/2 prior-knowledge client on one raw socket (the h2 package)."""
 
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(conn.data_to_send())
-        stream_id = conn.get_next_available_stream_id()
-        conn.send_headers(stream_id, [(":method", "GET"), (":scheme", "http"),
-                                      (":authority", "127.0.0.1"),
-                                      (":path", "/.well-known/agent-card.json")],
-                          end_stream=True)
-        sock.sendall(conn.data_to_send())
+    def __init__(self, port: int) -> None:
+        import h2.config
+        import h2.connection
+
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.sock.sendall(self.conn.data_to_send())
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def start(self, method: str, path: str, headers: list[tuple[str, str]] | None = None,
+              *, end_stream: bool = True) -> int:
+        stream_id: int = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream_id, [(":method", method), (":scheme", "http"),
+                                           (":authority", "127.0.0.1"), (":path", path),
+                                           *(headers or [])], end_stream=end_stream)
+        self.sock.sendall(self.conn.data_to_send())
+        return stream_id
+
+    def status(self, stream_id: int) -> int:
+        """Read until the response headers of ``stream_id`` arrive; its status."""
+        import h2.events
+
         while True:
-            data = sock.recv(65536)
+            data = self.sock.recv(65536)
             assert data, "the server closed the HTTP/2 connection"
-            for event in conn.receive_data(data):
-                if isinstance(event, h2.events.ResponseReceived):
-                    return int(dict(event.headers)[b":status"])
-            sock.sendall(conn.data_to_send())
+            found = None
+            for event in self.conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived) and \
+                        event.stream_id == stream_id:
+                    found = int(dict(event.headers)[b":status"])
+                if isinstance(event, h2.events.DataReceived):
+                    self.conn.acknowledge_received_data(event.flow_controlled_length,
+                                                        event.stream_id)
+            self.sock.sendall(self.conn.data_to_send())
+            if found is not None:
+                return found
+
+
+def _h2_get_card(port: int, times: int = 1) -> list[int]:
+    """GET the agent card ``times`` over one HTTP/2 connection; the statuses."""
+    client = _H2Client(port)
+    try:
+        return [client.status(client.start("GET", "/.well-known/agent-card.json"))
+                for _ in range(times)]
+    finally:
+        client.close()
+
+
+def _h2_data_after_answer(port: int) -> int:
+    """Send a body on a stream the server has already refused, then ask again; a status."""
+    client = _H2Client(port)
+    try:
+        refused = client.start("POST", "/", [("content-type", "application/json"),
+                                             ("content-length", str(1 << 30))],
+                               end_stream=False)
+        assert client.status(refused) == 413
+        client.conn.send_data(refused, b"x" * 1000)  # h2 still has the stream half-open
+        client.sock.sendall(client.conn.data_to_send())
+        return client.status(client.start("GET", "/.well-known/agent-card.json"))
+    finally:
+        client.close()
 
 
 async def test_http2_is_served_when_asked_for() -> None:
-    """``serve(http2=True)`` (``--http2``) serves an HTTP/2 prior-knowledge client."""
+    """``serve(http2=True)`` (``--http2``) serves an HTTP/2 prior-knowledge client: 1,100
+    requests on one connection, and a DATA frame for a stream already answered is dropped."""
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
         port = await tg.start(lambda task_status: serve(
             A2AApp(demo_agent), port=0, shutdown=shutdown, http2=True, task_status=task_status))
         try:
-            assert await anyio.to_thread.run_sync(_h2_get_card, port) == 200
+            # More than hypercorn's keep_alive_max_requests (1,000), after which its GOAWAY
+            # lost the requests in flight; and a DATA frame for an answered stream (KeyError).
+            statuses = await anyio.to_thread.run_sync(_h2_get_card, port, 1100)
+            assert statuses == [200] * 1100
+            assert await anyio.to_thread.run_sync(_h2_data_after_answer, port) == 200
+            assert await anyio.to_thread.run_sync(_h2_get_card, port) == [200]
         finally:
             shutdown.set()
 
@@ -353,7 +406,7 @@ def test_serve_command_takes_http2_flag(backend: str) -> None:
     proc = _spawn_server(backend, port, 1024, "--http2")
     try:
         _wait_listening(port, proc)
-        assert _h2_get_card(port) == 200
+        assert _h2_get_card(port) == [200]
     finally:
         proc.terminate()
         proc.communicate(timeout=30)

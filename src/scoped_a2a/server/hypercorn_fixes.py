@@ -23,6 +23,10 @@ version nothing is patched and a warning says so, because these reach into priva
    its HTTP/2 layer (0.18) loses requests and can end the server (docs/connections.md). With
    HTTP/2 off, a prior-knowledge client's connection is closed at once, and an upgrade request is
    answered over HTTP/1.1 as if it had not asked.
+4. **With HTTP/2 on, a DATA frame for a stream already answered raises ``KeyError``** in
+   hypercorn's H2 protocol (a client still sending a body the app refused): asyncio drops the
+   connection with every request on it, trio can end the whole server. Such frames are now
+   dropped (their flow control is still acknowledged).
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ def install() -> bool:
     _patch_http2(protocol.ProtocolWrapper)
     _throttle_accept_errors()
     _skip_retries_on_closed_listeners()
+    _forget_data_for_closed_streams()
     _installed = True
     return True
 
@@ -226,3 +231,32 @@ def _patch_http2(wrapper_class: Any) -> None:
 
     wrapper_class.handle = guarded_handle
     H11Protocol._check_protocol = _check_protocol  # type: ignore[method-assign]
+
+
+# --- 4. HTTP/2: DATA for a stream that has been answered -----------------------------------
+
+
+class _GoneStream:
+    """Stands in for an HTTP/2 stream hypercorn has closed: what arrives for it is dropped."""
+
+    async def handle(self, event: Any) -> None:
+        return None
+
+
+class _Streams(dict[int, Any]):
+    """hypercorn's table of open HTTP/2 streams, where a closed stream's id reads as gone."""
+
+    def __missing__(self, stream_id: int) -> Any:
+        return _GoneStream()
+
+
+def _forget_data_for_closed_streams() -> None:
+    from hypercorn.protocol.h2 import H2Protocol
+
+    init: Callable[..., None] = H2Protocol.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.streams = _Streams(self.streams)
+
+    H2Protocol.__init__ = __init__  # type: ignore[method-assign]

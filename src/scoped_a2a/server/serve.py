@@ -78,6 +78,10 @@ async def serve(
     # released at once (hypercorn_fixes), so this does not hold descriptors.
     config.keep_alive_timeout = 75
     setattr(config, hypercorn_fixes.HTTP2_FLAG, http2)
+    if http2:
+        # After this many streams hypercorn sends HTTP/2 GOAWAY, and requests the client had
+        # already sent on the connection are lost; one connection is one client, so no cap.
+        config.keep_alive_max_requests = 1 << 62
     hypercorn_fixes.install()
 
     stopping = anyio.Event()
