@@ -369,6 +369,7 @@ class _AsgiOutput(Output):
         """
         if self._done or self._sse.started or self._on_hangup is None:
             return
+        self._write_timeout = HANGUP_WRITE  # the answer's own shielded write: not 30 s here
         with anyio.move_on_after(HANGUP_WAIT + HANGUP_WRITE, shield=True):
             try:
                 await self._on_hangup(HANGUP_WAIT)

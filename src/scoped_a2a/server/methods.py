@@ -238,6 +238,7 @@ class Methods:
         if req.configuration is not None and req.configuration.return_immediately:
             await out.result(call.dialect.send_result(trim(task, history)))
             return
+
         async def answer(wait: float) -> None:
             # After a hang-up released the hold: an interactive run is being cancelled (reason
             # hang-up); its terminal state lands within milliseconds.
