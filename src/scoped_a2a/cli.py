@@ -186,6 +186,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="how long a run waits for the answer to ctx.ask; then its task fails "
                         "with reason input-timeout")
     add_log_level(s, "INFO")
+    s.add_argument("--http2", action="store_true",
+                   help="also accept HTTP/2 (h2c) clients; off by default because hypercorn's "
+                        "HTTP/2 layer loses requests under load (docs/connections.md)")
     # Push notifications (scoped_a2a.push).
     s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
                    help="allow push webhooks on HOST although it is (or resolves to) a "
@@ -249,7 +252,8 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(_on_signals, shutdown, tg.cancel_scope)
-        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace)
+        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
+                    http2=args.http2)
         tg.cancel_scope.cancel()
 
 

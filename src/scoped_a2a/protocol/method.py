@@ -58,6 +58,15 @@ class Output:
         """``anyio.current_time()`` of the stream's last accepted write (keep-alives follow it)."""
         raise NotImplementedError
 
+    def answer_on_hangup(self, answer: Callable[[float], Awaitable[None]]) -> None:
+        """Register how to answer if the caller hangs up first (a half-close looks the same).
+
+        ``answer(wait)`` waits up to ``wait`` seconds for the task to end, then writes it
+        through ``result``. The binding calls it after the hang-up has cancelled the method,
+        under a short shielded deadline, so a client that only half-closed reads its answer.
+        """
+        raise NotImplementedError
+
 
 Method = Callable[[Call, Output], Awaitable[None]]
 """A method: ``async def (call, out)``; raises ``A2AError`` for an error answer."""

@@ -42,6 +42,7 @@ from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.memory import MemoryTaskStore
 from .asgi import (
+    BodyInTooManyPieces,
     BodyTooLarge,
     ClientGone,
     Receive,
@@ -299,7 +300,11 @@ class A2AApp:
         except BodyTooLarge as exc:
             if exc.more_body:
                 await discard_body(scope, receive)
-            err = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
+            if isinstance(exc, BodyInTooManyPieces):
+                err = InvalidRequest(f"{exc}; send it in fewer, larger pieces (for example "
+                                     "with a Content-Length)")
+            else:
+                err = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
             await send_response(send, 413, error_frame(b"null", err, v1=True),
                                 headers=[(b"connection", b"close")])
             return
@@ -368,18 +373,28 @@ class A2AApp:
 
 
 class _AsgiOutput(Responder):
-    """Writes a method's answer: one JSON response, or an SSE stream started lazily."""
+    """Writes a JSON-RPC answer: one JSON response, or an SSE stream started lazily.
+
+    Final answers go through :meth:`~.dispatch.Responder.final_write` (shielded, bounded).
+    """
 
     def __init__(self, send: Send, id_json: bytes, v1: bool, write_timeout: float) -> None:
         self._send = send
         self._id = id_json
         self._v1 = v1
+        self.write_timeout = write_timeout
         self._sse = SSEWriter(send, write_timeout=write_timeout)
         self._done = False
 
-    async def result(self, result: bytes) -> None:
+    def answered(self) -> bool:
+        return self._done or self._sse.started
+
+    async def _final(self, body: bytes) -> None:
         self._done = True
-        await send_response(self._send, 200, result_frame(self._id, result))
+        await self.final_write(lambda: send_response(self._send, 200, body))
+
+    async def result(self, result: bytes) -> None:
+        await self._final(result_frame(self._id, result))
 
     async def event(self, result: bytes | Frame, event_id: int | None) -> None:
         if isinstance(result, Frame) and event_id is not None:
@@ -409,13 +424,12 @@ class _AsgiOutput(Responder):
             await self._sse.event(frame)
             await self.finish()
         elif not self._done:
-            self._done = True
-            await send_response(self._send, 200, frame)
+            await self._final(frame)
 
     async def finish(self) -> None:
         if self._sse.started and not self._done:
             self._done = True
-            await self._sse.close()
+            await self.final_write(self._sse.close)
 
 
 async def _plain(send: Send, status: int, text: str) -> None:

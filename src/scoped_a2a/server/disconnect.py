@@ -5,6 +5,11 @@ second ``receive()`` after it blocks forever; ``send()`` after a drop does not r
 task must keep reading, and it must turn the disconnect into cancellation: it cancels the request's
 scope, which releases every hold the request has on runs (ending interactive ones) and stops its
 stream writer.
+
+A disconnect cannot cut an answer already being written: the app writes the final answer
+shielded (on trio, hypercorn emits ``http.disconnect`` from inside that very ``send()`` for a
+``Connection: close`` or half-closed client). A half-close counts as a hang-up; a blocking send
+still answers it afterwards (``_AsgiOutput.answer_after_hangup``, docs/connections.md).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ cancelled with reason ``hang-up``; a detached one carries on in the server nurse
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import anyio
 
@@ -29,14 +30,61 @@ from .sse import SlowConsumer
 log = logging.getLogger("scoped_a2a.server")
 
 
+HANGUP_WAIT = 0.5
+"""Seconds a blocking send whose caller hung up waits for its task to end before answering."""
+HANGUP_WRITE = 2.0
+"""...and seconds it then has to write that answer (the client may be gone: nobody reads)."""
+
+
 class Responder(Output):
-    """An :class:`Output` that can also answer an error and end the answer."""
+    """An :class:`Output` that can also answer an error, end the answer, and answer a caller
+    that hung up (or only half-closed) before the method could.
+
+    Bindings write their final answer (a whole response, or the end of a stream) through
+    :meth:`final_write`: shielded, within ``write_timeout``, so once the final write has begun a
+    hang-up no longer cuts it, and hypercorn's own close of the connection (which on trio it
+    may run inside that very ``send()``, for ``Connection: close`` or a half-closed client) is
+    not interrupted. A final write that hits the deadline is abandoned.
+    """
+
+    write_timeout: float = 30.0
+    _on_hangup: Callable[[float], Awaitable[None]] | None = None
 
     async def error(self, exc: A2AError) -> None:
         raise NotImplementedError
 
     async def finish(self) -> None:
         raise NotImplementedError
+
+    def answered(self) -> bool:
+        """Whether an answer was written or a stream was started (nothing more to answer)."""
+        raise NotImplementedError
+
+    async def final_write(self, write: Callable[[], Awaitable[None]]) -> None:
+        """Run ``write`` (the final answer's sends) shielded, within ``write_timeout``."""
+        with anyio.move_on_after(self.write_timeout, shield=True):
+            await write()
+
+    def answer_on_hangup(self, answer: Callable[[float], Awaitable[None]]) -> None:
+        self._on_hangup = answer
+
+    async def answer_after_hangup(self) -> None:
+        """If a hang-up cancelled the method before it answered, answer as it registered.
+
+        Shielded, within ``HANGUP_WAIT + HANGUP_WRITE`` seconds: a half-closed client reads
+        its final task (canceled with reason hang-up, or completed if it ended first); for a
+        client that is gone the write goes nowhere. Errors are logged, not raised.
+        """
+        if self._on_hangup is None or self.answered():
+            return
+        self.write_timeout = HANGUP_WRITE  # the answer's own shielded write: not 30 s here
+        with anyio.move_on_after(HANGUP_WAIT + HANGUP_WRITE, shield=True):
+            try:
+                await self._on_hangup(HANGUP_WAIT)
+            except A2AError as exc:
+                await self.error(exc)
+            except Exception:
+                log.exception("answering a caller that hung up failed")
 
 
 async def run_method(handler: Method, call: Call, out: Responder, receive: Receive,
@@ -47,8 +95,10 @@ async def run_method(handler: Method, call: Call, out: Responder, receive: Recei
     (``label`` names the call) with an error id, and answered as an internal error carrying the
     exception's type and that id, never its text unless ``expose_errors`` (failures.py). A
     client that stopped reading its stream is logged and its stream closed. On a hang-up the
-    watcher cancels the group: the method is cancelled and nothing is answered. Returns once the
-    answer is complete (the watcher is then cancelled).
+    watcher cancels the group: the method is cancelled, and a method that registered an answer
+    for that case (:meth:`Responder.answer_on_hangup`: a blocking send) still writes its final
+    task under a short shielded deadline, since a half-closed client looks like a hang-up until
+    we write. Returns once the answer is complete (the watcher is then cancelled).
     """
     async with anyio.create_task_group() as request:
         request.start_soon(watch_disconnect, receive, request.cancel_scope)
@@ -68,6 +118,7 @@ async def run_method(handler: Method, call: Call, out: Responder, receive: Recei
         else:
             await out.finish()
         request.cancel_scope.cancel()
+    await out.answer_after_hangup()
 
 
 def extensions(scope: Scope) -> frozenset[str]:

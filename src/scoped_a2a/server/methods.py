@@ -210,6 +210,16 @@ class Methods:
         if req.configuration is not None and req.configuration.return_immediately:
             await out.result(call.dialect.send_result(trim(task, history)))
             return
+
+        async def answer(wait: float) -> None:
+            # After a hang-up released the hold: an interactive run is being cancelled (reason
+            # hang-up); its terminal state lands within milliseconds.
+            with anyio.move_on_after(wait):
+                await tail(self.store, task.id, pos)
+            final, _ = await self.store.get(task.id)
+            await out.result(call.dialect.send_result(trim(final, history)))
+
+        out.answer_on_hangup(answer)
         with run.hold():
             await tail(self.store, task.id, pos)
         task, _ = await self.store.get(task.id)

@@ -299,13 +299,20 @@ class _RestOutput(Responder):
 
     def __init__(self, send: Send, write_timeout: float) -> None:
         self._send = send
+        self.write_timeout = write_timeout
         self._sse = _RestSSE(send, write_timeout=write_timeout)
         self._done = False
 
-    async def result(self, result: bytes) -> None:
+    def answered(self) -> bool:
+        return self._done or self._sse.started
+
+    async def _final(self, status: int, body: bytes) -> None:
         self._done = True
+        await self.final_write(lambda: _respond(self._send, status, body))
+
+    async def result(self, result: bytes) -> None:
         # DeleteTaskPushNotificationConfig's JSON-RPC result is null; REST answers ``{}``.
-        await _respond(self._send, 200, b"{}" if result == b"null" else result)
+        await self._final(200, b"{}" if result == b"null" else result)
 
     async def event(self, result: bytes | Frame, event_id: int | None) -> None:
         if isinstance(result, Frame) and event_id is not None:
@@ -332,13 +339,12 @@ class _RestOutput(Responder):
             await self._sse.error_event(rest_error_body(exc))
             await self.finish()
         elif not self._done:
-            self._done = True
-            await _respond(self._send, rest_status(exc), rest_error_body(exc))
+            await self._final(rest_status(exc), rest_error_body(exc))
 
     async def finish(self) -> None:
         if self._sse.started and not self._done:
             self._done = True
-            await self._sse.close()
+            await self.final_write(self._sse.close)
 
 
 def _check_version(scope: Scope) -> None:

@@ -36,6 +36,7 @@ from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
 from ..runtime.runner import RECORD_TIMEOUT
+from . import hypercorn_fixes
 
 log = logging.getLogger("scoped_a2a.serve")
 
@@ -150,6 +151,7 @@ async def serve(
     shutdown: anyio.Event | None = None,
     grace: float | None = None,
     access_log: bool = False,
+    http2: bool = False,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
@@ -157,6 +159,10 @@ async def serve(
     :param grace: seconds work in flight gets on shutdown (default: the app's ``grace``, else
         10): an app with ``drain(grace)`` (:class:`~scoped_a2a.A2AApp`) gives it to its runs;
         for any other ASGI app it is hypercorn's ``graceful_timeout`` for requests in flight.
+    :param http2: allow HTTP/2 (h2c) clients. Off by default: hypercorn 0.18's HTTP/2 layer
+        loses requests and can end the server (docs/connections.md); with it off, a client
+        that opens with the HTTP/2 preface has its connection closed and everyone else is
+        served over HTTP/1.1.
     :returns: after a graceful shutdown: for an A2AApp whose runs obey cancellation, about
         ``grace`` seconds after ``shutdown`` (plus the push grace if deliveries are pending);
         with a client that neither sends nor reads, ``ANSWER_SECONDS`` later (hypercorn closes
@@ -183,7 +189,17 @@ async def serve(
     config.shutdown_timeout = drain + SHUTDOWN_SLACK
     config.accesslog = logging.getLogger("hypercorn.access") if access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
+    # Idle keep-alive connections stay open longer than clients' own pools keep them (httpx 5 s,
+    # nginx upstream 60 s), so the client, not us, closes them: a server closing an idle
+    # connection races the client's next request on it. A connection the client closed is
+    # released at once (hypercorn_fixes), so this does not hold descriptors.
     config.keep_alive_timeout = 75
+    setattr(config, hypercorn_fixes.HTTP2_FLAG, http2)
+    if http2:
+        # After this many streams hypercorn sends HTTP/2 GOAWAY, and requests the client had
+        # already sent on the connection are lost; one connection is one client, so no cap.
+        config.keep_alive_max_requests = 1 << 62
+    hypercorn_fixes.install()
 
     stopping = anyio.Event()  # shutdown has begun (the deadline counts from here)
     hurry = anyio.Event()  # serve was cancelled from outside: skip the grace periods

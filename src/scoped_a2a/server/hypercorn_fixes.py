@@ -1,0 +1,262 @@
+"""Work-arounds for hypercorn's connection handling: the one place that patches hypercorn.
+
+Each fix is checked against the hypercorn versions it was written for (``TESTED``); on any other
+version nothing is patched and a warning says so, because these reach into private methods.
+
+1. **A closed idle connection is held until the keep-alive timeout.** When a client closes an
+   idle keep-alive connection (or connects and closes without a request), hypercorn's TCP server
+   reads EOF and ends its read loop, but the connection's task group still waits for the idle
+   timer (``keep_alive_timeout``), and only then closes the socket. So every such connection
+   holds a file descriptor (CLOSE_WAIT) for the whole timeout, on both workers; a client that
+   opens and closes connections in a loop exhausts the server's descriptors. The fix: once the
+   read loop has seen the end of input, an idle connection is closed at once, and an idle timer
+   started later (a response finishing after the client half-closed) closes at once too.
+2. **fd exhaustion floods the log.** When ``accept()`` fails for lack of descriptors, trio's
+   ``serve_listeners`` logs a traceback every 0.1 s. asyncio's selector loop (CPython 3.11 to
+   3.13) does not stop its accept loop at the error: it tries ``backlog`` (hypercorn: 100) more
+   accepts, logging each and scheduling a retry for each, so it logs ~100 tracebacks a second
+   and, when the server closes, each pending retry fails on the closed socket with another
+   traceback. A filter keeps one record per ``ACCEPT_LOG_INTERVAL`` seconds per logger, saying
+   how many it dropped, and a retry for a listening socket that has been closed does nothing.
+3. **HTTP/2 is off unless asked for** (``serve(http2=True)``): hypercorn switches a plain
+   connection to HTTP/2 when it opens with the h2c preface or asks for an ``Upgrade: h2c``, and
+   its HTTP/2 layer (0.18) loses requests and can end the server (docs/connections.md). With
+   HTTP/2 off, a prior-knowledge client's connection is closed at once, and an upgrade request is
+   answered over HTTP/1.1 as if it had not asked.
+4. **With HTTP/2 on, a DATA frame for a stream already answered raises ``KeyError``** in
+   hypercorn's H2 protocol (a client still sending a body the app refused): asyncio drops the
+   connection with every request on it, trio can end the whole server. Such frames are now
+   dropped (their flow control is still acknowledged).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import hypercorn
+
+log = logging.getLogger("scoped_a2a.hypercorn_fixes")
+
+TESTED = ("0.17.", "0.18.")
+"""hypercorn versions (prefixes) whose private methods these fixes were written against."""
+
+ACCEPT_LOG_INTERVAL = 10.0
+"""Seconds between two log records about ``accept()`` running out of file descriptors."""
+
+HTTP2_FLAG = "scoped_a2a_http2"
+"""The attribute of hypercorn's ``Config`` that allows HTTP/2 (absent: allowed, as hypercorn)."""
+
+_installed = False
+
+
+def version() -> str:
+    return str(getattr(hypercorn, "__version__", "") or _dist_version())
+
+
+def _dist_version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("hypercorn")
+    except PackageNotFoundError:  # pragma: no cover - hypercorn is a dependency
+        return ""
+
+
+def install() -> bool:
+    """Apply the fixes once per process; returns whether hypercorn is a version they fit.
+
+    Idempotent and cheap: ``serve`` calls it every time. Raises nothing.
+    """
+    global _installed
+    if _installed:
+        return True
+    found = version()
+    if not found.startswith(TESTED):
+        log.warning("hypercorn %s is not a version scoped-a2a's connection fixes were tested "
+                    "with (%s); closed keep-alive connections may be held until their "
+                    "timeout and HTTP/2 cannot be switched off", found or "?", ", ".join(TESTED))
+        return False
+    import hypercorn.asyncio.tcp_server as asyncio_tcp
+    import hypercorn.protocol as protocol
+    import hypercorn.trio.tcp_server as trio_tcp
+
+    _patch_eof(asyncio_tcp.TCPServer)
+    _patch_eof(trio_tcp.TCPServer)
+    _patch_http2(protocol.ProtocolWrapper)
+    _throttle_accept_errors()
+    _skip_retries_on_closed_listeners()
+    _forget_data_for_closed_streams()
+    _installed = True
+    return True
+
+
+# --- 1. a client's EOF closes an idle connection -----------------------------------------
+
+
+def _patch_eof(server_class: Any) -> None:
+    read_data: Callable[[Any], Awaitable[None]] = server_class._read_data
+    idle_timeout: Callable[[Any], Awaitable[None]] = server_class._idle_timeout
+
+    async def _read_data(self: Any) -> None:
+        try:
+            await read_data(self)
+        finally:
+            # The client sent EOF (or the read failed): no more requests can come. If the
+            # connection is idle (its idle timer runs only between requests), close it now
+            # instead of when the timer fires. A request in flight still gets its answer:
+            # hypercorn closes the connection after it (or the idle timer below does).
+            self._scoped_a2a_eof = True
+            # Under the timer's lock: a restart in progress (a response just finished) may
+            # have checked the flag before it was set and not yet recorded its task.
+            async with self.idle_task._lock:
+                idle = self.idle_task._handle is not None
+            if idle:
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+
+    async def _idle_timeout(self: Any) -> None:
+        if getattr(self, "_scoped_a2a_eof", False):
+            # Same as hypercorn's own timer after its wait, without the wait. Shielded by
+            # the worker's own means, as there (a cancel must not leave the socket open).
+            await _shielded(self._initiate_server_close)
+            return
+        await idle_timeout(self)
+
+    server_class._read_data = _read_data
+    server_class._idle_timeout = _idle_timeout
+
+
+async def _shielded(close: Callable[[], Awaitable[None]]) -> None:
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        with trio.CancelScope(shield=True):
+            await close()
+    else:
+        import asyncio
+
+        await asyncio.shield(close())
+
+
+# --- 2. one log record per interval when accept() runs out of descriptors ------------------
+
+
+class AcceptErrorThrottle(logging.Filter):
+    """Lets one "out of file descriptors" record through per interval; counts the rest."""
+
+    def __init__(self, interval: float = ACCEPT_LOG_INTERVAL) -> None:
+        super().__init__()
+        self.interval = interval
+        self._last = -float("inf")
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _is_accept_exhaustion(record):
+            return True
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            self.dropped += 1
+            return False
+        self._last = now
+        if self.dropped:
+            record.msg = f"{record.msg} ({self.dropped} more like this in the last interval)"
+            self.dropped = 0
+        return True
+
+
+def _is_accept_exhaustion(record: logging.LogRecord) -> bool:
+    message = str(record.msg)
+    if "out of system resource" in message:  # asyncio: socket.accept() ... (EMFILE/ENFILE)
+        return True
+    return message.startswith("accept returned")  # trio.serve_listeners: EMFILE, ENFILE...
+
+
+def _throttle_accept_errors() -> None:
+    for name in ("asyncio", "trio.serve_listeners"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, AcceptErrorThrottle) for f in logger.filters):
+            logger.addFilter(AcceptErrorThrottle())
+
+
+def _skip_retries_on_closed_listeners() -> None:
+    from asyncio import selector_events
+
+    loop_class: Any = selector_events.BaseSelectorEventLoop
+    if sys.version_info[:2] not in ((3, 11), (3, 12), (3, 13), (3, 14)):
+        return  # written against these; elsewhere pending retries may log at shutdown
+    start_serving: Callable[..., None] = loop_class._start_serving
+
+    def _start_serving(self: Any, protocol_factory: Any, sock: Any, *args: Any,
+                       **kwargs: Any) -> None:
+        if sock.fileno() == -1:
+            return  # an accept retry scheduled before the server closed its socket
+        start_serving(self, protocol_factory, sock, *args, **kwargs)
+
+    loop_class._start_serving = _start_serving
+
+
+# --- 3. HTTP/2 only when allowed -----------------------------------------------------------
+
+
+def _patch_http2(wrapper_class: Any) -> None:
+    from hypercorn.events import Closed
+    from hypercorn.protocol.h11 import H2ProtocolAssumedError, H11Protocol
+
+    handle: Callable[[Any, Any], Awaitable[None]] = wrapper_class.handle
+    check_protocol: Callable[[Any, Any], Awaitable[None]] = H11Protocol._check_protocol
+
+    async def _check_protocol(self: Any, event: Any) -> None:
+        if getattr(self.config, HTTP2_FLAG, True):
+            await check_protocol(self, event)
+        elif event.method == b"PRI" and event.target == b"*" and event.http_version == b"2.0":
+            raise H2ProtocolAssumedError(b"")
+        # else: an "Upgrade: h2c" request is served over HTTP/1.1 (no 101 is sent)
+
+    async def guarded_handle(self: Any, event: Any) -> None:
+        if getattr(self.config, HTTP2_FLAG, True):
+            await handle(self, event)
+            return
+        try:
+            await self.protocol.handle(event)
+        except H2ProtocolAssumedError:
+            # An HTTP/2 prior-knowledge preface on a server without HTTP/2: the client cannot
+            # read an HTTP/1.1 answer, so close the connection (it sees EOF at once).
+            await self.send(Closed())
+
+    wrapper_class.handle = guarded_handle
+    H11Protocol._check_protocol = _check_protocol  # type: ignore[method-assign]
+
+
+# --- 4. HTTP/2: DATA for a stream that has been answered -----------------------------------
+
+
+class _GoneStream:
+    """Stands in for an HTTP/2 stream hypercorn has closed: what arrives for it is dropped."""
+
+    async def handle(self, event: Any) -> None:
+        return None
+
+
+class _Streams(dict[int, Any]):
+    """hypercorn's table of open HTTP/2 streams, where a closed stream's id reads as gone."""
+
+    def __missing__(self, stream_id: int) -> Any:
+        return _GoneStream()
+
+
+def _forget_data_for_closed_streams() -> None:
+    from hypercorn.protocol.h2 import H2Protocol
+
+    init: Callable[..., None] = H2Protocol.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.streams = _Streams(self.streams)
+
+    H2Protocol.__init__ = __init__  # type: ignore[method-assign]
