@@ -58,12 +58,14 @@ class Output:
         """``anyio.current_time()`` of the stream's last accepted write (keep-alives follow it)."""
         raise NotImplementedError
 
-    def answer_on_hangup(self, answer: Callable[[float], Awaitable[None]]) -> None:
+    def answer_on_hangup(self, answer: Callable[[float], Awaitable[bytes]]) -> None:
         """Register how to answer if the caller hangs up first (a half-close looks the same).
 
-        ``answer(wait)`` waits up to ``wait`` seconds for the task to end, then writes it
-        through ``result``. The binding calls it after the hang-up has cancelled the method,
-        under a short shielded deadline, so a client that only half-closed reads its answer.
+        ``answer(wait)`` waits up to ``wait`` seconds for the task to end and returns the
+        encoded result, which the binding writes as :meth:`result` would. The binding calls it
+        after the hang-up has cancelled the method, under a short shielded deadline, so a client
+        that only half-closed reads its answer. ``answer`` must not refer to this output (a
+        reference cycle would keep the request's task and body alive until the cyclic GC runs).
         """
         raise NotImplementedError
 

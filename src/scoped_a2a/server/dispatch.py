@@ -48,7 +48,7 @@ class Responder(Output):
     """
 
     write_timeout: float = 30.0
-    _on_hangup: Callable[[float], Awaitable[None]] | None = None
+    _on_hangup: Callable[[float], Awaitable[bytes]] | None = None
 
     async def error(self, exc: A2AError) -> None:
         raise NotImplementedError
@@ -65,7 +65,7 @@ class Responder(Output):
         with anyio.move_on_after(self.write_timeout, shield=True):
             await write()
 
-    def answer_on_hangup(self, answer: Callable[[float], Awaitable[None]]) -> None:
+    def answer_on_hangup(self, answer: Callable[[float], Awaitable[bytes]]) -> None:
         self._on_hangup = answer
 
     async def answer_after_hangup(self) -> None:
@@ -75,12 +75,13 @@ class Responder(Output):
         its final task (canceled with reason hang-up, or completed if it ended first); for a
         client that is gone the write goes nowhere. Errors are logged, not raised.
         """
-        if self._on_hangup is None or self.answered():
+        answer, self._on_hangup = self._on_hangup, None
+        if answer is None or self.answered():
             return
         self.write_timeout = HANGUP_WRITE  # the answer's own shielded write: not 30 s here
         with anyio.move_on_after(HANGUP_WAIT + HANGUP_WRITE, shield=True):
             try:
-                await self._on_hangup(HANGUP_WAIT)
+                await self.result(await answer(HANGUP_WAIT))
             except A2AError as exc:
                 await self.error(exc)
             except Exception:

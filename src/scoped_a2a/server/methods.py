@@ -211,13 +211,15 @@ class Methods:
             await out.result(call.dialect.send_result(trim(task, history)))
             return
 
-        async def answer(wait: float) -> None:
+        task_id, dialect = task.id, call.dialect  # the closure keeps neither the task nor out
+
+        async def answer(wait: float) -> bytes:
             # After a hang-up released the hold: an interactive run is being cancelled (reason
             # hang-up); its terminal state lands within milliseconds.
             with anyio.move_on_after(wait):
-                await tail(self.store, task.id, pos)
-            final, _ = await self.store.get(task.id)
-            await out.result(call.dialect.send_result(trim(final, history)))
+                await tail(self.store, task_id, pos)
+            final, _ = await self.store.get(task_id)
+            return dialect.send_result(trim(final, history))
 
         out.answer_on_hangup(answer)
         with run.hold():
