@@ -71,7 +71,8 @@ async def run_step(req: StepRequest) -> str:
     attempt = Attempt()
     ATTEMPTS.setdefault(activity.info().workflow_id, []).append(attempt)
     try:
-        async with CountingClient(req.agent_url, attempt.reads) as client:
+        # rpc_url: stay behind the URL given (a test proxy), whatever the card advertises.
+        async with CountingClient(req.agent_url, attempt.reads, rpc_url=req.agent_url) as client:
             async with ActivityStep(client, sink=DirectorySink(req.out, resume=True),
                                     poll_interval=req.poll_interval,
                                     drain_timeout=req.drain_timeout) as step:

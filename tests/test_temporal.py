@@ -185,6 +185,18 @@ async def test_agent_vanishes_mid_turn_step_drains_and_activity_completes(
     assert live_followers() == 0 and _follower_tasks() == []
 
 
+async def _heartbeat_cursor(client: Client, handle: WorkflowHandle[Any, Any]) -> int:
+    """The cursor of turn 0001 in the step activity's last heartbeat Temporal recorded."""
+    desc = await handle.describe()
+    for pending in desc.raw_description.pending_activities:
+        if pending.heartbeat_details.payloads:
+            details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+            turns = StepProgress.from_details(details).turns
+            if turns and turns[0].task_id:
+                return turns[0].cursor
+    return 0
+
+
 def _pages(out: Path) -> tuple[list[tuple[int, int]], list[int]]:
     """The turn's pages on disk as (after, next), and every event position, in file order."""
     pages: list[tuple[int, int]] = []
@@ -219,7 +231,13 @@ async def test_sigkilled_worker_retry_resumes_the_trajectory_without_gap_or_dupl
                         detach=True),
             id=wid, task_queue=queue)
         with anyio.fail_after(20):
-            while len(_pages(out)[0]) < 6:  # worker A is following the turn
+            # Worker A follows the turn; its position reached Temporal in a heartbeat, and it
+            # wrote more pages since (the retry must skip those, not write them again).
+            beat = 0
+            while not beat:
+                beat = await _heartbeat_cursor(client, handle)
+                await anyio.sleep(0.05)
+            while _pages(out)[0][-1][1] <= beat:
                 await anyio.sleep(0.02)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
@@ -235,7 +253,9 @@ async def test_sigkilled_worker_retry_resumes_the_trajectory_without_gap_or_dupl
     [second] = ATTEMPTS[wid]  # the only attempt this process ran: the retry
     assert second.step is not None and second.step.attempt == 2
     resumed = second.step.resumed_from.turns[0]
-    assert resumed.cursor > 0 and not resumed.recorded
+    assert resumed.cursor >= beat and not resumed.recorded
+    # Taken over where the dead attempt's pages end, past its last heartbeat.
+    assert second.step.taken_over_at["0001"] >= max(nxt for _, nxt in killed_pages) > beat
     # The retry took over where the dead attempt's pages end (not earlier: no duplicate).
     assert second.step.turns[0].follower is not None
     pages, positions = _pages(out)

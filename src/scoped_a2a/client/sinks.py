@@ -164,6 +164,18 @@ class DirectorySink:
     def pages(self, turn: str) -> PageSink:
         return _DirectoryPages(self.path / turn / "live", self.durable)
 
+    def turn_task(self, turn: str) -> tuple[str, bool] | None:
+        """The task ``turn``'s metadata names and whether its end is recorded; None when the
+        turn has no task on disk (never started, or answered by a message)."""
+        try:
+            meta = msgspec.json.decode((self.path / turn / "meta.json").read_bytes())
+        except (FileNotFoundError, msgspec.DecodeError):
+            return None
+        task_id = meta.get("taskId") if isinstance(meta, dict) else None
+        if not isinstance(task_id, str):
+            return None
+        return task_id, (self.path / turn / "end.json").exists()
+
     def pages_end(self, turn: str, after: int) -> int:
         """Where the pages on disk that continue ``turn``'s trajectory from position ``after``
         end: ``after``, or the ``next`` of the last page of the unbroken chain

@@ -27,7 +27,9 @@ What it adds to a ``Step`` (everything else, followers, drain and sinks, is the 
   not sent again but taken over with :meth:`Step.rejoin`, its follower starting at the cursor of
   the last heartbeat, moved past the pages a ``DirectorySink`` already holds (the dead attempt
   may have written some after its last heartbeat); a turn whose end was recorded is not followed
-  again. So the trajectory on disk has no gap and no duplicate line.
+  again. So the trajectory on disk has no gap and no duplicate line. Temporal's worker holds
+  heartbeats back (at most one per 80% of the heartbeat timeout), so the last one may predate a
+  turn's send or end: a sink that records turns (``DirectorySink.turn_task``) fills that in.
 
 Temporal's Python SDK runs activities on asyncio only; this module runs where they run. It uses
 AnyIO like the rest of the project (no ``asyncio.wait_for``/``create_task``).
@@ -35,6 +37,7 @@ AnyIO like the rest of the project (no ``asyncio.wait_for``/``create_task``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from datetime import timedelta
@@ -76,7 +79,8 @@ class ActivityStep(Step):
     :raises RuntimeError: outside a Temporal activity.
 
     Record for tests and benchmarks: ``attempt``, ``resumed_from`` (the progress read from the
-    last heartbeat), ``heartbeats`` (how many were sent), ``cancelled_at`` (``time.monotonic()``
+    last heartbeat), ``taken_over_at`` (turn id -> the position a taken-over turn's follower
+    started at), ``heartbeats`` (how many were sent), ``cancelled_at`` (``time.monotonic()``
     when the step saw the activity's cancellation).
     """
 
@@ -95,7 +99,7 @@ class ActivityStep(Step):
                                 else heartbeat_interval(info.heartbeat_timeout))
         self.heartbeats = 0
         self.cancelled_at: float | None = None
-        self._carried: dict[str, int] = {}  # cursors of turns taken over without a follower
+        self.taken_over_at: dict[str, int] = {}  # turn -> the position it was taken over at
 
     async def __aenter__(self) -> ActivityStep:
         await super().__aenter__()
@@ -126,7 +130,7 @@ class ActivityStep(Step):
         return StepProgress(tuple(
             TurnProgress(
                 turn=t.id, task_id=t.task_id,
-                cursor=t.follower.cursor if t.follower is not None else self._carried.get(t.id, 0),
+                cursor=t.follower.cursor if t.follower is not None else self.taken_over_at.get(t.id, 0),
                 recorded=t.recorded,
             )
             for t in self.turns
@@ -150,13 +154,32 @@ class ActivityStep(Step):
 
     # --- turns --------------------------------------------------------------------------------
 
+    async def _earlier(self, index: int) -> TurnProgress | None:
+        """What an earlier attempt did with the ``index``-th turn: the last heartbeat says, and a
+        sink that can tell (``DirectorySink.turn_task``) fills in what happened after it (a
+        turn sent, or ended, less than a heartbeat throttle interval before the worker died)."""
+        earlier = self.resumed_from.turn(index)
+        turn_task = getattr(self.sink, "turn_task", None)
+        if self.attempt < 2 or not callable(turn_task):
+            return earlier
+        turn_id = f"{index + 1:04d}"
+        on_disk = await anyio.to_thread.run_sync(turn_task, turn_id)
+        if on_disk is None:
+            return earlier
+        task_id, ended = on_disk
+        if earlier is None:
+            return TurnProgress(turn_id, task_id, 0, ended)
+        if earlier.task_id == task_id and ended and not earlier.recorded:
+            return dataclasses.replace(earlier, recorded=True)
+        return earlier
+
     async def turn(
         self, message: Message | str, *, on_event: OnEvent | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Task | Message:
         """Send one turn, as :meth:`Step.turn`, or, when the attempt before this one had sent
         it, take it over from where that attempt's last heartbeat left it (nothing is sent)."""
-        earlier = self.resumed_from.turn(len(self.turns))
+        earlier = await self._earlier(len(self.turns))
         if earlier is None or earlier.task_id is None:
             result = await super().turn(message, on_event=on_event, metadata=metadata)
         else:
@@ -164,7 +187,7 @@ class ActivityStep(Step):
             pages_end = getattr(self.sink, "pages_end", None)
             if callable(pages_end) and not earlier.recorded:
                 after = await anyio.to_thread.run_sync(pages_end, earlier.turn, after)
-            self._carried[earlier.turn] = after
+            self.taken_over_at[earlier.turn] = after
             log.info("attempt %d: taking over turn %s (task %s) at position %d",
                      self.attempt, earlier.turn, earlier.task_id, after)
             result = await self.rejoin(earlier.task_id, after=after, ended=earlier.recorded,
