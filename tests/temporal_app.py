@@ -72,17 +72,17 @@ async def run_step(req: StepRequest) -> str:
     ATTEMPTS.setdefault(activity.info().workflow_id, []).append(attempt)
     try:
         # rpc_url: stay behind the URL given (a test proxy), whatever the card advertises.
-        async with CountingClient(req.agent_url, attempt.reads, rpc_url=req.agent_url) as client:
-            async with ActivityStep(client, sink=DirectorySink(req.out, resume=True),
-                                    poll_interval=req.poll_interval,
-                                    drain_timeout=req.drain_timeout) as step:
-                attempt.step = step
-                try:
-                    task = await step.turn(
-                        req.message, metadata={DETACH_KEY: "1"} if req.detach else None)
-                except TransportError as exc:  # the agent went away: the step drains and ends
-                    attempt.outcome = f"agent gone: {exc}"
-                    return attempt.outcome
+        client = CountingClient(req.agent_url, attempt.reads, rpc_url=req.agent_url)
+        step = ActivityStep(client, sink=DirectorySink(req.out, resume=True),
+                            poll_interval=req.poll_interval, drain_timeout=req.drain_timeout)
+        async with client, step:
+            attempt.step = step
+            try:
+                task = await step.turn(
+                    req.message, metadata={DETACH_KEY: "1"} if req.detach else None)
+            except TransportError as exc:  # the agent went away: the step drains and ends
+                attempt.outcome = f"agent gone: {exc}"
+                return attempt.outcome
         attempt.outcome = task.status.state.value if isinstance(task, Task) else "message"
         return attempt.outcome
     finally:

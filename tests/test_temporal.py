@@ -24,16 +24,18 @@ import pytest
 
 pytest.importorskip("temporalio")
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle  # noqa: E402
-from temporalio.exceptions import CancelledError  # noqa: E402
+import itertools
 
-from scoped_a2a import A2AClient  # noqa: E402
-from scoped_a2a.client.follower import FOLLOWER_TASK_PREFIX, live_followers  # noqa: E402
-from scoped_a2a.temporal import SlotLedger, StepProgress, heartbeat_interval  # noqa: E402
-from scoped_a2a.temporal.devserver import dev_server  # noqa: E402
-from scoped_a2a.testing import FaultyProxy  # noqa: E402
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import CancelledError
 
-from .temporal_app import ATTEMPTS, DETACH_KEY, Attempt, StepRequest, StepWorkflow, worker  # noqa: E402
+from scoped_a2a import A2AClient
+from scoped_a2a.client.follower import FOLLOWER_TASK_PREFIX, live_followers
+from scoped_a2a.temporal import SlotLedger, StepProgress, heartbeat_interval
+from scoped_a2a.temporal.devserver import dev_server
+from scoped_a2a.testing import FaultyProxy
+
+from .temporal_app import ATTEMPTS, DETACH_KEY, Attempt, StepRequest, StepWorkflow, worker
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.anyio
@@ -261,7 +263,7 @@ async def test_sigkilled_worker_retry_resumes_the_trajectory_without_gap_or_dupl
     pages, positions = _pages(out)
     assert set(killed_pages) <= set(pages)
     assert pages[0][0] == 0
-    assert all(a[1] == b[0] for a, b in zip(pages, pages[1:], strict=False)), pages  # no gap
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(pages)), pages  # no gap
     assert positions == sorted(set(positions))  # no duplicate line
     meta = json.loads((out / "0001" / "meta.json").read_text())
     end = json.loads((out / "0001" / "end.json").read_text())
@@ -290,7 +292,9 @@ async def test_hundred_activities_cancelled_at_once_free_every_slot(
         for i in range(n):
             handles.append(await client.start_workflow(
                 StepWorkflow.run,
-                StepRequest(agent_url, "slow 60", str(tmp_path / f"out{i}"), poll_interval=1.0),
+                # A heartbeat timeout that 100 activities starting at once on 2 cores can keep.
+                StepRequest(agent_url, "slow 60", str(tmp_path / f"out{i}"), poll_interval=1.0,
+                            heartbeat_timeout=5.0),
                 id=f"hundred-{i}-{uuid.uuid4()}", task_queue=queue))
         attempts = [await _attempt(h.id, timeout=60) for h in handles]
         assert ledger.in_use == n

@@ -129,9 +129,9 @@ class ActivityStep(Step):
         """Where every turn stands now (what the next heartbeat carries)."""
         return StepProgress(tuple(
             TurnProgress(
-                turn=t.id, task_id=t.task_id,
-                cursor=t.follower.cursor if t.follower is not None else self.taken_over_at.get(t.id, 0),
-                recorded=t.recorded,
+                turn=t.id, task_id=t.task_id, recorded=t.recorded,
+                cursor=(t.follower.cursor if t.follower is not None
+                        else self.taken_over_at.get(t.id, 0)),
             )
             for t in self.turns
         ))
