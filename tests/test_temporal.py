@@ -280,7 +280,6 @@ async def test_sigkilled_worker_retry_resumes_the_trajectory_without_gap_or_dupl
     assert positions == [p for p in full if p <= end["next"]]
 
 
-@pytest.mark.slow
 async def test_hundred_activities_cancelled_at_once_free_every_slot(
     temporal_address: str, agent_url: str, tmp_path: Path,
 ) -> None:
@@ -327,6 +326,20 @@ async def test_hundred_activities_cancelled_at_once_free_every_slot(
         assert follower is not None and follower.outcome == "cancelled"
         assert a.step.cancelled_at is not None
         assert [t for t in a.reads if t > a.step.cancelled_at] == []
+
+
+def test_the_example_runs_against_the_dev_server(temporal_address: str) -> None:
+    """docs/temporal.md's second command (the first started the dev server)."""
+    done = subprocess.run(
+        [sys.executable, "examples/temporal/run.py", "--address", temporal_address,
+         "hello", "slow 0.3"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "turns ended: TASK_STATE_COMPLETED, TASK_STATE_COMPLETED" in done.stdout
+    out = Path(re.search(r"trajectory: (\S+)", done.stdout).group(1))  # type: ignore[union-attr]
+    for turn in ("0001", "0002"):
+        end = json.loads((out / turn / "end.json").read_text())
+        assert end["state"] == "TASK_STATE_COMPLETED"
 
 
 def test_heartbeat_details_round_trip_and_interval() -> None:
