@@ -10,7 +10,8 @@ from .send import Send
 from .soak import Soak
 from .stream import Stream
 from .teardown import Teardown
+from .temporal import Temporal
 
 
 def all_scenarios() -> list[Scenario]:
-    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached()]
+    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), Temporal()]
