@@ -8,13 +8,14 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 from scoped_a2a import A2AClient
-from scoped_a2a.client import TransportError
+from scoped_a2a.client import LivePage, TransportError
 from scoped_a2a.temporal import ActivityStep
 
 from .oldstep import OldStats, old_step
@@ -38,10 +39,22 @@ class Seen:
     cancelled_at: float | None = None
     step: ActivityStep | None = None
     old: OldStats | None = None
-    old_follower: asyncio.Task[None] | None = None
+    reads: list[float] = field(default_factory=list)  # starts of the scoped follower's reads
 
 
 SEEN: dict[str, Seen] = {}
+
+
+class _CountingClient(A2AClient):
+    """Notes when each trajectory read starts (exact, unlike an arrival seen at the agent)."""
+
+    def __init__(self, url: str, reads: list[float]) -> None:
+        super().__init__(url, rpc_url=url)  # stay behind the fault proxy, whatever the card says
+        self._reads = reads
+
+    async def read_trajectory(self, task_id: str, after: int = 0, **kw: Any) -> LivePage:
+        self._reads.append(time.monotonic())
+        return await super().read_trajectory(task_id, after, **kw)
 
 
 async def _heartbeat(every: float) -> None:
@@ -54,7 +67,7 @@ async def _heartbeat(every: float) -> None:
 async def scoped_step(req: Req) -> str:
     seen = SEEN[activity.info().workflow_id] = Seen()
     try:
-        async with A2AClient(req.url, rpc_url=req.url) as client, \
+        async with _CountingClient(req.url, seen.reads) as client, \
                 ActivityStep(client, poll_interval=0.2) as step:
             seen.step = step
             try:
@@ -97,4 +110,4 @@ class StepActivity:
             fn, req, start_to_close_timeout=timedelta(minutes=10),
             heartbeat_timeout=timedelta(seconds=req.heartbeat_timeout),
             retry_policy=RetryPolicy(maximum_attempts=1),
-            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL)
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
