@@ -5,6 +5,7 @@ on a retried activity; tests/test_temporal.py runs it under Temporal)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -55,7 +56,7 @@ async def test_rejoin_takes_over_a_turn_without_gap_or_duplicate(tmp_path: Path)
         # Nothing was sent again: the agent knows this one task.
         assert second.turn_task("0001") == (task.id, True)
     pages, positions = _chain(out / "0001" / "live")
-    assert pages[0][0] == 0 and all(a[1] == b[0] for a, b in zip(pages, pages[1:]))
+    assert pages[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(pages))
     assert positions == sorted(set(positions))
     end = json.loads((out / "0001" / "end.json").read_text())
     assert end == {"state": "TASK_STATE_COMPLETED", "next": pages[-1][1]}
