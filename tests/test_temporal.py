@@ -152,6 +152,30 @@ async def test_workflow_cancel_ends_the_step_activity_at_once(
     assert live_followers() == 0 and _follower_tasks() == []
 
 
+async def test_worker_shutdown_ends_the_step_activity_at_once(
+    temporal_address: str, agent_url: str, tmp_path: Path,
+) -> None:
+    client = await Client.connect(temporal_address)
+    queue = f"shutdown-{uuid.uuid4()}"
+    wid = f"shutdown-{uuid.uuid4()}"
+    async with worker(client, queue) as ledger:  # graceful_shutdown_timeout=0
+        await client.start_workflow(
+            StepWorkflow.run, StepRequest(agent_url, "slow 30", str(tmp_path / "out")),
+            id=wid, task_queue=queue)
+        attempt = await _attempt(wid)
+        shutdown = time.monotonic()
+    # Leaving the block shut the worker down: it cancelled the activity and waited for it.
+    step = attempt.step
+    assert step is not None and step.cancelled_at is not None and step.cancelled_at >= shutdown
+    follower = step.turns[0].follower
+    assert follower is not None and follower.outcome == "cancelled"
+    assert [t for t in attempt.reads if t > step.cancelled_at] == []
+    assert ledger.in_use == 0
+    end = json.loads((tmp_path / "out" / "0001" / "end.json").read_text())
+    assert end["state"] == "TASK_STATE_CANCELED"
+    assert live_followers() == 0 and _follower_tasks() == []
+
+
 async def test_agent_vanishes_mid_turn_step_drains_and_activity_completes(
     temporal_address: str, agent_url: str, tmp_path: Path,
 ) -> None:
