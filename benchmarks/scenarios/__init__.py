@@ -11,7 +11,9 @@ from .slowreaders import SlowReaders
 from .soak import Soak
 from .stream import Stream
 from .teardown import Teardown
+from .temporal import Temporal
 
 
 def all_scenarios() -> list[Scenario]:
-    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders()]
+    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
+            Temporal()]

@@ -203,6 +203,10 @@ class Follower:
     # --- cursor reads ---------------------------------------------------------------------
 
     async def _read(self) -> LivePage:
+        # A follower woken in the same tick as its step's cancellation (the turn's end sets
+        # ``stop``) would otherwise run on to the read's first checkpoint, which may come after
+        # the request has been written: check first, so a cancelled follower reads nothing.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         self.reads += 1
         try:
             with anyio.fail_after(self.read_timeout):
@@ -242,6 +246,7 @@ class Follower:
     async def _follow_subscription(self) -> None:
         while True:
             stopped = self.stop.is_set()
+            await anyio.lowlevel.checkpoint_if_cancelled()  # as in _read
             self.reads += 1
             try:
                 async with AsyncExitStack() as stack:

@@ -135,15 +135,18 @@ class DirectorySink:
     """Writes a step's trajectories under ``path`` in the layout above.
 
     :param durable: fsync each file before it appears (slower; survives a power cut).
+    :param resume: ``path`` may hold what an earlier attempt of the *same* step wrote (a retry
+        after its process died): its files are kept, the same record written again is a no-op,
+        and a different one raises :class:`FileExistsError` (logged by the step).
     :raises FileExistsError: ``path`` already holds a step's trajectories (its ``next.json``
-        exists): files are final, so a second step there could only fail to write. Use a new
-        folder for each step.
+        exists) and ``resume`` is false: files are final, so a second step there could only
+        fail to write. Use a new folder for each step.
     """
 
-    def __init__(self, path: str | Path, *, durable: bool = False) -> None:
+    def __init__(self, path: str | Path, *, durable: bool = False, resume: bool = False) -> None:
         self.path = Path(path)
         self.durable = durable
-        if (self.path / "next.json").exists():
+        if not resume and (self.path / "next.json").exists():
             raise FileExistsError(
                 f"{self.path} already holds a step's trajectories ({self.path / 'next.json'} "
                 "exists); write to a new folder")
@@ -160,6 +163,36 @@ class DirectorySink:
 
     def pages(self, turn: str) -> PageSink:
         return _DirectoryPages(self.path / turn / "live", self.durable)
+
+    def turn_task(self, turn: str) -> tuple[str, bool] | None:
+        """The task ``turn``'s metadata names and whether its end is recorded; None when the
+        turn has no task on disk (never started, or answered by a message)."""
+        try:
+            meta = msgspec.json.decode((self.path / turn / "meta.json").read_bytes())
+        except (FileNotFoundError, msgspec.DecodeError):
+            return None
+        task_id = meta.get("taskId") if isinstance(meta, dict) else None
+        if not isinstance(task_id, str):
+            return None
+        return task_id, (self.path / turn / "end.json").exists()
+
+    def pages_end(self, turn: str, after: int) -> int:
+        """Where the pages on disk that continue ``turn``'s trajectory from position ``after``
+        end: ``after``, or the ``next`` of the last page of the unbroken chain
+        ``<after>-<a>.jsonl``, ``<a>-<b>.jsonl``, ... (a follower writes its pages in order,
+        each whole, so the chain is what a dead attempt wrote after it last reported ``after``).
+        """
+        ends: dict[int, int] = {}
+        live = self.path / turn / "live"
+        names = [p.name for p in live.iterdir()] if live.is_dir() else []
+        for name in names:
+            first, dash, last = name.removesuffix(".jsonl").partition("-")
+            if name.endswith(".jsonl") and dash and first.isdigit() and last.isdigit():
+                ends[int(first)] = max(ends.get(int(first), int(first)), int(last))
+        at = after
+        while ends.get(at, at) > at:
+            at = ends[at]
+        return at
 
     async def end(self, turn: str, state: TaskState | None, next: int) -> None:
         await self._write(self.path / turn / "end.json", _end_record(state, next))

@@ -204,18 +204,65 @@ class Step:
             msg.task_id, msg.context_id = previous.id, previous.context_id
         elif msg.context_id is None:
             msg.context_id = self.context_id
+
+        async def send(turn: Turn) -> Task | Message:
+            card = await self.client.card()
+            self._offers_trajectory = card.offers_trajectory
+            if card.streaming:
+                return await self._streamed(turn, msg, on_event, metadata)
+            return await self._polled(turn, msg, on_event, metadata)
+
+        return await self._run_turn(send)
+
+    async def rejoin(
+        self, task_id: str, *, after: int = 0, ended: bool = False,
+        on_event: OnEvent | None = None,
+    ) -> Task:
+        """Take over, as this step's next turn, a turn whose message was sent before (by an
+        earlier attempt of this step, in a process that died): nothing is sent.
+
+        The turn's follower starts at position ``after`` (where the earlier attempt's follower
+        stood) and the turn waits, polling ``GetTask``, for ``task_id`` to end or need input, as
+        :meth:`turn` does; the turn's records in the sink are written again (a sink that keeps
+        files, like :class:`~.sinks.DirectorySink` opened with ``resume=True``, takes identical
+        records as no-ops). With ``ended=True`` the earlier attempt had already recorded the
+        turn's end: nothing is followed or recorded, and the task is returned as it is now.
+
+        Cancellation and errors are those of :meth:`turn`.
+        """
+        if self._tg is None:
+            raise RuntimeError("use a Step as `async with Step(client) as step:`")
+        if self._in_turn:
+            raise RuntimeError("a step runs one turn at a time")
+
+        async def wait(turn: Turn) -> Task | Message:
+            task = await self.client.get_task(task_id)
+            if ended:
+                turn.task_id, turn.recorded = task.id, True
+                self.context_id = task.context_id
+                return task
+            card = await self.client.card()
+            self._offers_trajectory = card.offers_trajectory
+            self._start_follower(turn, task, after)
+            return await self._poll_until_end(task, on_event)
+
+        result = await self._run_turn(wait, link=not ended)
+        assert isinstance(result, Task)
+        return result
+
+    async def _run_turn(
+        self, go: Callable[[Turn], Awaitable[Task | Message]], *, link: bool = True,
+    ) -> Task | Message:
+        """Run one turn (``go`` sends it or takes it over), with its bookkeeping: numbering,
+        links, and the record of its end, whichever way it ends."""
         turn = Turn(id=f"{len(self.turns) + 1:04d}")
         link_from = self.turns[-1].id if self.turns else None
         self.turns.append(turn)
         self._in_turn = True
         try:
-            await self._sink("link", self.sink.link(link_from, turn.id))
-            card = await self.client.card()
-            self._offers_trajectory = card.offers_trajectory
-            if card.streaming:
-                result = await self._streamed(turn, msg, on_event, metadata)
-            else:
-                result = await self._polled(turn, msg, on_event, metadata)
+            if link:
+                await self._sink("link", self.sink.link(link_from, turn.id))
+            result = await go(turn)
             if isinstance(result, Task):
                 self.task, turn.state = result, result.status.state
                 self.context_id = result.context_id
@@ -324,7 +371,11 @@ class Step:
         if msg.task_id and self.turns[:-1] and self.turns[-2].follower is not None:
             after = self.turns[-2].follower.cursor
         self._start_follower(turn, result, after)
-        task, failures = result, 0
+        return await self._poll_until_end(result, on_event)
+
+    async def _poll_until_end(self, task: Task, on_event: OnEvent | None) -> Task:
+        """Poll ``GetTask`` until the task ends or needs input; return it."""
+        failures = 0
         while not _ends(task.status.state):
             await anyio.sleep(self.backoff.delay(failures) if failures else self.poll_interval)
             try:

