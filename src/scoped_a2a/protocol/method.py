@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .dialect import Dialect
 from .jsonrpc import RpcRequest
+from .principal import ANONYMOUS, Principal
 
 
 @dataclass(slots=True)
@@ -22,6 +23,9 @@ class Call:
     rpc: RpcRequest
     extensions: frozenset[str]
     last_event_id: int | None
+    principal: Principal = ANONYMOUS
+    """Who is calling (resolved once per HTTP request); tasks of other principals are not
+    found for this call."""
 
 
 class Output:

@@ -24,6 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
+from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import (
     Message,
@@ -112,6 +113,7 @@ class Runner:
         attempt: int = 1,
         continuing: bool = False,
         redeliverable: bool = False,
+        principal: Principal = ANONYMOUS,
     ) -> Run:
         """Start a run of the agent for ``task`` in the server nursery; return it at once.
 
@@ -120,6 +122,7 @@ class Runner:
         Raises ServerUnavailable while shutting down or before the app runs.
         ``redeliverable``: the run came from a durable queue, so when it is stopped by shutdown
         or a lost lease it records no end (the queue runs it again elsewhere).
+        ``principal``: the caller the agent sees as ``ctx.principal``.
         """
         self.check_accepting()
         assert self._nursery is not None  # check_accepting guarantees it
@@ -133,6 +136,7 @@ class Runner:
             emit=lambda event: self._append(run, event),
             input_timeout=self.policy.input_timeout,
             attempt=attempt,
+            principal=principal,
         )
         self._runs[task.id] = run
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
@@ -153,6 +157,7 @@ class Runner:
         detach_reason: str | None,
         new: bool,
         stored: Callable[[], Awaitable[None]] | None = None,
+        principal: Principal = ANONYMOUS,
     ) -> Run:
         """Store a ``new`` task (or continue an existing one) and start its run; return it.
 
@@ -163,6 +168,7 @@ class Runner:
         before its run starts here; after it there is no checkpoint before the run is
         returned, so the caller can take its hold safely. If ``stored`` raises or is cancelled,
         or the run cannot start, the stored task is recorded as ended before this re-raises.
+        A new task is owned by ``principal`` (its id is stored with the task).
         Raises ServerUnavailable while shutting down or when the store is unreachable.
         """
         self.check_accepting()
@@ -176,7 +182,7 @@ class Runner:
             if detach_reason is not None:
                 await self.launcher.submit(
                     task, message, request_metadata=request_metadata,
-                    detach_reason=detach_reason,
+                    detach_reason=detach_reason, owner=principal.id,
                 )
                 if stored is not None:
                     await stored()
@@ -184,14 +190,15 @@ class Runner:
         if not new:
             return self.start(
                 task, message, request_metadata=request_metadata, detach_reason=detach_reason,
-                continuing=True,
+                continuing=True, principal=principal,
             )
-        await self.store.create(task)
+        await self.store.create(task, owner=principal.id)
         try:
             if stored is not None:
                 await stored()
             return self.start(
                 task, message, request_metadata=request_metadata, detach_reason=detach_reason,
+                principal=principal,
             )
         except BaseException as exc:
             # The task is stored but no run started (the caller hung up during ``stored``, or

@@ -24,9 +24,17 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_version
-from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
+from ..protocol.errors import (
+    A2AError,
+    InvalidRequest,
+    MethodNotFound,
+    PermissionDenied,
+    ServerUnavailable,
+    Unauthenticated,
+)
 from ..protocol.jsonrpc import error_frame, parse_request, result_frame
 from ..protocol.method import Call, Output
+from ..protocol.principal import Principal
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
@@ -46,6 +54,13 @@ from .asgi import (
     send_response,
 )
 from .asgi import read_body as _read_body
+from .auth import (
+    Authenticate,
+    auth_error_response,
+    card_security,
+    challenge_of,
+    resolve_principal,
+)
 from .card import build_card
 from .disconnect import watch_disconnect
 from .methods import Methods
@@ -78,6 +93,13 @@ class A2AApp:
         caller; for development. By default the caller sees the exception's type and an error
         id that is also in the log line with the traceback; an agent's
         :class:`~scoped_a2a.AgentError` is always sent as is.
+    :param authenticate: who is calling: ``async (scope) -> Principal``, raising
+        ``Unauthenticated`` (HTTP 401) or ``PermissionDenied`` (403); e.g. an
+        :class:`~scoped_a2a.server.auth.Authenticator` of API keys and JWTs, whose schemes the
+        card then declares. Resolved once per request before routing; the public card stays
+        readable without credentials. Absent: every caller is anonymous and sees every task.
+        With it, each task belongs to the principal that created it: other callers get
+        "task not found" for it.
 
     Mounted in a host app (Starlette ``Mount("/a2a", app=...)``), it serves under the mount's
     ASGI ``root_path`` and its card advertises that prefix; the host's lifespan must enter
@@ -100,8 +122,12 @@ class A2AApp:
         extended_card: Mapping[str, Any] | None = None,
         push: PushSettings | None = None,
         expose_errors: bool = False,
+        authenticate: Authenticate | None = None,
     ) -> None:
         self.agent = agent
+        self.authenticate = authenticate
+        self.auth_failures = 0
+        """Requests refused for no or bad credentials (401) or not allowed (403)."""
         self.expose_errors = expose_errors
         self.policy = policy if policy is not None else RunPolicy()
         # Not ``store or ...``: an empty MemoryTaskStore has len() 0, so it is falsy.
@@ -226,6 +252,21 @@ class A2AApp:
                 await send_response(send, 200, self._card(scope),
                                     headers=[(b"cache-control", b"max-age=60")])
             return
+        # Every route but the public card needs a principal, resolved before routing (so an
+        # unauthenticated caller learns nothing about paths or methods either).
+        try:
+            principal = await resolve_principal(self.authenticate, scope)
+        except (Unauthenticated, PermissionDenied) as exc:
+            self.auth_failures += 1
+            await discard_body(scope, receive)
+            status, headers, body = auth_error_response(exc, scope,
+                                                        challenge_of(self.authenticate))
+            await send_response(send, status, body, headers=headers)
+            return
+        except ServerUnavailable as exc:
+            await discard_body(scope, receive)
+            await send_response(send, 503, error_frame(b"null", exc, v1=True))
+            return
         if path not in ("/", ""):
             await discard_body(scope, receive)
             await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at "
@@ -238,11 +279,12 @@ class A2AApp:
             return
         self.open_requests += 1
         try:
-            await self._rpc(scope, receive, send)
+            await self._rpc(scope, receive, send, principal)
         finally:
             self.open_requests -= 1
 
-    async def _rpc(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _rpc(self, scope: Scope, receive: Receive, send: Send,
+                   principal: Principal) -> None:
         ctype = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
         if ctype != "application/json":
             err = InvalidRequest(
@@ -281,7 +323,7 @@ class A2AApp:
         except A2AError as exc:
             await out.error(exc)
             return
-        call = Call(dialect, rpc, _extensions(scope), _last_event_id(scope))
+        call = Call(dialect, rpc, _extensions(scope), _last_event_id(scope), principal)
         async with anyio.create_task_group() as request:
             request.start_soon(watch_disconnect, receive, request.cancel_scope)
             try:
@@ -317,7 +359,8 @@ class A2AApp:
         url = self._base_url(scope)
         cached = self._card_cache.get(url)
         if cached is None:
-            card = build_card(url, self._card_overrides, name=self._name,
+            overrides = {**card_security(self.authenticate), **self._card_overrides}
+            card = build_card(url, overrides, name=self._name,
                               push_notifications=self.push.enabled,
                               extended=self._extended is not None)
             cached = self._card_cache[url] = _encode(card)
@@ -327,7 +370,8 @@ class A2AApp:
 
     def _extended_card(self) -> bytes:
         url = self.public_url or "/"
-        card = build_card(url, {**self._card_overrides, **(self._extended or {})},
+        card = build_card(url, {**card_security(self.authenticate), **self._card_overrides,
+                                **(self._extended or {})},
                           name=self._name, push_notifications=self.push.enabled, extended=True)
         return _encode(card)
 

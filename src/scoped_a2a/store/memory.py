@@ -34,10 +34,11 @@ _encode = msgspec.json.Encoder().encode
 
 
 class _Record:
-    __slots__ = ("changed", "events", "last", "push", "seq", "task")
+    __slots__ = ("changed", "events", "last", "owner", "push", "seq", "task")
 
-    def __init__(self, task: Task, seq: int) -> None:
+    def __init__(self, task: Task, seq: int, owner: str = "") -> None:
         self.task = task
+        self.owner = owner  # the principal id that may see the task ("" = anonymous)
         self.seq = seq  # creation order, for ListTasks paging
         self.events: deque[LogEntry] = deque()
         self.last = 0
@@ -68,10 +69,13 @@ class MemoryTaskStore(TaskStore):
             raise TaskNotFound(f"task {task_id!r} not found")
         return rec
 
-    async def create(self, task: Task) -> None:
+    async def create(self, task: Task, *, owner: str = "") -> None:
         if task.id in self._tasks:
             raise InvalidParams(f"task {task.id!r} already exists")
-        self._tasks[task.id] = _Record(task, next(self._seq))
+        self._tasks[task.id] = _Record(task, next(self._seq), owner)
+
+    async def owner_of(self, task_id: str) -> str:
+        return self._record(task_id).owner
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         rec = self._record(task_id)
@@ -128,7 +132,7 @@ class MemoryTaskStore(TaskStore):
             return
         await rec.changed.wait()
 
-    async def list_tasks(self, request: ListTasksRequest) -> TaskPage:
+    async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
         size = request.page_size or 50
         if not 1 <= size <= 100:
             raise InvalidParams("pageSize must be between 1 and 100")
@@ -140,6 +144,8 @@ class MemoryTaskStore(TaskStore):
                 raise InvalidParams("pageToken is not one this server issued") from None
         matched: list[_Record] = []
         for rec in reversed(self._tasks.values()):
+            if owner is not None and rec.owner != owner:
+                continue
             t = rec.task
             if request.context_id is not None and t.context_id != request.context_id:
                 continue
