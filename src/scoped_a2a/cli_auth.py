@@ -1,0 +1,69 @@
+"""``serve``'s authentication options: API keys, JWT bearer tokens, and reloading on SIGHUP."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+
+import anyio
+
+from .server.auth import Authenticator, Scheme
+
+log = logging.getLogger("scoped_a2a.cli")
+
+
+def add_auth_options(s: argparse.ArgumentParser) -> None:
+    g = s.add_argument_group(
+        "authentication",
+        "Without these, every caller is anonymous and sees every task. With them, every route "
+        "but the agent card needs a credential, and each task belongs to its creator. "
+        "SIGHUP re-reads the key files (see docs/security.md).")
+    g.add_argument("--api-keys", metavar="FILE",
+                   default=os.environ.get("SCOPED_A2A_API_KEYS"),
+                   help="accept the API keys of FILE (one 'id:sha256:HEX' or 'id:TOKEN' a "
+                        "line), sent as 'X-API-Key: TOKEN' or 'Authorization: Bearer TOKEN' "
+                        "(default: $SCOPED_A2A_API_KEYS)")
+    g.add_argument("--jwt-jwks", metavar="FILE_OR_URL",
+                   help="accept JWT bearer tokens signed by a key of this JWKS (a file, or an "
+                        "http(s) URL fetched when a token names an unknown key)")
+    g.add_argument("--jwt-issuer", help="the iss a JWT must carry")
+    g.add_argument("--jwt-audience", help="the aud a JWT must carry")
+    g.add_argument("--jwt-algorithms", default="RS256,PS256,ES256,EdDSA", metavar="ALGS",
+                   help="the signature algorithms accepted, comma-separated (asymmetric only)")
+    g.add_argument("--jwt-leeway", type=float, default=30.0, metavar="SECONDS",
+                   help="clock skew allowed on exp/nbf/iat")
+    g.add_argument("--jwt-required-scope", action="append", default=[], metavar="SCOPE",
+                   help="a scope a JWT must grant, else 403 (repeatable)")
+
+
+def authenticator_from_args(args: argparse.Namespace) -> Authenticator | None:
+    """The configured schemes, or None. Raises SystemExit with one line on a bad option/file."""
+    schemes: list[Scheme] = []
+    try:
+        if args.api_keys:
+            from .server.auth.api_keys import ApiKeys
+
+            schemes.append(ApiKeys(args.api_keys))
+        if args.jwt_jwks:
+            from .server.auth.bearer_jwt import JwksKeys, JwtBearer
+
+            algorithms = [a.strip() for a in args.jwt_algorithms.split(",") if a.strip()]
+            schemes.append(JwtBearer(
+                JwksKeys(args.jwt_jwks), issuer=args.jwt_issuer, audience=args.jwt_audience,
+                algorithms=algorithms, leeway=args.jwt_leeway,
+                required_scopes=args.jwt_required_scope))
+        elif args.jwt_issuer or args.jwt_audience or args.jwt_required_scope:
+            raise ValueError("--jwt-issuer/--jwt-audience/--jwt-required-scope need --jwt-jwks")
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    return Authenticator(schemes) if schemes else None
+
+
+async def reload_on_sighup(auth: Authenticator) -> None:
+    """Re-read every scheme's keys on each SIGHUP, until cancelled."""
+    with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            log.info("SIGHUP: reloading credentials")
+            auth.reload()
