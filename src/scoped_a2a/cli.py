@@ -29,7 +29,13 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from .cli_auth import add_auth_options, authenticator_from_args, reload_on_sighup
+from .cli_auth import (
+    add_auth_options,
+    add_limit_options,
+    authenticator_from_args,
+    limits_from_args,
+    reload_on_sighup,
+)
 from .cli_help import HelpFormatter, add_log_level
 from .client.cli_send import add_send_parser, run_send
 from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
@@ -136,6 +142,7 @@ def _parser() -> argparse.ArgumentParser:
                         "by default they see the type and an error id that is in the log")
     add_log_level(s, "INFO")
     add_auth_options(s)
+    add_limit_options(s)
     # Push notifications (scoped_a2a.push).
     s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
                    help="allow push webhooks on HOST although it is (or resolves to) a "
@@ -178,6 +185,7 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
             detached=detached,
             expose_errors=args.expose_errors,
             authenticate=auth,
+            caller_limits=limits_from_args(args),
             push=PushSettings(
                 enabled=not args.no_push,
                 allow_hosts=tuple(args.allow_webhook_host),

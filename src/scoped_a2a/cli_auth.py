@@ -1,4 +1,5 @@
-"""``serve``'s authentication options: API keys, JWT bearer tokens, and reloading on SIGHUP."""
+"""``serve``'s authentication options (API keys, JWT bearer tokens, reloading on SIGHUP) and
+its per-caller limits."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 
 import anyio
 
+from .runtime.limits import CallerLimits
 from .server.auth import Authenticator, Scheme
 
 log = logging.getLogger("scoped_a2a.cli")
@@ -67,3 +69,27 @@ async def reload_on_sighup(auth: Authenticator) -> None:
         async for _ in signals:
             log.info("SIGHUP: reloading credentials")
             auth.reload()
+
+
+def add_limit_options(s: argparse.ArgumentParser) -> None:
+    g = s.add_argument_group(
+        "per-caller limits",
+        "Per principal (without authentication, all callers are one). A new task beyond a "
+        "limit is refused with error -32029 naming it.")
+    g.add_argument("--max-runs-per-caller", type=_positive, metavar="N",
+                   help="runs one caller may have working at once")
+    g.add_argument("--max-parked-per-caller", type=_positive, metavar="M",
+                   help="tasks of one caller that may wait for its input at once")
+
+
+def limits_from_args(args: argparse.Namespace) -> CallerLimits | None:
+    if args.max_runs_per_caller is None and args.max_parked_per_caller is None:
+        return None
+    return CallerLimits(args.max_runs_per_caller, args.max_parked_per_caller)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value

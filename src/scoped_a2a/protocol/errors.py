@@ -29,6 +29,8 @@ SERVER_UNAVAILABLE = -32000
 # implementation-defined range and echo the HTTP statuses they travel with (401, 403).
 UNAUTHENTICATED = -32040
 PERMISSION_DENIED = -32043
+# A per-caller limit (runs working or parked) refused new work; retry once one ends.
+LIMIT_EXCEEDED = -32029
 
 # google.rpc.ErrorInfo reasons used in 1.0 error.data.
 _REASONS = {
@@ -49,6 +51,7 @@ _REASONS = {
     SERVER_UNAVAILABLE: "SERVER_UNAVAILABLE",
     UNAUTHENTICATED: "UNAUTHENTICATED",
     PERMISSION_DENIED: "PERMISSION_DENIED",
+    LIMIT_EXCEEDED: "RESOURCE_EXHAUSTED",
 }
 
 
@@ -158,6 +161,12 @@ class PermissionDenied(A2AError):
     status: ClassVar[int] = 403
 
 
+class LimitExceeded(A2AError):
+    """The caller has as many runs (working or parked) as a per-caller limit allows."""
+
+    code = LIMIT_EXCEEDED
+
+
 _BY_CODE: dict[int, type[A2AError]] = {
     cls.code: cls
     for cls in (
@@ -177,6 +186,7 @@ _BY_CODE: dict[int, type[A2AError]] = {
         ServerUnavailable,
         Unauthenticated,
         PermissionDenied,
+        LimitExceeded,
     )
 }
 

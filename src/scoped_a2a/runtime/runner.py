@@ -38,6 +38,7 @@ from ..store.base import TaskEnded, TaskStore
 from ..store.launcher import RunLauncher
 from .context import Agent, RunContext, agent_message
 from .failures import AgentError, failure_text, new_error_id
+from .limits import CallerLimits, CallerRuns
 from .policy import RunPolicy
 from .run import Run
 
@@ -64,6 +65,7 @@ class Runner:
     def __init__(
         self, agent: Agent, store: TaskStore, policy: RunPolicy,
         launcher: RunLauncher | None = None, *, expose_errors: bool = False,
+        caller_limits: CallerLimits | None = None,
     ) -> None:
         self.agent = agent
         self.expose_errors = expose_errors
@@ -77,6 +79,8 @@ class Runner:
         self.closing = False
         self._nursery: TaskGroup | None = None
         self._runs: dict[str, Run] = {}
+        self.callers = CallerRuns(caller_limits)
+        """Runs by principal, checked against the per-caller limits when a task is new."""
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -128,6 +132,10 @@ class Runner:
         assert self._nursery is not None  # check_accepting guarantees it
         if task.id in self._runs:
             raise UnsupportedOperation(f"task {task.id!r} is already running")
+        if not continuing and not redeliverable:
+            # Again here, with no await before the run is registered: two sends that passed
+            # launch()'s early check together cannot both take the last slot.
+            self.callers.check(principal.id)
         run = Run(task.id, task.context_id, detach_reason)
         ctx = RunContext(
             run,
@@ -139,9 +147,10 @@ class Runner:
             principal=principal,
         )
         self._runs[task.id] = run
+        self.callers.add(principal.id, run)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._nursery.start_soon(
-            self._execute, run, ctx, continuing, redeliverable,
+            self._execute, run, ctx, continuing, redeliverable, principal.id,
             name=f"scoped_a2a run {task.id}",
         )
         return run
@@ -169,9 +178,12 @@ class Runner:
         returned, so the caller can take its hold safely. If ``stored`` raises or is cancelled,
         or the run cannot start, the stored task is recorded as ended before this re-raises.
         A new task is owned by ``principal`` (its id is stored with the task).
-        Raises ServerUnavailable while shutting down or when the store is unreachable.
+        Raises ServerUnavailable while shutting down or when the store is unreachable, and
+        LimitExceeded (storing nothing) when a new task's principal is at a per-caller limit.
         """
         self.check_accepting()
+        if new:
+            self.callers.check(principal.id)
         if self.launcher is not None:
             if not new:
                 # A non-terminal task with no run here has one in another process (or queued).
@@ -251,7 +263,8 @@ class Runner:
     # --- executing ------------------------------------------------------------------------
 
     async def _execute(
-        self, run: Run, ctx: RunContext, continuing: bool, redeliverable: bool = False
+        self, run: Run, ctx: RunContext, continuing: bool, redeliverable: bool = False,
+        principal_id: str = "",
     ) -> None:
         mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
         log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
@@ -300,6 +313,7 @@ class Runner:
                     log.error("could not record the end of task %s within %.0fs",
                               run.task_id, RECORD_TIMEOUT)
             self._runs.pop(run.task_id, None)
+            self.callers.remove(principal_id, run)
             run.done.set()
             if not self._runs:
                 self._idle.set()

@@ -39,6 +39,7 @@ from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
 from ..runtime.failures import failure_text, new_error_id
+from ..runtime.limits import CallerLimits
 from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
@@ -100,6 +101,9 @@ class A2AApp:
         readable without credentials. Absent: every caller is anonymous and sees every task.
         With it, each task belongs to the principal that created it: other callers get
         "task not found" for it.
+    :param caller_limits: at most this many runs working / parked in ``ctx.ask`` per
+        principal (:class:`~scoped_a2a.runtime.limits.CallerLimits`); a new task beyond a limit
+        is refused with -32029 naming it.
 
     Mounted in a host app (Starlette ``Mount("/a2a", app=...)``), it serves under the mount's
     ASGI ``root_path`` and its card advertises that prefix; the host's lifespan must enter
@@ -123,6 +127,7 @@ class A2AApp:
         push: PushSettings | None = None,
         expose_errors: bool = False,
         authenticate: Authenticate | None = None,
+        caller_limits: CallerLimits | None = None,
     ) -> None:
         self.agent = agent
         self.authenticate = authenticate
@@ -134,7 +139,7 @@ class A2AApp:
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
         # A shared store (Redis) may queue detached runs durably instead of running them here.
         self.runner = Runner(agent, self.store, self.policy, launcher=self.store.run_launcher(),
-                             expose_errors=expose_errors)
+                             expose_errors=expose_errors, caller_limits=caller_limits)
         self.grace = grace
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes
