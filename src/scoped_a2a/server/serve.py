@@ -20,6 +20,8 @@ import sniffio
 from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
+from .tls import configure_tls
+
 log = logging.getLogger("scoped_a2a.serve")
 
 SHUTDOWN_SLACK = 5.0
@@ -41,6 +43,9 @@ async def serve(
     shutdown: anyio.Event | None = None,
     grace: float | None = None,
     access_log: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    ca_certs: str | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
@@ -49,15 +54,26 @@ async def serve(
         ``grace``, else 10).
     :returns: after a graceful shutdown, within ``grace + drain + 5`` seconds of ``shutdown``
         (``drain``: the app's ``drain_seconds``, runs then push deliveries; else ``grace``).
+    :param certfile: serve HTTPS with this certificate (PEM) and ``keyfile``.
+    :param ca_certs: ask clients for a certificate from this CA (optional for the client; one
+        that does not verify fails the handshake); see :mod:`.tls` for the mTLS principal.
+    Raises ValueError before listening when the TLS files cannot be loaded.
     """
     backend = sniffio.current_async_library()
     grace = grace if grace is not None else float(getattr(app, "grace", 10.0))
+    config = Config()
+    if certfile is not None or keyfile is not None:
+        if certfile is None or keyfile is None:
+            raise ValueError("TLS needs both a certificate file and its key file")
+        configure_tls(config, certfile=certfile, keyfile=keyfile, ca_certs=ca_certs)
+    elif ca_certs is not None:
+        raise ValueError("client certificates (ca_certs) need TLS: give certfile and keyfile")
+    scheme = "https" if certfile else "http"
     sock = _listen(host, port)
     bound_port: int = sock.getsockname()[1]
     if getattr(app, "public_url", "unset") is None:
         shown = f"[{host}]" if ":" in host else host
-        app.public_url = f"http://{shown}:{bound_port}/"
-    config = Config()
+        app.public_url = f"{scheme}://{shown}:{bound_port}/"
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket from here
     config.graceful_timeout = grace
     # The app's lifespan drain: its runs, then its push deliveries (A2AApp.drain_seconds).
@@ -103,7 +119,7 @@ async def serve(
 
             tg.start_soon(deadline)
             tg.start_soon(_announce, app, bound_port, task_status)
-            log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
+            log.info("serving on %s://%s:%d/ (%s)", scheme, host, bound_port, backend)
             tg.start_soon(hypercorn_serve)
 
 
