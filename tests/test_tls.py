@@ -105,3 +105,43 @@ async def test_client_certificates_name_the_principal(tmp_path: Path) -> None:
         async with httpx.AsyncClient(verify=client_context(ca, rogue), timeout=20) as forged:
             with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
                 await send(forged, url)
+
+
+def test_serve_cli_with_tls_and_client_certificates(tmp_path: Path) -> None:
+    """``serve --certfile --keyfile --ca-certs``: HTTPS, and the certificate is the principal;
+    a missing key file is one line and exit status 2, before listening."""
+    import os
+    import subprocess
+    import sys
+
+    from .test_auth import ROOT, _wait_for
+
+    ca, client_ca = trustme.CA(), trustme.CA()
+    server_pem, ca_pem = tmp_path / "server.pem", tmp_path / "client-ca.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
+    client_ca.cert_pem.write_to_path(str(ca_pem))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    base = [sys.executable, "-m", "scoped_a2a", "serve", "--port", "0"]
+    bad = subprocess.run([*base, "--certfile", str(server_pem), "--keyfile",
+                          str(tmp_path / "nope.pem")], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "TLS files" in bad.stderr
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*base, "--certfile", str(server_pem), "--keyfile",
+                                 str(server_pem), "--ca-certs", str(ca_pem)],
+                                stdout=out, stderr=out, env=env)
+    try:
+        url = _wait_for(log, "serving on ")
+        assert url.startswith("https://")
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+        hdr = {"A2A-Version": "1.0"}
+        cert = client_ca.issue_cert("ci@example.test", common_name="ci")
+        with httpx.Client(verify=client_context(ca, cert), timeout=10) as client:
+            assert client.post(url, json=body, headers=hdr).status_code == 200
+        with httpx.Client(verify=client_context(ca), timeout=10) as client:
+            assert client.post(url, json=body, headers=hdr).status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(20)

@@ -35,6 +35,7 @@ from .cli_auth import (
     authenticator_from_args,
     limits_from_args,
     reload_on_sighup,
+    tls_from_args,
 )
 from .cli_help import HelpFormatter, add_log_level
 from .client.cli_send import add_send_parser, run_send
@@ -210,7 +211,8 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(on_signals, shutdown, tg.cancel_scope)
-        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace)
+        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
+                    **tls_from_args(args))
         tg.cancel_scope.cancel()
 
 

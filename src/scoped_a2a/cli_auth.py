@@ -7,6 +7,8 @@ import argparse
 import logging
 import os
 import signal
+import sys
+from typing import Any
 
 import anyio
 
@@ -38,12 +40,28 @@ def add_auth_options(s: argparse.ArgumentParser) -> None:
                    help="clock skew allowed on exp/nbf/iat")
     g.add_argument("--jwt-required-scope", action="append", default=[], metavar="SCOPE",
                    help="a scope a JWT must grant, else 403 (repeatable)")
+    t = s.add_argument_group("TLS")
+    t.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate chain")
+    t.add_argument("--keyfile", metavar="PEM", help="the private key of --certfile")
+    t.add_argument("--ca-certs", metavar="PEM",
+                   help="accept client certificates issued by this CA (mutual TLS): the "
+                        "certificate's subject commonName is the caller's principal id; "
+                        "clients without one need another credential")
 
 
 def authenticator_from_args(args: argparse.Namespace) -> Authenticator | None:
-    """The configured schemes, or None. Raises SystemExit with one line on a bad option/file."""
+    """The configured schemes, or None. Raises SystemExit with one line on a bad option or
+    file (key files, JWKS file, TLS files)."""
     schemes: list[Scheme] = []
     try:
+        if args.ca_certs:
+            if not (args.certfile and args.keyfile):
+                raise ValueError("--ca-certs needs --certfile and --keyfile")
+            from .server.tls import ClientCertificate
+
+            schemes.append(ClientCertificate())
+        if bool(args.certfile) != bool(args.keyfile):
+            raise ValueError("TLS needs both --certfile and --keyfile")
         if args.api_keys:
             from .server.auth.api_keys import ApiKeys
 
@@ -58,8 +76,16 @@ def authenticator_from_args(args: argparse.Namespace) -> Authenticator | None:
                 required_scopes=args.jwt_required_scope))
         elif args.jwt_issuer or args.jwt_audience or args.jwt_required_scope:
             raise ValueError("--jwt-issuer/--jwt-audience/--jwt-required-scope need --jwt-jwks")
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
+        if args.certfile:  # load the TLS files now: a bad one is one line, before listening
+            from hypercorn.config import Config
+
+            from .server.tls import configure_tls
+
+            configure_tls(Config(), certfile=args.certfile, keyfile=args.keyfile,
+                          ca_certs=args.ca_certs)
+    except ValueError as exc:  # a bad option or file: one line, exit status 2
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None
     return Authenticator(schemes) if schemes else None
 
 
@@ -93,3 +119,8 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def tls_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``serve``'s TLS keyword arguments."""
+    return {"certfile": args.certfile, "keyfile": args.keyfile, "ca_certs": args.ca_certs}
