@@ -38,6 +38,7 @@ from ..protocol.types import (
     Task,
     TaskState,
 )
+from .auth import Auth, as_httpx_auth, missing_credential_text
 from .card import AgentCard, decode_card, select_interface
 from .pages import LivePage, WirePage
 from .rpc import RpcTransport, raise_for_http, transport_error
@@ -79,6 +80,11 @@ class A2AClient:
     :param timeout: seconds for one call (the headers of a stream); None for no deadline.
     :param stream_idle_timeout: seconds a stream may stay silent before it fails.
     :param extensions: extension URIs to activate on every call (``A2A-Extensions``).
+    :param headers: extra headers on every request.
+    :param auth: the credential sent with every request (the card fetch included): a
+        :class:`~.auth.BearerToken`, an :class:`~.auth.ApiKey`, a string (a bearer token) or
+        any ``httpx.Auth``. When the agent answers 401/403 the client raises
+        ``Unauthenticated`` / ``PermissionDenied`` naming the credentials its card accepts.
     """
 
     def __init__(
@@ -93,6 +99,7 @@ class A2AClient:
         stream_idle_timeout: float | None = None,
         extensions: Sequence[str] = (),
         headers: Mapping[str, str] | None = None,
+        auth: Auth | None = None,
     ) -> None:
         if version not in (None, "1.0", "0.3"):
             raise ValueError("version must be '1.0', '0.3' or None")
@@ -106,6 +113,7 @@ class A2AClient:
         self.stream_idle_timeout = stream_idle_timeout
         self._extensions = tuple(extensions)
         self._headers = dict(headers or {})
+        self._auth = as_httpx_auth(auth)
         self._transport: RpcTransport | None = None
         self._codec: Codec | None = None
 
@@ -136,7 +144,9 @@ class A2AClient:
         where = card_url(self.url)
         try:
             with anyio.fail_after(self.timeout):
-                response = await self.http.get(where, headers=self._headers)
+                response = await self.http.get(
+                    where, headers=self._headers,
+                    auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT)
         except (TimeoutError, httpx.TransportError) as exc:
             raise transport_error(exc, where) from None
         if response.status_code != 200:
@@ -153,9 +163,15 @@ class A2AClient:
             self._codec = CODECS[version]
             self._transport = RpcTransport(
                 self.http, self._rpc_url or url, version, timeout=self.timeout,
-                extensions=self._extensions, headers=self._headers,
+                extensions=self._extensions, headers=self._headers, auth=self._auth,
+                on_refused=self._refused_text,
             )
         return self._transport, self._codec
+
+    def _refused_text(self, status: int) -> str:
+        sent = (self._auth is not None or self.http.auth is not None
+                or any(k.lower() in ("authorization", "x-api-key") for k in self._headers))
+        return missing_credential_text(self._card, sent=sent, status=status)
 
     async def version(self) -> str:
         """The protocol version this client speaks to the agent (``"1.0"`` or ``"0.3"``)."""
