@@ -308,3 +308,31 @@ async def test_a2a_sdk_client_with_an_auth_interceptor(key_file: Path) -> None:
         with pytest.raises(Exception) as refused:
             _ = [r async for r in bare.send_message(SendMessageRequest(message=msg))]
         assert "401" in str(refused.value) or "authentication" in str(refused.value).lower()
+
+
+async def test_jwks_file_rotation_and_the_verified_token_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from scoped_a2a.server.auth import bearer_jwt
+
+    monkeypatch.setattr(bearer_jwt, "CHECK_EVERY", 0.0)
+    old, new = SigningKey(), SigningKey()
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps(jwks(old)))
+    bearer = JwtBearer(str(path), issuer=ISSUER, audience=AUDIENCE, leeway=0)
+    app = A2AApp(asking_agent, authenticate=Authenticator([bearer]))
+    async with served(app) as url, httpx.AsyncClient(timeout=20) as client:
+        token = old.token("alice")
+        for _ in range(3):
+            assert (await post(client, url, token, "ListTasks", {}))[0] == "ok"
+        assert token in bearer._verified  # checked once, then served from the cache
+        # Rotation: the old key leaves the file; its tokens stop working at once, cached or not.
+        path.write_text(json.dumps(jwks(new)))
+        st = path.stat()
+        os.utime(path, (st.st_atime, st.st_mtime + 5))
+        assert (await post(client, url, token, "ListTasks", {}))[0] == "401"
+        assert (await post(client, url, new.token("alice"), "ListTasks", {}))[0] == "ok"
+        # A cached token still expires on time.
+        short = new.token("alice", exp_in=1)
+        assert (await post(client, url, short, "ListTasks", {}))[0] == "ok"
+        await anyio.sleep(2.1)
+        assert (await post(client, url, short, "ListTasks", {}))[0] == "401"

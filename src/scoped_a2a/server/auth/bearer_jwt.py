@@ -13,6 +13,12 @@ at most once every ``refresh_interval`` seconds (an attacker's made-up kids cann
 hammer the issuer). The document is bounded (bytes and keys). A fetch that fails keeps the keys
 already cached.
 
+Verified tokens are cached (bounded, ``cache_size``): a client sends the same token for its
+lifetime, so the signature is checked once, not on every request (RS256 verification is about
+0.1 ms, a noticeable share of a small request). A cached token is still refused once its
+``exp`` (plus leeway) passes, and the cache is emptied whenever the keys change (a rotated-out
+key stops verifying at once).
+
 PyJWT (``pip install scoped-a2a[auth]``) is imported only when a verifier is built.
 Cancellation: a fetch in progress is abandoned with the request; the cache is unchanged.
 """
@@ -23,6 +29,7 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +46,8 @@ DEFAULT_ALGORITHMS = ("RS256", "PS256", "ES256", "EdDSA")
 _FAMILY = {"RSA": ("RS", "PS"), "EC": ("ES",), "OKP": ("EdDSA",)}
 MAX_JWKS_BYTES = 256 << 10
 MAX_KEYS = 64
+CHECK_EVERY = 1.0
+"""Seconds between checks of a JWKS file's modification time."""
 
 
 def _require_jwt() -> Any:
@@ -60,8 +69,11 @@ class JwksKeys:
         self.refresh_interval = refresh_interval
         self.fetch_timeout = fetch_timeout
         self._keys: dict[str, dict[str, Any]] = {}
+        self.generation = 0
+        """Bumped whenever the keys change (verifiers drop what they cached)."""
         self._fetched_at = -float("inf")
         self._mtime = -1.0
+        self._checked = time.monotonic()
         self._lock = anyio.Lock()
         self.fetches = 0
         """How many times the keys were (re)loaded: tests and metrics."""
@@ -88,7 +100,7 @@ class JwksKeys:
         try:
             self._mtime = os.stat(self.source).st_mtime
             with open(self.source, "rb") as f:
-                self._keys = self._parse(f.read())
+                self._set(self._parse(f.read()))
             self.fetches += 1
         except (OSError, ValueError) as exc:
             if strict:
@@ -107,16 +119,35 @@ class JwksKeys:
                         body += chunk
                         if len(body) > MAX_JWKS_BYTES:
                             raise ValueError(f"the JWKS is over {MAX_JWKS_BYTES} bytes")
-            self._keys = self._parse(body)
+            self._set(self._parse(body))
             self.fetches += 1
         except (OSError, ValueError, TimeoutError, httpx.HTTPError) as exc:
             log.error("could not fetch the JWKS from %s: %s", self.source, exc)
+
+    def _set(self, keys: dict[str, dict[str, Any]]) -> None:
+        if keys != self._keys:
+            self._keys = keys
+            self.generation += 1
 
     def reload(self) -> None:
         """Re-read a file now; for a URL, allow a fetch on the next request."""
         if self.is_url:
             self._fetched_at = -float("inf")
         else:
+            self._load_file(strict=False)
+
+    def check_file(self) -> None:
+        """Re-read a JWKS file whose modification time changed (a stat at most once a second);
+        a no-op for a URL."""
+        now = time.monotonic()
+        if self.is_url or now - self._checked < CHECK_EVERY:
+            return
+        self._checked = now
+        try:
+            changed = os.stat(self.source).st_mtime != self._mtime
+        except OSError:
+            changed = False
+        if changed:
             self._load_file(strict=False)
 
     async def key(self, kid: str | None) -> dict[str, Any] | None:
@@ -126,13 +157,6 @@ class JwksKeys:
                 async with self._lock:
                     if time.monotonic() - self._fetched_at >= self.refresh_interval:
                         await self._fetch()
-        else:
-            try:
-                changed = os.stat(self.source).st_mtime != self._mtime
-            except OSError:
-                changed = False
-            if changed:
-                self._load_file(strict=False)
         if kid is None:
             return next(iter(self._keys.values())) if len(self._keys) == 1 else None
         return self._keys.get(kid)
@@ -154,6 +178,7 @@ class JwtBearer:
         principal_claim: str = "sub",
         required_scopes: Sequence[str] = (),
         name: str = "bearer",
+        cache_size: int = 4096,
     ) -> None:
         self._jwt = _require_jwt()
         bad = [a for a in algorithms if a.lower() == "none" or a.upper().startswith("HS")]
@@ -168,6 +193,10 @@ class JwtBearer:
         self.principal_claim = principal_claim
         self.required_scopes = frozenset(required_scopes)
         self.name = name
+        self.cache_size = cache_size
+        # token -> (principal, exp, nbf) of tokens that verified with the current keys
+        self._verified: OrderedDict[str, tuple[Principal, float, float]] = OrderedDict()
+        self._generation = self.keys.generation
 
     def reload(self) -> None:
         self.keys.reload()
@@ -180,6 +209,10 @@ class JwtBearer:
         token = token.strip()
         if kind.lower() != "bearer" or not token:
             return None
+        self.keys.check_file()
+        cached = self._cached(token)
+        if cached is not None:
+            return cached
         jwt = self._jwt
         try:
             head = jwt.get_unverified_header(token)
@@ -212,7 +245,30 @@ class JwtBearer:
             have = set(granted.split() if isinstance(granted, str) else granted or ())
             if not self.required_scopes <= have:
                 raise PermissionDenied(f"{ident!r} lacks a required scope")
-        return Principal(ident, claims, self.name)
+        principal = Principal(ident, claims, self.name)
+        if self.cache_size > 0 and self.keys.generation == self._generation:
+            self._verified[token] = (principal, float(claims["exp"]),
+                                     float(claims.get("nbf", 0) or 0))
+            if len(self._verified) > self.cache_size:
+                self._verified.popitem(last=False)
+        return principal
+
+    def _cached(self, token: str) -> Principal | None:
+        """A token that verified before with the current keys and is still in its time window."""
+        if self.keys.generation != self._generation:
+            self._verified.clear()  # the keys changed: every token is checked again
+            self._generation = self.keys.generation
+            return None
+        hit = self._verified.get(token)
+        if hit is None:
+            return None
+        principal, exp, nbf = hit
+        now = time.time()
+        if now > exp + self.leeway or now < nbf - self.leeway:
+            del self._verified[token]
+            return None  # verified again below, and refused with the reason logged
+        self._verified.move_to_end(token)
+        return principal
 
     def card_scheme(self) -> dict[str, Any]:
         description = "A JWT bearer token"
