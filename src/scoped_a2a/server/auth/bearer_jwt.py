@@ -152,11 +152,10 @@ class JwksKeys:
 
     async def key(self, kid: str | None) -> dict[str, Any] | None:
         """The JWK named ``kid`` (the only key when the token names none), or None."""
-        if self.is_url:
-            if not self._keys or (kid or "") not in self._keys:
-                async with self._lock:
-                    if time.monotonic() - self._fetched_at >= self.refresh_interval:
-                        await self._fetch()
+        if self.is_url and (not self._keys or (kid or "") not in self._keys):
+            async with self._lock:
+                if time.monotonic() - self._fetched_at >= self.refresh_interval:
+                    await self._fetch()
         if kid is None:
             return next(iter(self._keys.values())) if len(self._keys) == 1 else None
         return self._keys.get(kid)
