@@ -33,6 +33,7 @@ from .cli_auth import (
     add_auth_options,
     add_limit_options,
     authenticator_from_args,
+    card_signer_from_args,
     limits_from_args,
     reload_on_sighup,
     tls_from_args,
@@ -187,6 +188,7 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
             expose_errors=args.expose_errors,
             authenticate=auth,
             caller_limits=limits_from_args(args),
+            card_signer=signer,
             push=PushSettings(
                 enabled=not args.no_push,
                 allow_hosts=tuple(args.allow_webhook_host),
@@ -196,6 +198,7 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
         )
 
     auth = authenticator_from_args(args)
+    signer = card_signer_from_args(args)
 
     async def on_signals(shutdown: anyio.Event, scope: anyio.CancelScope) -> None:
         async with anyio.create_task_group() as signals:
@@ -279,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Loaded before the event loop starts: a bad --agent is one line, not a traceback.
         agent = load_agent(args.agent)
         authenticator_from_args(args)  # a bad key file is one line here, before the loop
+        card_signer_from_args(args)
         return _run_server(_serve, args, agent, backend=args.backend, host=args.host,
                            port=args.port)
     if args.command == "send":

@@ -14,6 +14,7 @@ import anyio
 
 from .runtime.limits import CallerLimits
 from .server.auth import Authenticator, Scheme
+from .server.card_signing import CardSigner
 
 log = logging.getLogger("scoped_a2a.cli")
 
@@ -40,6 +41,11 @@ def add_auth_options(s: argparse.ArgumentParser) -> None:
                    help="clock skew allowed on exp/nbf/iat")
     g.add_argument("--jwt-required-scope", action="append", default=[], metavar="SCOPE",
                    help="a scope a JWT must grant, else 403 (repeatable)")
+    g.add_argument("--card-signing-key", metavar="PEM",
+                   help="sign the agent card with this private key (RSA, EC or Ed25519); "
+                        "its public JWKS is served at /.well-known/agent-card-jwks.json")
+    g.add_argument("--card-signing-kid", metavar="KID",
+                   help="the key id in the card's signature (default: the key's thumbprint)")
     t = s.add_argument_group("TLS")
     t.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate chain")
     t.add_argument("--keyfile", metavar="PEM", help="the private key of --certfile")
@@ -124,3 +130,14 @@ def _positive(text: str) -> int:
 def tls_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """``serve``'s TLS keyword arguments."""
     return {"certfile": args.certfile, "keyfile": args.keyfile, "ca_certs": args.ca_certs}
+
+
+def card_signer_from_args(args: argparse.Namespace) -> CardSigner | None:
+    """The card signer of ``--card-signing-key``, or None; SystemExit (one line) if unusable."""
+    if not args.card_signing_key:
+        return None
+    try:
+        return CardSigner(args.card_signing_key, kid=args.card_signing_kid)
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None

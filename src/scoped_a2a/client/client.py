@@ -15,6 +15,7 @@ connection closed, nothing keeps running.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -40,6 +41,7 @@ from ..protocol.types import (
 )
 from .auth import Auth, as_httpx_auth, missing_credential_text
 from .card import AgentCard, decode_card, select_interface
+from .card_verify import CardVerifier
 from .pages import LivePage, WirePage
 from .rpc import RpcTransport, raise_for_http, transport_error
 from .streams import EventStream
@@ -85,6 +87,8 @@ class A2AClient:
         :class:`~.auth.BearerToken`, an :class:`~.auth.ApiKey`, a string (a bearer token) or
         any ``httpx.Auth``. When the agent answers 401/403 the client raises
         ``Unauthenticated`` / ``PermissionDenied`` naming the credentials its card accepts.
+    :param verify_card: refuse a card none of whose signatures verifies with these trusted
+        keys (:class:`~.card_verify.CardVerifier`): ``CardSignatureError`` before any call.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class A2AClient:
         extensions: Sequence[str] = (),
         headers: Mapping[str, str] | None = None,
         auth: Auth | None = None,
+        verify_card: CardVerifier | None = None,
     ) -> None:
         if version not in (None, "1.0", "0.3"):
             raise ValueError("version must be '1.0', '0.3' or None")
@@ -114,6 +119,7 @@ class A2AClient:
         self._extensions = tuple(extensions)
         self._headers = dict(headers or {})
         self._auth = as_httpx_auth(auth)
+        self._verify_card = verify_card
         self._transport: RpcTransport | None = None
         self._codec: Codec | None = None
 
@@ -151,6 +157,15 @@ class A2AClient:
             raise transport_error(exc, where) from None
         if response.status_code != 200:
             raise_for_http(response.status_code, response.content)
+        if self._verify_card is not None:
+            try:
+                raw = json.loads(response.content)
+            except ValueError as exc:
+                raise InvalidAgentResponse(
+                    f"the agent card at {where} is not JSON: {exc}") from None
+            if not isinstance(raw, dict):
+                raise InvalidAgentResponse(f"the agent card at {where} is not a JSON object")
+            self._verify_card.verify(raw)
         try:
             return decode_card(response.content)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:

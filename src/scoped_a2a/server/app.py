@@ -63,6 +63,7 @@ from .auth import (
     resolve_principal,
 )
 from .card import build_card
+from .card_signing import JWKS_PATH, CardSigner
 from .disconnect import watch_disconnect
 from .methods import Methods
 from .sse import SlowConsumer, SSEWriter
@@ -104,6 +105,9 @@ class A2AApp:
     :param caller_limits: at most this many runs working / parked in ``ctx.ask`` per
         principal (:class:`~scoped_a2a.runtime.limits.CallerLimits`); a new task beyond a limit
         is refused with -32029 naming it.
+    :param card_signer: sign the card (and the extended card) with this key
+        (:class:`~scoped_a2a.server.card_signing.CardSigner`); its public JWKS is served,
+        without credentials, at ``/.well-known/agent-card-jwks.json``.
 
     Mounted in a host app (Starlette ``Mount("/a2a", app=...)``), it serves under the mount's
     ASGI ``root_path`` and its card advertises that prefix; the host's lifespan must enter
@@ -128,9 +132,11 @@ class A2AApp:
         expose_errors: bool = False,
         authenticate: Authenticate | None = None,
         caller_limits: CallerLimits | None = None,
+        card_signer: CardSigner | None = None,
     ) -> None:
         self.agent = agent
         self.authenticate = authenticate
+        self.card_signer = card_signer
         self.auth_failures = 0
         """Requests refused for no or bad credentials (401) or not allowed (403)."""
         self.expose_errors = expose_errors
@@ -257,6 +263,10 @@ class A2AApp:
                 await send_response(send, 200, self._card(scope),
                                     headers=[(b"cache-control", b"max-age=60")])
             return
+        if path == JWKS_PATH and self.card_signer is not None and method in ("GET", "HEAD"):
+            await send_response(send, 200, _encode(self.card_signer.jwks()),
+                                headers=[(b"cache-control", b"max-age=300")])
+            return
         # Every route but the public card needs a principal, resolved before routing (so an
         # unauthenticated caller learns nothing about paths or methods either).
         try:
@@ -368,6 +378,7 @@ class A2AApp:
             card = build_card(url, overrides, name=self._name,
                               push_notifications=self.push.enabled,
                               extended=self._extended is not None)
+            card = self._signed(card, url)
             cached = self._card_cache[url] = _encode(card)
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
                 self._card_cache.clear()
@@ -378,7 +389,13 @@ class A2AApp:
         card = build_card(url, {**card_security(self.authenticate), **self._card_overrides,
                                 **(self._extended or {})},
                           name=self._name, push_notifications=self.push.enabled, extended=True)
-        return _encode(card)
+        return _encode(self._signed(card, url))
+
+    def _signed(self, card: dict[str, Any], url: str) -> dict[str, Any]:
+        if self.card_signer is None:
+            return card
+        jku = url.rstrip("/") + JWKS_PATH if "://" in url else None
+        return self.card_signer.sign(card, jku=jku)
 
 
 class _AsgiOutput(Output):

@@ -79,22 +79,25 @@ class Authenticator:
         self.schemes = list(schemes)
 
     async def __call__(self, scope: Scope) -> Principal:
-        refusal: Unauthenticated | None = None
+        refusals: list[str] = []
         for scheme in self.schemes:
             try:
                 principal = await scheme.authenticate(scope)
             except Unauthenticated as exc:
-                refusal = refusal or exc
+                refusals.append(f"{scheme.name}: {exc.message}")
                 continue
             if principal is not None:
                 return principal
-        raise refusal or Unauthenticated("no credential")
+        # Every scheme's reason goes to the log (the caller only ever sees the fixed text).
+        raise Unauthenticated("; ".join(refusals) or "no credential")
 
     @property
     def challenge(self) -> str:
-        return ", ".join(dict.fromkeys(s.challenge for s in self.schemes))
+        """The ``WWW-Authenticate`` value of a 401: each scheme's challenge, once."""
+        return ", ".join(dict.fromkeys(s.challenge for s in self.schemes if s.challenge))
 
     def security_schemes(self) -> dict[str, Any]:
+        """The card's ``securitySchemes``: each scheme's entry by its name."""
         return {s.name: s.card_scheme() for s in self.schemes}
 
     def reload(self) -> None:

@@ -275,6 +275,6 @@ class JwtBearer:
             "httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT",
                                        "description": description},
             # 0.3 (OpenAPI) shape
-            "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+            "type": "http", "scheme": "Bearer", "bearerFormat": "JWT",
             "description": description,
         }
