@@ -41,6 +41,9 @@ def add_auth_options(s: argparse.ArgumentParser) -> None:
                    help="clock skew allowed on exp/nbf/iat")
     g.add_argument("--jwt-required-scope", action="append", default=[], metavar="SCOPE",
                    help="a scope a JWT must grant, else 403 (repeatable)")
+    g.add_argument("--jwt-tenants-claim", metavar="CLAIM",
+                   help="limit each caller to the tenants this JWT claim lists (the 1.0 "
+                        "request field tenant; other tenants are refused with -32043)")
     g.add_argument("--card-signing-key", metavar="PEM",
                    help="sign the agent card with this private key (RSA, EC or Ed25519); "
                         "its public JWKS is served at /.well-known/agent-card-jwks.json")
@@ -79,9 +82,11 @@ def authenticator_from_args(args: argparse.Namespace) -> Authenticator | None:
             schemes.append(JwtBearer(
                 JwksKeys(args.jwt_jwks), issuer=args.jwt_issuer, audience=args.jwt_audience,
                 algorithms=algorithms, leeway=args.jwt_leeway,
-                required_scopes=args.jwt_required_scope))
-        elif args.jwt_issuer or args.jwt_audience or args.jwt_required_scope:
-            raise ValueError("--jwt-issuer/--jwt-audience/--jwt-required-scope need --jwt-jwks")
+                required_scopes=args.jwt_required_scope,
+                tenants_claim=args.jwt_tenants_claim))
+        elif (args.jwt_issuer or args.jwt_audience or args.jwt_required_scope
+              or args.jwt_tenants_claim):
+            raise ValueError("the --jwt-* options need --jwt-jwks")
         if args.certfile:  # load the TLS files now: a bad one is one line, before listening
             from hypercorn.config import Config
 

@@ -15,6 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import InvalidParams, PermissionDenied
+
+TENANT_SEPARATOR = "\x1f"
+"""Between a principal id and a tenant in a task's owner key (neither may contain it)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -28,6 +33,8 @@ class Principal:
     claims: Mapping[str, Any] = field(default_factory=dict)
     scheme: str = ""
     """The security scheme that accepted the credential (a key of the card's securitySchemes)."""
+    tenants: frozenset[str] | None = None
+    """The tenants this principal may use (None: any, and requests without a tenant)."""
 
     @property
     def anonymous(self) -> bool:
@@ -38,3 +45,24 @@ class Principal:
 ANONYMOUS = Principal("")
 """Every caller when no authenticator is configured (the empty id owns every task)."""
 
+
+
+def owner_key(principal: Principal, tenant: str | None) -> str:
+    """Who owns the tasks a request may see: the principal, within the request's ``tenant``.
+
+    The 1.0 ``tenant`` field partitions tasks the way principals do: a task created in one
+    tenant is not found from another. Raises PermissionDenied when the principal is limited to
+    other tenants, InvalidParams for a tenant that cannot be one.
+    """
+    if principal.tenants is not None and (tenant or "") not in principal.tenants:
+        raise PermissionDenied(f"tenant {tenant or '(none)'!r} is not one this caller may use")
+    if not tenant:
+        return principal.id
+    if TENANT_SEPARATOR in tenant:
+        raise InvalidParams("tenant must not contain control characters")
+    return f"{principal.id}{TENANT_SEPARATOR}{tenant}"
+
+
+def principal_of_owner(owner: str) -> Principal:
+    """The principal (id only, no claims) behind a stored owner key."""
+    return Principal(owner.partition(TENANT_SEPARATOR)[0]) if owner else ANONYMOUS

@@ -126,7 +126,8 @@ class Runner:
         Raises ServerUnavailable while shutting down or before the app runs.
         ``redeliverable``: the run came from a durable queue, so when it is stopped by shutdown
         or a lost lease it records no end (the queue runs it again elsewhere).
-        ``principal``: the caller the agent sees as ``ctx.principal``.
+        ``principal``: the caller the agent sees as ``ctx.principal`` (runs are counted per
+        principal for the per-caller limits).
         """
         self.check_accepting()
         assert self._nursery is not None  # check_accepting guarantees it
@@ -167,6 +168,7 @@ class Runner:
         new: bool,
         stored: Callable[[], Awaitable[None]] | None = None,
         principal: Principal = ANONYMOUS,
+        owner: str | None = None,
     ) -> Run:
         """Store a ``new`` task (or continue an existing one) and start its run; return it.
 
@@ -177,11 +179,13 @@ class Runner:
         before its run starts here; after it there is no checkpoint before the run is
         returned, so the caller can take its hold safely. If ``stored`` raises or is cancelled,
         or the run cannot start, the stored task is recorded as ended before this re-raises.
-        A new task is owned by ``principal`` (its id is stored with the task).
+        A new task is owned by ``owner`` (default: ``principal``'s id; with a tenant, see
+        :func:`~scoped_a2a.protocol.principal.owner_key`), stored with the task.
         Raises ServerUnavailable while shutting down or when the store is unreachable, and
         LimitExceeded (storing nothing) when a new task's principal is at a per-caller limit.
         """
         self.check_accepting()
+        owner = principal.id if owner is None else owner
         if new:
             self.callers.check(principal.id)
         if self.launcher is not None:
@@ -194,7 +198,7 @@ class Runner:
             if detach_reason is not None:
                 await self.launcher.submit(
                     task, message, request_metadata=request_metadata,
-                    detach_reason=detach_reason, owner=principal.id,
+                    detach_reason=detach_reason, owner=owner,
                 )
                 if stored is not None:
                     await stored()
@@ -204,7 +208,7 @@ class Runner:
                 task, message, request_metadata=request_metadata, detach_reason=detach_reason,
                 continuing=True, principal=principal,
             )
-        await self.store.create(task, owner=principal.id)
+        await self.store.create(task, owner=owner)
         try:
             if stored is not None:
                 await stored()

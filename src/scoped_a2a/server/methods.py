@@ -27,7 +27,7 @@ from ..protocol.errors import (
 )
 from ..protocol.jsonrpc import decode_params
 from ..protocol.method import Call, Method, Output
-from ..protocol.principal import ANONYMOUS, Principal
+from ..protocol.principal import ANONYMOUS, Principal, owner_key
 from ..protocol.trajectory import (
     TRAJECTORY_EXTENSION_URI,
     TrajectoryEvent,
@@ -141,9 +141,10 @@ class Methods:
         must take its hold on the run before its next checkpoint. A push config in the send's
         configuration is checked first (a refused URL creates no task) and stored with the task
         before the run starts (``v1``: the caller's dialect, which shapes the deliveries).
-        A new task is owned by ``principal``; a follow-up to another principal's task is
-        TaskNotFound, as if it did not exist.
+        A new task is owned by ``principal`` within the request's tenant; a follow-up to a
+        task of another principal (or tenant) is TaskNotFound, as if it did not exist.
         """
+        owner = owner_key(principal, req.tenant)
         msg = req.message
         if not msg.parts:
             raise InvalidParams("the message has no parts")
@@ -158,7 +159,7 @@ class Methods:
         )
         push_cfg = await self._accept_push(cfg.task_push_notification_config if cfg else None)
         if msg.task_id:
-            await self.store.check_owner(msg.task_id, principal.id)
+            await self.store.check_owner(msg.task_id, owner)
             task, pos = await self.store.get(msg.task_id)
             if task.status.state.terminal:
                 raise UnsupportedOperation(
@@ -176,7 +177,7 @@ class Methods:
             else:
                 run = await self.runner.launch(
                     task, msg, request_metadata=req.metadata, detach_reason=reason, new=False,
-                    principal=principal,
+                    principal=principal, owner=owner,
                 )
             return task, run, pos
         task_id = uuid.uuid4().hex
@@ -199,7 +200,7 @@ class Methods:
         # starts the run here unless it was queued.
         run = await self.runner.launch(
             task, msg, request_metadata=req.metadata, detach_reason=reason, new=True,
-            stored=stored, principal=principal,
+            stored=stored, principal=principal, owner=owner,
         )
         return task, run, 0
 
@@ -265,7 +266,7 @@ class Methods:
 
     async def get_task(self, call: Call, out: Output) -> None:
         req = call.dialect.get_params(call.rpc.params)
-        await self.store.check_owner(req.id, call.principal.id)
+        await self.store.check_owner(req.id, owner_key(call.principal, req.tenant))
         task, _ = await self.store.get(req.id)
         await out.result(call.dialect.task(trim(task, req.history_length)))
 
@@ -275,7 +276,7 @@ class Methods:
             if call.rpc.params is None
             else decode_params(call.rpc.params, ListTasksRequest)
         )
-        page = await self.store.list_tasks(req, owner=call.principal.id)
+        page = await self.store.list_tasks(req, owner=owner_key(call.principal, req.tenant))
         tasks = [
             trim(t, req.history_length, artifacts=req.include_artifacts) for t in page.tasks
         ]
@@ -286,7 +287,7 @@ class Methods:
 
     async def subscribe(self, call: Call, out: Output) -> None:
         req = call.dialect.subscribe_params(call.rpc.params)
-        await self.store.check_owner(req.id, call.principal.id)
+        await self.store.check_owner(req.id, owner_key(call.principal, req.tenant))
         task, pos = await self.store.get(req.id)
         resume = call.last_event_id
         if task.status.state.terminal and (resume is None or resume >= pos):
@@ -306,7 +307,7 @@ class Methods:
 
     async def cancel_task(self, call: Call, out: Output) -> None:
         req = call.dialect.cancel_params(call.rpc.params)
-        await self.store.check_owner(req.id, call.principal.id)
+        await self.store.check_owner(req.id, owner_key(call.principal, req.tenant))
         task = await self.runner.cancel_task(req.id)
         await out.result(call.dialect.task(task))
 
@@ -325,7 +326,7 @@ class Methods:
         req = decode_params(call.rpc.params, TrajectoryRead)
         if req.after < 0:
             raise InvalidParams("after must not be negative")
-        await self.store.check_owner(req.task_id, call.principal.id)
+        await self.store.check_owner(req.task_id, owner_key(call.principal, req.tenant))
         page = await self.store.read(
             req.task_id,
             req.after,

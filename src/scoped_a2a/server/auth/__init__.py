@@ -28,7 +28,7 @@ from ...protocol.errors import (
     Unauthenticated,
 )
 from ...protocol.jsonrpc import error_frame
-from ...protocol.principal import ANONYMOUS, Principal
+from ...protocol.principal import ANONYMOUS, TENANT_SEPARATOR, Principal
 from ...runtime.failures import new_error_id
 from ..asgi import Scope, header
 
@@ -146,6 +146,8 @@ async def resolve_principal(authenticate: Authenticate | None, scope: Scope) -> 
         principal = await authenticate(scope)
         if not isinstance(principal, Principal) or not principal.id:
             raise Unauthenticated("the authenticator returned no principal id")
+        if TENANT_SEPARATOR in principal.id:  # it would alias another principal's tenant
+            raise Unauthenticated("a principal id with a control character")
         return principal
     except Unauthenticated as exc:
         log.warning("authentication failed from %s: %s", client[0], exc.message)

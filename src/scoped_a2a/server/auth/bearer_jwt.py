@@ -5,7 +5,9 @@ the allow-list (asymmetric only: ``none`` and HMAC are refused when the verifier
 token "signed" with the public key as an HMAC secret never verifies), ``exp`` (required) with
 ``leeway`` seconds, ``nbf``/``iat`` when present, ``iss`` and ``aud`` when configured (then
 required). The principal id is the ``sub`` claim (or ``principal_claim``). With
-``required_scopes`` a token that verifies but lacks one (in ``scope`` or ``scp``) is 403.
+``required_scopes`` a token that verifies but lacks one (in ``scope`` or ``scp``) is 403. With
+``tenants_claim`` the principal may use only the tenants that claim lists (a list or a
+space-separated string); a request for another tenant is refused with -32043.
 
 Keys (:class:`JwksKeys`): a file is re-read when its modification time changes; a URL is fetched
 with httpx under an AnyIO deadline, cached, and re-fetched when a token names an unknown ``kid``
@@ -178,6 +180,7 @@ class JwtBearer:
         required_scopes: Sequence[str] = (),
         name: str = "bearer",
         cache_size: int = 4096,
+        tenants_claim: str | None = None,
     ) -> None:
         self._jwt = _require_jwt()
         bad = [a for a in algorithms if a.lower() == "none" or a.upper().startswith("HS")]
@@ -193,6 +196,7 @@ class JwtBearer:
         self.required_scopes = frozenset(required_scopes)
         self.name = name
         self.cache_size = cache_size
+        self.tenants_claim = tenants_claim
         # token -> (principal, exp, nbf) of tokens that verified with the current keys
         self._verified: OrderedDict[str, tuple[Principal, float, float]] = OrderedDict()
         self._generation = self.keys.generation
@@ -244,7 +248,13 @@ class JwtBearer:
             have = set(granted.split() if isinstance(granted, str) else granted or ())
             if not self.required_scopes <= have:
                 raise PermissionDenied(f"{ident!r} lacks a required scope")
-        principal = Principal(ident, claims, self.name)
+        tenants = None
+        if self.tenants_claim is not None:
+            # The principal may use only the tenants its token names (none: no tenant at all).
+            raw = claims.get(self.tenants_claim, [])
+            names = raw.split() if isinstance(raw, str) else raw
+            tenants = frozenset(str(t) for t in names) if isinstance(names, list) else frozenset()
+        principal = Principal(ident, claims, self.name, tenants)
         if self.cache_size > 0 and self.keys.generation == self._generation:
             self._verified[token] = (principal, float(claims["exp"]),
                                      float(claims.get("nbf", 0) or 0))
