@@ -8,6 +8,7 @@ a valid token of the owner. Columns: every A2A 1.0 method plus the trajectory re
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -198,5 +199,11 @@ async def test_every_method_against_every_credential(keys: tuple[SigningKey, Pat
                     expected[row, name] = "401"
                 if row == "valid, owner" and name == "ListTasks":
                     assert shared in {t["id"] for t in result["tasks"]}
+    out = os.environ.get("SCOPED_A2A_AUTH_MATRIX")
+    if out:  # the table for the report: python -m pytest ... with this set to a file path
+        lines = ["| method | " + " | ".join(rows) + " |", "|---" * (len(rows) + 1) + "|"]
+        lines += [f"| {m} | " + " | ".join(str(results[r, m]) for r in rows) + " |"
+                  for m in METHODS]
+        Path(out).write_text("\n".join(lines) + "\n")
     assert results == expected
     assert app.auth_failures == 7 * len(METHODS)
