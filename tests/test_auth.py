@@ -336,3 +336,41 @@ async def test_jwks_file_rotation_and_the_verified_token_cache(
         assert (await post(client, url, short, "ListTasks", {}))[0] == "ok"
         await anyio.sleep(2.1)
         assert (await post(client, url, short, "ListTasks", {}))[0] == "401"
+
+
+async def test_a_custom_hook_and_its_failures(caplog: pytest.LogCaptureFixture) -> None:
+    """Any ``async (scope) -> Principal`` is a hook; its bug is a 503 with an error id (never
+    its text), an empty principal id is a 401, and it sees every request but the card."""
+    from scoped_a2a import Principal
+    from scoped_a2a.protocol.errors import Unauthenticated
+
+    seen: list[str] = []
+
+    async def hook(scope: dict[str, Any]) -> Principal:
+        seen.append(scope["path"])
+        who = dict(scope["headers"]).get(b"x-who", b"").decode()
+        if who == "crash":
+            raise RuntimeError("db password is hunter2")
+        if who == "nobody":
+            return Principal("")
+        if not who:
+            raise Unauthenticated("no x-who header")
+        return Principal(who, {"via": "hook"})
+
+    app = A2AApp(asking_agent, authenticate=hook)
+    async with served(app) as url, httpx.AsyncClient(timeout=20) as client:
+        assert (await client.get(url + ".well-known/agent-card.json")).status_code == 200
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                "params": {"message": text_message("hi")}}
+        hdr = {"A2A-Version": "1.0"}
+        r = await client.post(url, json=body, headers={**hdr, "X-Who": "crash"})
+        assert r.status_code == 503
+        assert "hunter2" not in r.text and "error id" in r.json()["error"]["message"]
+        r = await client.post(url, json=body, headers={**hdr, "X-Who": "nobody"})
+        assert r.status_code == 401
+        r = await client.post(url, json=body, headers={**hdr, "X-Who": "zoe"})
+        assert r.json()["result"]["task"]["status"]["message"]["parts"][0]["text"] == \
+            "hello zoe"
+        assert (await client.post(url, json=body, headers=hdr)).status_code == 401
+    assert seen == ["/"] * 4  # once per request; never for the card
+    assert "hunter2" in caplog.text  # the traceback is in the log, with an id
