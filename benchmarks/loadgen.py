@@ -20,7 +20,7 @@ import asyncio
 import ipaddress
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 HEAD, BODY, CHUNK_SIZE, CHUNK_DATA, CHUNK_TRAILER, UNTIL_CLOSE = range(6)
@@ -54,9 +54,10 @@ def message_params(text: str, *, message_id: str = "m-0", metadata: dict[str, An
 
 
 def http_request(port: int, body: bytes | None, *, method: str = "POST", path: str = "/",
-                 stream: bool = False) -> bytes:
-    """The bytes of one HTTP/1.1 request to 127.0.0.1:port (A2A 1.0 headers when POSTing)."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}"]
+                 stream: bool = False, headers: Sequence[str] = ()) -> bytes:
+    """The bytes of one HTTP/1.1 request to 127.0.0.1:port (A2A 1.0 headers when POSTing);
+    ``headers``: extra ``Name: value`` lines (a credential)."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", *headers]
     if body is not None:
         lines += ["Content-Type: application/json", "A2A-Version: 1.0",
                   f"Content-Length: {len(body)}"]
@@ -74,7 +75,8 @@ class RequestTemplate:
 
     def __init__(self, port: int, method: str, text: str, *, stream: bool = False,
                  metadata: dict[str, Any] | None = None, return_immediately: bool = False,
-                 context_id: str | None = None, rest: bool = False):
+                 context_id: str | None = None, rest: bool = False,
+                 headers: Sequence[str] = ()):
         """``rest``: the HTTP+JSON binding (the params alone POSTed to ``/message:send`` or
         ``/message:stream``) instead of a JSON-RPC call to ``/``."""
         marker = "#" * self.WIDTH
@@ -85,7 +87,7 @@ class RequestTemplate:
             path = "/message:stream" if stream else "/message:send"
         else:
             body, path = rpc_body(method, params), "/"
-        raw = http_request(port, body, stream=stream, path=path)
+        raw = http_request(port, body, stream=stream, path=path, headers=headers)
         self._head, _, self._tail = raw.partition(marker.encode())
 
     def make(self, i: int) -> bytes:

@@ -35,6 +35,9 @@ class BrokenStore(MemoryTaskStore):
     async def get(self, task_id: str) -> tuple[Task, int]:
         raise RuntimeError(f"lost the connection to {SECRET}")
 
+    async def owner_of(self, task_id: str) -> str:  # the first read of a task's methods
+        raise RuntimeError(f"lost the connection to {SECRET}")
+
 
 async def _failed_status(url: str, text: str) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=10) as client:

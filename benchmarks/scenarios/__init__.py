@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core import Scenario
+from .auth import Auth
 from .detached import Detached
 from .fanout import Fanout
 from .hangup import Hangup
@@ -16,4 +17,4 @@ from .temporal import Temporal
 
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
-            Temporal()]
+            Temporal(), Auth()]

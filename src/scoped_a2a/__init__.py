@@ -8,6 +8,7 @@ from .client import (
     follow_trajectory,
 )
 from .protocol.errors import A2AError
+from .protocol.principal import Principal
 from .protocol.types import Message, Part, Role, Task, TaskState
 from .runtime.context import Agent, RunContext
 from .runtime.failures import AgentError
@@ -28,6 +29,7 @@ __all__ = [
     "MemoryTaskStore",
     "Message",
     "Part",
+    "Principal",
     "Role",
     "RunContext",
     "RunPolicy",

@@ -30,6 +30,15 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from .cli_auth import (
+    add_auth_options,
+    add_limit_options,
+    authenticator_from_args,
+    card_signer_from_args,
+    limits_from_args,
+    reload_on_sighup,
+    tls_from_args,
+)
 from .cli_help import HelpFormatter, add_log_level
 from .client.cli_send import add_send_parser, run_send
 from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
@@ -189,6 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--http2", action="store_true",
                    help="also accept HTTP/2 (h2c) clients; off by default because hypercorn's "
                         "HTTP/2 layer loses requests under load (docs/connections.md)")
+    add_auth_options(s)
+    add_limit_options(s)
     # Push notifications (scoped_a2a.push).
     s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
                    help="allow push webhooks on HOST although it is (or resolves to) a "
@@ -236,6 +247,9 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
             store=store,
             detached=detached,
             expose_errors=args.expose_errors,
+            authenticate=auth,
+            caller_limits=limits_from_args(args),
+            card_signer=signer,
             push=PushSettings(
                 enabled=not args.no_push,
                 allow_hosts=tuple(args.allow_webhook_host),
@@ -244,16 +258,26 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
             ),
         )
 
+    auth = authenticator_from_args(args)
+    signer = card_signer_from_args(args)
+
+    async def on_signals(shutdown: anyio.Event, scope: anyio.CancelScope) -> None:
+        async with anyio.create_task_group() as signals:
+            if auth is not None:
+                signals.start_soon(reload_on_sighup, auth)
+            await _on_signals(shutdown, scope)
+            signals.cancel_scope.cancel()
+
     if args.store != "memory":  # Redis (redis_cli.py)
-        await serve_on_redis(args, make_app, _on_signals)
+        await serve_on_redis(args, make_app, on_signals)
         return
     app = make_app(MemoryTaskStore(max_ended_tasks=args.max_ended_tasks,
                                    max_ended_bytes=args.max_ended_bytes))
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_on_signals, shutdown, tg.cancel_scope)
+        tg.start_soon(on_signals, shutdown, tg.cancel_scope)
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
-                    http2=args.http2)
+                    http2=args.http2, **tls_from_args(args))
         tg.cancel_scope.cancel()
 
 
@@ -319,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         # Loaded before the event loop starts: a bad --agent is one line, not a traceback.
         agent = load_agent(args.agent)
+        authenticator_from_args(args)  # a bad key file is one line here, before the loop
+        card_signer_from_args(args)
         return _run_server(_serve, args, agent, backend=args.backend, host=args.host,
                            port=args.port)
     if args.command == "send":

@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from .cli_auth import tls_from_args
 from .cli_help import HelpFormatter, add_log_level
 from .runtime.policy import RunPolicy
 
@@ -107,7 +108,8 @@ async def serve_on_redis(
             worker = Worker(store.queue, app.runner, concurrency=args.concurrency,
                             claim_idle=args.claim_idle)
             nursery.start_soon(worker.run)
-        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace)
+        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
+                    http2=args.http2, **tls_from_args(args))
         nursery.cancel_scope.cancel()
 
 

@@ -1,5 +1,6 @@
 """The client side: call A2A agents, follow live trajectories, run conversations as steps."""
 
+from .auth import ApiKey, BearerToken
 from .backoff import Backoff
 from .card import AgentCard
 from .client import A2AClient, user_message
@@ -17,7 +18,9 @@ __all__ = [
     "AgentHTTPError",
     "AgentTimeout",
     "AgentUnreachable",
+    "ApiKey",
     "Backoff",
+    "BearerToken",
     "DirectorySink",
     "EventStream",
     "Follower",

@@ -50,6 +50,7 @@ class AgentCard(Wire):
     skills: list[dict[str, Any]] | None = None
     default_input_modes: list[str] | None = None
     default_output_modes: list[str] | None = None
+    security_schemes: dict[str, Any] | None = None
     # 0.3 (legacy) top-level fields
     url: str | None = None
     preferred_transport: str | None = None

@@ -19,6 +19,7 @@ A task that needs input is answered by a second ``send`` with ``--task-id`` (and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, TextIO
 
@@ -28,6 +29,7 @@ import msgspec
 from ..cli_help import HelpFormatter, add_log_level
 from ..protocol.errors import A2AError
 from ..protocol.types import Message, Task, TaskState
+from .auth import ApiKey, BearerToken
 from .client import A2AClient, user_message
 from .errors import TransportError
 from .pages import LivePage, PageSink
@@ -78,6 +80,11 @@ def add_send_parser(sub: Any) -> None:
                    help="protocol version to speak (default: the card's choice)")
     s.add_argument("--timeout", type=float, default=30.0,
                    help="seconds to wait for the agent to answer a call")
+    s.add_argument("--token", default=os.environ.get("SCOPED_A2A_TOKEN"),
+                   help="send 'Authorization: Bearer TOKEN' (a JWT or an API key) "
+                        "(default: $SCOPED_A2A_TOKEN)")
+    s.add_argument("--api-key", default=os.environ.get("SCOPED_A2A_API_KEY"), metavar="KEY",
+                   help="send 'X-API-Key: KEY' (default: $SCOPED_A2A_API_KEY)")
     s.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio",
                    help="the async library to run on")
     add_log_level(s, "WARNING")
@@ -174,7 +181,10 @@ async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     message = user_message(args.text, task_id=args.task_id, context_id=args.context_id)
     try:
-        client = A2AClient(args.url, version=args.a2a_version, timeout=args.timeout)
+        auth = (BearerToken(args.token) if args.token
+                else ApiKey(args.api_key) if args.api_key else None)
+        client = A2AClient(args.url, version=args.a2a_version, timeout=args.timeout,
+                           auth=auth)
         async with client, Step(client, sink=sink, follow=follow) as step:
             result = await step.turn(message, on_event=on_event)
     except TransportError as exc:

@@ -16,6 +16,7 @@ connection closed, nothing keeps running.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -39,7 +40,9 @@ from ..protocol.types import (
     Task,
     TaskState,
 )
+from .auth import Auth, as_httpx_auth, missing_credential_text
 from .card import AgentCard, decode_card, select_binding, select_interface
+from .card_verify import CardVerifier
 from .pages import LivePage, WirePage
 from .rest import RestTransport
 from .rpc import RpcTransport, raise_for_http, transport_error
@@ -83,6 +86,13 @@ class A2AClient:
     :param extensions: extension URIs to activate on every call (``A2A-Extensions``).
     :param transport: ``"jsonrpc"`` or ``"rest"`` (HTTP+JSON, 1.0) to force a binding; by
         default the card's order decides (the first 1.0 interface it lists).
+    :param headers: extra headers on every request.
+    :param auth: the credential sent with every request (the card fetch included): a
+        :class:`~.auth.BearerToken`, an :class:`~.auth.ApiKey`, a string (a bearer token) or
+        any ``httpx.Auth``. When the agent answers 401/403 the client raises
+        ``Unauthenticated`` / ``PermissionDenied`` naming the credentials its card accepts.
+    :param verify_card: refuse a card none of whose signatures verifies with these trusted
+        keys (:class:`~.card_verify.CardVerifier`): ``CardSignatureError`` before any call.
     """
 
     def __init__(
@@ -98,6 +108,8 @@ class A2AClient:
         extensions: Sequence[str] = (),
         headers: Mapping[str, str] | None = None,
         transport: str | None = None,
+        auth: Auth | None = None,
+        verify_card: CardVerifier | None = None,
     ) -> None:
         if version not in (None, "1.0", "0.3"):
             raise ValueError("version must be '1.0', '0.3' or None")
@@ -114,6 +126,8 @@ class A2AClient:
         self.stream_idle_timeout = stream_idle_timeout
         self._extensions = tuple(extensions)
         self._headers = dict(headers or {})
+        self._auth = as_httpx_auth(auth)
+        self._verify_card = verify_card
         self._transport: RpcTransport | RestTransport | None = None
         self._codec: Codec | None = None
 
@@ -144,11 +158,22 @@ class A2AClient:
         where = card_url(self.url)
         try:
             with anyio.fail_after(self.timeout):
-                response = await self.http.get(where, headers=self._headers)
+                response = await self.http.get(
+                    where, headers=self._headers,
+                    auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT)
         except (TimeoutError, httpx.TransportError) as exc:
             raise transport_error(exc, where) from None
         if response.status_code != 200:
             raise_for_http(response.status_code, response.content)
+        if self._verify_card is not None:
+            try:
+                raw = json.loads(response.content)
+            except ValueError as exc:
+                raise InvalidAgentResponse(
+                    f"the agent card at {where} is not JSON: {exc}") from None
+            if not isinstance(raw, dict):
+                raise InvalidAgentResponse(f"the agent card at {where} is not a JSON object")
+            self._verify_card.verify(raw)
         try:
             return decode_card(response.content)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -167,14 +192,15 @@ class A2AClient:
             else:
                 rpc = RpcTransport(
                     self.http, self._rpc_url or url, version, timeout=self.timeout,
-                    extensions=self._extensions, headers=self._headers,
+                    extensions=self._extensions, headers=self._headers, auth=self._auth,
+                    on_refused=self._refused_text,
                 )
             if binding == "rest" and rest_url is not None:
                 self._codec = CODECS["1.0"]
                 # JSON-RPC stays the way to methods REST has no route for (trajectory reads).
                 self._transport = RestTransport(
                     self.http, rest_url, timeout=self.timeout, extensions=self._extensions,
-                    headers=self._headers,
+                    headers=self._headers, auth=self._auth, on_refused=self._refused_text,
                     fallback=rpc if rpc is not None and rpc.version == "1.0" else None,
                 )
             else:
@@ -192,6 +218,11 @@ class A2AClient:
         unwrap = transport.unwrap if isinstance(transport, RestTransport) else None
         return EventStream(response, codec, idle_timeout=self.stream_idle_timeout,
                            unwrap=unwrap)
+
+    def _refused_text(self, status: int) -> str:
+        sent = (self._auth is not None or self.http.auth is not None
+                or any(k.lower() in ("authorization", "x-api-key") for k in self._headers))
+        return missing_credential_text(self._card, sent=sent, status=status)
 
     async def version(self) -> str:
         """The protocol version this client speaks to the agent (``"1.0"`` or ``"0.3"``)."""

@@ -14,7 +14,7 @@ on an AnyIO cancel scope; a cancelled call leaves nothing behind (httpx drops th
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -23,7 +23,12 @@ import anyio
 import httpx
 import msgspec
 
-from ..protocol.errors import InvalidAgentResponse, UnsupportedOperation
+from ..protocol.errors import (
+    InvalidAgentResponse,
+    PermissionDenied,
+    Unauthenticated,
+    UnsupportedOperation,
+)
 from ..protocol.rest_errors import error_from_rest
 from .errors import AgentHTTPError
 from .rpc import RpcTransport, transport_error
@@ -85,14 +90,28 @@ class RestTransport:
         extensions: Sequence[str] = (),
         headers: Mapping[str, str] | None = None,
         fallback: RpcTransport | None = None,
+        auth: httpx.Auth | None = None,
+        on_refused: Callable[[int], str] | None = None,
     ) -> None:
         self.http = http
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.fallback = fallback
+        self.auth = auth
+        self._on_refused = on_refused
         self._headers = {"A2A-Version": self.version, **(headers or {})}
         if extensions:
             self._headers["A2A-Extensions"] = ", ".join(extensions)
+
+    def _auth_kw(self) -> dict[str, Any]:
+        # Only when set: otherwise the httpx client's own auth (if any) applies.
+        return {"auth": self.auth} if self.auth is not None else {}
+
+    def _raise_refused(self, status: int) -> None:
+        """On 401/403, raise the error that says which credential the agent's card wants."""
+        if status in (401, 403) and self._on_refused is not None:
+            cls = Unauthenticated if status == 401 else PermissionDenied
+            raise cls(self._on_refused(status))
 
     def _route(self, method: str, params: bytes) -> tuple[str, str, dict[str, str], bytes | None]:
         """(HTTP verb, path, query, body) for a 1.0 method and its JSON params."""
@@ -126,10 +145,12 @@ class RestTransport:
         try:
             with anyio.fail_after(self.timeout if bounded else None):
                 response = await self.http.request(
-                    verb, url, params=query or None, content=body, headers=headers)
+                    verb, url, params=query or None, content=body, headers=headers,
+                    **self._auth_kw())
         except (TimeoutError, httpx.TransportError) as exc:
             raise transport_error(exc, url) from None
         if response.status_code != 200:
+            self._raise_refused(response.status_code)
             raise_for_rest(response.status_code, response.content)
         return response.content
 
@@ -156,7 +177,7 @@ class RestTransport:
         request = self.http.build_request(verb, url, content=body, headers=headers)
         try:
             with anyio.fail_after(self.timeout):
-                response = await self.http.send(request, stream=True)
+                response = await self.http.send(request, stream=True, **self._auth_kw())
         except (TimeoutError, httpx.TransportError) as exc:
             raise transport_error(exc, url) from None
         try:
@@ -168,6 +189,7 @@ class RestTransport:
                 except (TimeoutError, httpx.TransportError) as exc:
                     raise transport_error(exc, url) from None
                 if response.status_code != 200:
+                    self._raise_refused(response.status_code)
                     raise_for_rest(response.status_code, content)
                 raise InvalidAgentResponse("the agent answered a streaming call without a stream")
             yield response

@@ -12,7 +12,7 @@ an unfinished request rather than reusing it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
@@ -20,7 +20,13 @@ import anyio
 import httpx
 import msgspec
 
-from ..protocol.errors import A2AError, InvalidAgentResponse, error_from_code
+from ..protocol.errors import (
+    A2AError,
+    InvalidAgentResponse,
+    PermissionDenied,
+    Unauthenticated,
+    error_from_code,
+)
 from .errors import AgentHTTPError, AgentTimeout, AgentUnreachable
 
 
@@ -84,8 +90,12 @@ class RpcTransport:
         timeout: float | None,
         extensions: Sequence[str] = (),
         headers: Mapping[str, str] | None = None,
+        auth: httpx.Auth | None = None,
+        on_refused: Callable[[int], str] | None = None,
     ) -> None:
         self.http = http
+        self.auth = auth
+        self._on_refused = on_refused
         self.url = url
         self.version = version
         self.timeout = timeout
@@ -93,6 +103,16 @@ class RpcTransport:
                          **(headers or {})}
         if extensions:
             self._headers["A2A-Extensions"] = ", ".join(extensions)
+
+    def _auth_kw(self) -> dict[str, Any]:
+        # Only when set: otherwise the httpx client's own auth (if any) applies.
+        return {"auth": self.auth} if self.auth is not None else {}
+
+    def _raise_refused(self, status: int) -> None:
+        """On 401/403, raise the error that says which credential the agent's card wants."""
+        if status in (401, 403) and self._on_refused is not None:
+            cls = Unauthenticated if status == 401 else PermissionDenied
+            raise cls(self._on_refused(status))
 
     def _body(self, method: str, params: bytes) -> bytes:
         return (
@@ -110,10 +130,12 @@ class RpcTransport:
         try:
             with anyio.fail_after(deadline):
                 response = await self.http.post(
-                    self.url, content=self._body(method, params), headers=self._headers)
+                    self.url, content=self._body(method, params), headers=self._headers,
+                    **self._auth_kw())
         except (TimeoutError, httpx.TransportError) as exc:
             raise transport_error(exc, self.url) from None
         if response.status_code != 200:
+            self._raise_refused(response.status_code)
             raise_for_http(response.status_code, response.content)
         return decode_answer(response.content)
 
@@ -138,7 +160,7 @@ class RpcTransport:
             "POST", self.url, content=self._body(method, params), headers=headers)
         try:
             with anyio.fail_after(self.timeout):
-                response = await self.http.send(request, stream=True)
+                response = await self.http.send(request, stream=True, **self._auth_kw())
         except (TimeoutError, httpx.TransportError) as exc:
             raise transport_error(exc, self.url) from None
         try:
@@ -156,6 +178,7 @@ class RpcTransport:
         except (TimeoutError, httpx.TransportError) as exc:
             raise transport_error(exc, self.url) from None
         if response.status_code != 200:
+            self._raise_refused(response.status_code)
             raise_for_http(response.status_code, body)
         decode_answer(body)  # raises the JSON-RPC error, if that is what came back
         raise InvalidAgentResponse("the agent answered a streaming call without a stream")

@@ -25,6 +25,12 @@ EXTENSION_SUPPORT_REQUIRED = -32008
 VERSION_NOT_SUPPORTED = -32009
 # Implementation-defined server error (the JSON-RPC range -32000..-32099).
 SERVER_UNAVAILABLE = -32000
+# No A2A code exists for authentication (the spec says "JSON-RPC custom error"): ours sit in the
+# implementation-defined range and echo the HTTP statuses they travel with (401, 403).
+UNAUTHENTICATED = -32040
+PERMISSION_DENIED = -32043
+# A per-caller limit (runs working or parked) refused new work; retry once one ends.
+LIMIT_EXCEEDED = -32029
 
 # google.rpc.ErrorInfo reasons used in 1.0 error.data.
 _REASONS = {
@@ -43,6 +49,9 @@ _REASONS = {
     EXTENSION_SUPPORT_REQUIRED: "EXTENSION_SUPPORT_REQUIRED",
     VERSION_NOT_SUPPORTED: "VERSION_NOT_SUPPORTED",
     SERVER_UNAVAILABLE: "SERVER_UNAVAILABLE",
+    UNAUTHENTICATED: "UNAUTHENTICATED",
+    PERMISSION_DENIED: "PERMISSION_DENIED",
+    LIMIT_EXCEEDED: "RESOURCE_EXHAUSTED",
 }
 
 
@@ -134,6 +143,30 @@ class ServerUnavailable(A2AError):
     code = SERVER_UNAVAILABLE
 
 
+class Unauthenticated(A2AError):
+    """No credential, or one that does not verify (malformed, expired, wrong key or audience).
+
+    Raised by authenticators; the server answers HTTP 401 with a fixed text (the message given
+    here goes to the server log only, so it may say what was wrong).
+    """
+
+    code = UNAUTHENTICATED
+    status: ClassVar[int] = 401
+
+
+class PermissionDenied(A2AError):
+    """A valid credential whose principal may not call this agent (HTTP 403, fixed text)."""
+
+    code = PERMISSION_DENIED
+    status: ClassVar[int] = 403
+
+
+class LimitExceeded(A2AError):
+    """The caller has as many runs (working or parked) as a per-caller limit allows."""
+
+    code = LIMIT_EXCEEDED
+
+
 _BY_CODE: dict[int, type[A2AError]] = {
     cls.code: cls
     for cls in (
@@ -151,6 +184,9 @@ _BY_CODE: dict[int, type[A2AError]] = {
         ExtensionSupportRequired,
         VersionNotSupported,
         ServerUnavailable,
+        Unauthenticated,
+        PermissionDenied,
+        LimitExceeded,
     )
 }
 

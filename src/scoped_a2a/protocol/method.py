@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .dialect import Dialect, Frame
 from .jsonrpc import RpcRequest
+from .principal import ANONYMOUS, Principal
 
 BAD_LAST_EVENT_ID = -1
 """``Call.last_event_id`` when the ``Last-Event-ID`` header is present but not a position."""
@@ -29,6 +30,9 @@ class Call:
     extensions: frozenset[str]
     last_event_id: int | None
     """The ``Last-Event-ID`` header (None: absent; :data:`BAD_LAST_EVENT_ID`: malformed)."""
+    principal: Principal = ANONYMOUS
+    """Who is calling (resolved once per HTTP request); tasks of other principals are not
+    found for this call."""
 
 
 class Output:

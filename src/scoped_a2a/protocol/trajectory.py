@@ -47,6 +47,7 @@ class TrajectoryRead(Wire):
     after: int = 0
     max_events: int | None = None
     max_bytes: int | None = None
+    tenant: str | None = None
 
 
 class TrajectoryPage(Wire):

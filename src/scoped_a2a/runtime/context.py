@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent, TrajectoryEvent
 from ..protocol.types import (
     Artifact,
@@ -84,6 +85,7 @@ class RunContext:
         emit: Callable[[LogEvent], Awaitable[int]],
         input_timeout: float,
         attempt: int = 1,
+        principal: Principal = ANONYMOUS,
     ) -> None:
         self._run = run
         self._emit = emit
@@ -93,6 +95,10 @@ class RunContext:
         self.request_metadata: dict[str, Any] = dict(request_metadata or {})
         self.attempt = attempt
         """1 for a first execution; more when a durable queue redelivers the run."""
+        self.principal = principal
+        """Who sent the message that started the run (:class:`~scoped_a2a.Principal`; its id
+        owns the task). Anonymous without authentication. A run from a durable queue sees the
+        owner's id with no claims (claims are not stored)."""
 
     @property
     def task_id(self) -> str:

@@ -24,6 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
+from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import (
     Message,
@@ -37,6 +38,7 @@ from ..store.base import TaskEnded, TaskStore
 from ..store.launcher import RunLauncher
 from .context import Agent, AskFailed, RunContext, agent_message
 from .failures import AgentError, failure_text, new_error_id
+from .limits import CallerLimits, CallerRuns
 from .policy import RunPolicy
 from .run import ParkedRuns, Run
 
@@ -63,6 +65,7 @@ class Runner:
     def __init__(
         self, agent: Agent, store: TaskStore, policy: RunPolicy,
         launcher: RunLauncher | None = None, *, expose_errors: bool = False,
+        caller_limits: CallerLimits | None = None,
     ) -> None:
         self.agent = agent
         self.expose_errors = expose_errors
@@ -77,6 +80,8 @@ class Runner:
         self._nursery: TaskGroup | None = None
         self._runs: dict[str, Run] = {}
         self._parked = ParkedRuns(policy.max_parked_runs)
+        self.callers = CallerRuns(caller_limits)
+        """Runs by principal, checked against the per-caller limits when a task is new."""
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -118,6 +123,7 @@ class Runner:
         attempt: int = 1,
         continuing: bool = False,
         redeliverable: bool = False,
+        principal: Principal = ANONYMOUS,
     ) -> Run:
         """Start a run of the agent for ``task`` in the server nursery; return it at once.
 
@@ -126,11 +132,17 @@ class Runner:
         Raises ServerUnavailable while shutting down or before the app runs.
         ``redeliverable``: the run came from a durable queue, so when it is stopped by shutdown
         or a lost lease it records no end (the queue runs it again elsewhere).
+        ``principal``: the caller the agent sees as ``ctx.principal`` (runs are counted per
+        principal for the per-caller limits).
         """
         self.check_accepting()
         assert self._nursery is not None  # check_accepting guarantees it
         if task.id in self._runs:
             raise UnsupportedOperation(f"task {task.id!r} is already running")
+        if not continuing and not redeliverable:
+            # Again here, with no await before the run is registered: two sends that passed
+            # launch()'s early check together cannot both take the last slot.
+            self.callers.check(principal.id)
         run = Run(task.id, task.context_id, detach_reason, self._parked)
         ctx = RunContext(
             run,
@@ -139,11 +151,13 @@ class Runner:
             emit=lambda event: self._append(run, event),
             input_timeout=self.policy.input_timeout,
             attempt=attempt,
+            principal=principal,
         )
         self._runs[task.id] = run
+        self.callers.add(principal.id, run)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._nursery.start_soon(
-            self._execute, run, ctx, continuing, redeliverable,
+            self._execute, run, ctx, continuing, redeliverable, principal.id,
             name=f"scoped_a2a run {task.id}",
         )
         return run
@@ -159,6 +173,8 @@ class Runner:
         detach_reason: str | None,
         new: bool,
         stored: Callable[[], Awaitable[None]] | None = None,
+        principal: Principal = ANONYMOUS,
+        owner: str | None = None,
     ) -> Run:
         """Store a ``new`` task (or continue an existing one) and start its run; return it.
 
@@ -169,9 +185,15 @@ class Runner:
         before its run starts here; after it there is no checkpoint before the run is
         returned, so the caller can take its hold safely. If ``stored`` raises or is cancelled,
         or the run cannot start, the stored task is recorded as ended before this re-raises.
-        Raises ServerUnavailable while shutting down or when the store is unreachable.
+        A new task is owned by ``owner`` (default: ``principal``'s id; with a tenant, see
+        :func:`~scoped_a2a.protocol.principal.owner_key`), stored with the task.
+        Raises ServerUnavailable while shutting down or when the store is unreachable, and
+        LimitExceeded (storing nothing) when a new task's principal is at a per-caller limit.
         """
         self.check_accepting()
+        owner = principal.id if owner is None else owner
+        if new:
+            self.callers.check(principal.id)
         if self.launcher is not None:
             if not new:
                 # A non-terminal task with no run here has one in another process (or queued).
@@ -182,7 +204,7 @@ class Runner:
             if detach_reason is not None:
                 await self.launcher.submit(
                     task, message, request_metadata=request_metadata,
-                    detach_reason=detach_reason,
+                    detach_reason=detach_reason, owner=owner,
                 )
                 if stored is not None:
                     await stored()
@@ -190,14 +212,15 @@ class Runner:
         if not new:
             return self.start(
                 task, message, request_metadata=request_metadata, detach_reason=detach_reason,
-                continuing=True,
+                continuing=True, principal=principal,
             )
-        await self.store.create(task)
+        await self.store.create(task, owner=owner)
         try:
             if stored is not None:
                 await stored()
             return self.start(
                 task, message, request_metadata=request_metadata, detach_reason=detach_reason,
+                principal=principal,
             )
         except BaseException as exc:
             # The task is stored but no run started (the caller hung up during ``stored``, or
@@ -258,7 +281,8 @@ class Runner:
     # --- executing ------------------------------------------------------------------------
 
     async def _execute(
-        self, run: Run, ctx: RunContext, continuing: bool, redeliverable: bool = False
+        self, run: Run, ctx: RunContext, continuing: bool, redeliverable: bool = False,
+        principal_id: str = "",
     ) -> None:
         mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
         log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
@@ -311,6 +335,7 @@ class Runner:
                     log.error("could not record the end of task %s within %.0fs",
                               run.task_id, RECORD_TIMEOUT)
             self._runs.pop(run.task_id, None)
+            self.callers.remove(principal_id, run)
             run.done.set()
             if not self._runs:
                 self._idle.set()

@@ -31,12 +31,22 @@ from ..protocol.dialect import (
     check_params,
     check_version,
 )
-from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
+from ..protocol.errors import (
+    A2AError,
+    InvalidRequest,
+    MethodNotFound,
+    PermissionDenied,
+    ServerUnavailable,
+    Unauthenticated,
+)
 from ..protocol.jsonrpc import NO_ID, error_frame, parse_request, result_frame
 from ..protocol.method import Call
+from ..protocol.principal import Principal
+from ..protocol.rest_errors import rest_error_body
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
+from ..runtime.limits import CallerLimits
 from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
@@ -53,7 +63,15 @@ from .asgi import (
     send_response,
 )
 from .asgi import read_body as _read_body
+from .auth import (
+    Authenticate,
+    auth_error_response,
+    card_security,
+    challenge_of,
+    resolve_principal,
+)
 from .card import build_card
+from .card_signing import JWKS_PATH, CardSigner
 from .dispatch import Responder, run_method
 from .dispatch import extensions as _extensions
 from .dispatch import last_event_id as _last_event_id
@@ -88,6 +106,19 @@ class A2AApp:
         caller; for development. By default the caller sees the exception's type and an error
         id that is also in the log line with the traceback; an agent's
         :class:`~scoped_a2a.AgentError` is always sent as is.
+    :param authenticate: who is calling: ``async (scope) -> Principal``, raising
+        ``Unauthenticated`` (HTTP 401) or ``PermissionDenied`` (403); e.g. an
+        :class:`~scoped_a2a.server.auth.Authenticator` of API keys and JWTs, whose schemes the
+        card then declares. Resolved once per request before routing; the public card stays
+        readable without credentials. Absent: every caller is anonymous and sees every task.
+        With it, each task belongs to the principal that created it: other callers get
+        "task not found" for it.
+    :param caller_limits: at most this many runs working / parked in ``ctx.ask`` per
+        principal (:class:`~scoped_a2a.runtime.limits.CallerLimits`); a new task beyond a limit
+        is refused with -32029 naming it.
+    :param card_signer: sign the card (and the extended card) with this key
+        (:class:`~scoped_a2a.server.card_signing.CardSigner`); its public JWKS is served,
+        without credentials, at ``/.well-known/agent-card-jwks.json``.
 
     Mounted in a host app (Starlette ``Mount("/a2a", app=...)``), it serves under the mount's
     ASGI ``root_path`` and its card advertises that prefix; the host's lifespan must enter
@@ -113,18 +144,25 @@ class A2AApp:
         push: PushSettings | None = None,
         expose_errors: bool = False,
         preferred_binding: str = "JSONRPC",
+        authenticate: Authenticate | None = None,
+        caller_limits: CallerLimits | None = None,
+        card_signer: CardSigner | None = None,
     ) -> None:
         if preferred_binding not in ("JSONRPC", "HTTP+JSON"):
             raise ValueError("preferred_binding must be 'JSONRPC' or 'HTTP+JSON'")
         self.preferred_binding = preferred_binding
         self.agent = agent
+        self.authenticate = authenticate
+        self.card_signer = card_signer
+        self.auth_failures = 0
+        """Requests refused for no or bad credentials (401) or not allowed (403)."""
         self.expose_errors = expose_errors
         self.policy = policy if policy is not None else RunPolicy()
         # Not ``store or ...``: an empty MemoryTaskStore has len() 0, so it is falsy.
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
         # A shared store (Redis) may queue detached runs durably instead of running them here.
         self.runner = Runner(agent, self.store, self.policy, launcher=self.store.run_launcher(),
-                             expose_errors=expose_errors)
+                             expose_errors=expose_errors, caller_limits=caller_limits)
         self.grace = grace
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes
@@ -264,10 +302,33 @@ class A2AApp:
                 await send_response(send, 200, self._card(scope),
                                     headers=[(b"cache-control", b"max-age=60")])
             return
+        if path == JWKS_PATH and self.card_signer is not None and method in ("GET", "HEAD"):
+            await send_response(send, 200, _encode(self.card_signer.jwks()),
+                                headers=[(b"cache-control", b"max-age=300")])
+            return
+        # Every route but the public card needs a principal, resolved before routing (so an
+        # unauthenticated caller learns nothing about paths or methods either).
+        try:
+            principal = await resolve_principal(self.authenticate, scope)
+        except (Unauthenticated, PermissionDenied) as exc:
+            self.auth_failures += 1
+            await discard_body(scope, receive)
+            status, headers, body = auth_error_response(exc, scope,
+                                                        challenge_of(self.authenticate))
+            if is_rest_path(path):  # the same status and headers, the REST error body
+                body = rest_error_body(exc)
+            await send_response(send, status, body, headers=headers)
+            return
+        except ServerUnavailable as exc:
+            await discard_body(scope, receive)
+            body = rest_error_body(exc) if is_rest_path(path) else error_frame(b"null", exc,
+                                                                                 v1=True)
+            await send_response(send, 503, body)
+            return
         if is_rest_path(path):
             self.open_requests += 1
             try:
-                await self.rest(scope, receive, send, path)
+                await self.rest(scope, receive, send, path, principal)
             finally:
                 self.open_requests -= 1
             return
@@ -283,11 +344,12 @@ class A2AApp:
             return
         self.open_requests += 1
         try:
-            await self._rpc(scope, receive, send)
+            await self._rpc(scope, receive, send, principal)
         finally:
             self.open_requests -= 1
 
-    async def _rpc(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _rpc(self, scope: Scope, receive: Receive, send: Send,
+                   principal: Principal) -> None:
         ctype = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
         if ctype != "application/json":
             err = InvalidRequest(
@@ -334,7 +396,7 @@ class A2AApp:
         except A2AError as exc:
             await out.error(exc)
             return
-        call = Call(dialect, rpc, _extensions(scope), _last_event_id(scope))
+        call = Call(dialect, rpc, _extensions(scope), _last_event_id(scope), principal)
         await run_method(handler, call, out, receive, rpc.method,
                          expose_errors=self.expose_errors)
 
@@ -353,11 +415,13 @@ class A2AApp:
         url = self._base_url(scope)
         cached = self._card_cache.get(url)
         if cached is None:
-            card = build_card(url, self._card_overrides, name=self._name,
+            overrides = {**card_security(self.authenticate), **self._card_overrides}
+            card = build_card(url, overrides, name=self._name,
                               push_notifications=self.push.enabled,
                               cancel_on_disconnect=self.policy.cancel_on_disconnect,
                               extended=self._extended is not None,
                               preferred_binding=self.preferred_binding)
+            card = self._signed(card, url)
             cached = self._card_cache[url] = _encode(card)
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
                 self._card_cache.clear()
@@ -365,11 +429,18 @@ class A2AApp:
 
     def _extended_card(self) -> bytes:
         url = self.public_url or "/"
-        card = build_card(url, {**self._card_overrides, **(self._extended or {})},
+        card = build_card(url, {**card_security(self.authenticate), **self._card_overrides,
+                                **(self._extended or {})},
                           name=self._name, push_notifications=self.push.enabled,
                           cancel_on_disconnect=self.policy.cancel_on_disconnect, extended=True,
                           preferred_binding=self.preferred_binding)
-        return _encode(card)
+        return _encode(self._signed(card, url))
+
+    def _signed(self, card: dict[str, Any], url: str) -> dict[str, Any]:
+        if self.card_signer is None:
+            return card
+        jku = url.rstrip("/") + JWKS_PATH if "://" in url else None
+        return self.card_signer.sign(card, jku=jku)
 
 
 class _AsgiOutput(Responder):

@@ -27,6 +27,7 @@ from ..protocol.errors import (
 )
 from ..protocol.jsonrpc import decode_params
 from ..protocol.method import BAD_LAST_EVENT_ID, MAX_EVENT_ID_DIGITS, Call, Method, Output
+from ..protocol.principal import ANONYMOUS, Principal, owner_key
 from ..protocol.trajectory import (
     TRAJECTORY_EXTENSION_URI,
     TrajectoryEvent,
@@ -119,7 +120,9 @@ class Methods:
 
     # --- sending --------------------------------------------------------------------------
 
-    async def _begin(self, req: SendMessageRequest, v1: bool = True) -> tuple[Task, Run, int]:
+    async def _begin(
+        self, req: SendMessageRequest, v1: bool = True, principal: Principal = ANONYMOUS
+    ) -> tuple[Task, Run, int]:
         """Create the task (or continue it) and start (or resume) its run, shielded.
 
         Shielded from the request's cancellation: a send whose body has arrived whole is
@@ -133,11 +136,11 @@ class Methods:
         the shield cannot hold a request forever.
         """
         with anyio.move_on_after(BEGIN_DEADLINE, shield=True):
-            return await self._begin_unshielded(req, v1)
+            return await self._begin_unshielded(req, v1, principal)
         raise ServerUnavailable(f"setting up the send took over {BEGIN_DEADLINE:g} s; try again")
 
     async def _begin_unshielded(
-        self, req: SendMessageRequest, v1: bool
+        self, req: SendMessageRequest, v1: bool, principal: Principal
     ) -> tuple[Task, Run, int]:
         """Create the task (or continue it) and start (or resume) its run.
 
@@ -145,7 +148,10 @@ class Methods:
         must take its hold on the run before its next checkpoint. A push config in the send's
         configuration is checked first (a refused URL creates no task) and stored with the task
         before the run starts (``v1``: the caller's dialect, which shapes the deliveries).
+        A new task is owned by ``principal`` within the request's tenant; a follow-up to a
+        task of another principal (or tenant) is TaskNotFound, as if it did not exist.
         """
+        owner = owner_key(principal, req.tenant)
         msg = req.message
         if not msg.parts:
             raise InvalidParams("the message has no parts")
@@ -160,6 +166,7 @@ class Methods:
         )
         push_cfg = await self._accept_push(cfg.task_push_notification_config if cfg else None)
         if msg.task_id:
+            await self.store.check_owner(msg.task_id, owner)
             task, pos = await self.store.get(msg.task_id)
             if task.status.state.terminal:
                 raise UnsupportedOperation(
@@ -176,7 +183,8 @@ class Methods:
                 self.runner.resume(run, msg, reason)
             else:
                 run = await self.runner.launch(
-                    task, msg, request_metadata=req.metadata, detach_reason=reason, new=False
+                    task, msg, request_metadata=req.metadata, detach_reason=reason, new=False,
+                    principal=principal, owner=owner,
                 )
             return task, run, pos
         task_id = uuid.uuid4().hex
@@ -199,14 +207,14 @@ class Methods:
         # starts the run here unless it was queued.
         run = await self.runner.launch(
             task, msg, request_metadata=req.metadata, detach_reason=reason, new=True,
-            stored=stored,
+            stored=stored, principal=principal, owner=owner,
         )
         return task, run, 0
 
     async def send_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         history = req.configuration.history_length if req.configuration else None
-        task, run, pos = await self._begin(req, call.dialect.v1)
+        task, run, pos = await self._begin(req, call.dialect.v1, call.principal)
         if req.configuration is not None and req.configuration.return_immediately:
             await out.result(call.dialect.send_result(trim(task, history)))
             return
@@ -229,7 +237,7 @@ class Methods:
 
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
-        task, run, pos = await self._begin(req, call.dialect.v1)
+        task, run, pos = await self._begin(req, call.dialect.v1, call.principal)
         with out.write_deadline(), run.hold():
             # Not from the shared cache: _begin may have awaited after reading this snapshot,
             # which the store changes in place as events are appended, so it is not certain to
@@ -297,6 +305,7 @@ class Methods:
 
     async def get_task(self, call: Call, out: Output) -> None:
         req = call.dialect.get_params(call.rpc.params)
+        await self.store.check_owner(req.id, owner_key(call.principal, req.tenant))
         task, _ = await self.store.get(req.id)
         await out.result(call.dialect.task(trim(task, req.history_length)))
 
@@ -307,7 +316,7 @@ class Methods:
             else decode_params(call.rpc.params, ListTasksRequest)
         )
         check_list_request(req)
-        page = await self.store.list_tasks(req)
+        page = await self.store.list_tasks(req, owner=owner_key(call.principal, req.tenant))
         tasks = [
             trim(t, req.history_length, artifacts=req.include_artifacts) for t in page.tasks
         ]
@@ -318,6 +327,7 @@ class Methods:
 
     async def subscribe(self, call: Call, out: Output) -> None:
         req = call.dialect.subscribe_params(call.rpc.params)
+        await self.store.check_owner(req.id, owner_key(call.principal, req.tenant))
         task, pos = await self.store.get(req.id)
         resume = call.last_event_id
         if resume == BAD_LAST_EVENT_ID:
@@ -344,6 +354,7 @@ class Methods:
 
     async def cancel_task(self, call: Call, out: Output) -> None:
         req = call.dialect.cancel_params(call.rpc.params)
+        await self.store.check_owner(req.id, owner_key(call.principal, req.tenant))
         task = await self.runner.cancel_task(req.id)
         await out.result(call.dialect.task(task))
 
@@ -362,6 +373,7 @@ class Methods:
         req = decode_params(call.rpc.params, TrajectoryRead)
         if req.after < 0:
             raise InvalidParams("after must not be negative")
+        await self.store.check_owner(req.task_id, owner_key(call.principal, req.tenant))
         page = await self.store.read(
             req.task_id,
             req.after,

@@ -47,6 +47,7 @@ from ..protocol.errors import (
 )
 from ..protocol.jsonrpc import RpcRequest
 from ..protocol.method import Call
+from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.rest_errors import rest_error_body, rest_status
 from .asgi import (
     BodyTooLarge,
@@ -193,7 +194,8 @@ class RestBinding:
         self.write_timeout = write_timeout
         self.expose_errors = expose_errors
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, path: str,
+                       principal: Principal = ANONYMOUS) -> None:
         """Answer one REST request at ``path`` (relative to the app's root).
 
         Errors before the method runs are answered at once (the body is drained or discarded
@@ -233,7 +235,7 @@ class RestBinding:
             await _respond(send, 404, rest_error_body(err))
             return
         call = Call(V10_DIALECT, RpcRequest(b"null", route.method, params),
-                    extensions(scope), last_event_id(scope))
+                    extensions(scope), last_event_id(scope), principal)
         out = _RestOutput(send, self.write_timeout)
         await run_method(handler, call, out, receive, route.method,
                          expose_errors=self.expose_errors)

@@ -37,6 +37,7 @@ from hypercorn.config import Config
 
 from ..runtime.runner import RECORD_TIMEOUT
 from . import hypercorn_fixes
+from .tls import configure_tls
 
 log = logging.getLogger("scoped_a2a.serve")
 
@@ -152,6 +153,9 @@ async def serve(
     grace: float | None = None,
     access_log: bool = False,
     http2: bool = False,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    ca_certs: str | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
@@ -171,16 +175,27 @@ async def serve(
         the answers ``ANSWER_SECONDS + STALL_SECONDS``, the lifespan ``drain + 5``
         (``drain``: the app's ``drain_seconds``, else ``grace``). When cancelled, within
         ``STOP_NOW_SECONDS``, then the cancellation propagates.
+    :param certfile: serve HTTPS with this certificate (PEM) and ``keyfile``.
+    :param ca_certs: ask clients for a certificate from this CA (optional for the client; one
+        that does not verify fails the handshake); see :mod:`.tls` for the mTLS principal.
+    Raises ValueError before listening when the TLS files cannot be loaded.
     """
     backend = sniffio.current_async_library()
     grace = grace if grace is not None else float(getattr(app, "grace", 10.0))
     drain_runs = getattr(app, "drain", None)
+    config = Config()
+    if certfile is not None or keyfile is not None:
+        if certfile is None or keyfile is None:
+            raise ValueError("TLS needs both a certificate file and its key file")
+        configure_tls(config, certfile=certfile, keyfile=keyfile, ca_certs=ca_certs)
+    elif ca_certs is not None:
+        raise ValueError("client certificates (ca_certs) need TLS: give certfile and keyfile")
+    scheme = "https" if certfile else "http"
     sock = _listen(host, port, stall_timeout=getattr(app, "stream_write_timeout", None))
     bound_port: int = sock.getsockname()[1]
     if getattr(app, "public_url", "unset") is None:
         shown = f"[{host}]" if ":" in host else host
-        app.public_url = f"http://{shown}:{bound_port}/"
-    config = Config()
+        app.public_url = f"{scheme}://{shown}:{bound_port}/"
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket from here
     # With an app that drains its own runs, hypercorn's wait only has to cover the answers.
     config.graceful_timeout = ANSWER_SECONDS if drain_runs is not None else grace
@@ -298,7 +313,7 @@ async def serve(
                 tg.start_soon(deadline)
                 tg.start_soon(stop_now_deadline)
                 tg.start_soon(_announce, app, bound_port, task_status)
-                log.info("serving on http://%s:%d/ (%s)", host, bound_port, backend)
+                log.info("serving on %s://%s:%d/ (%s)", scheme, host, bound_port, backend)
                 tg.start_soon(hypercorn_serve)
         outside.cancel_scope.cancel()
 

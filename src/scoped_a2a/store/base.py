@@ -15,6 +15,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..protocol.errors import TaskNotFound
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import ListTasksRequest, Task, TaskPushNotificationConfig
 
@@ -61,8 +62,15 @@ class TaskStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    async def create(self, task: Task) -> None:
-        """Store a new task at position 0."""
+    async def create(self, task: Task, *, owner: str = "") -> None:
+        """Store a new task at position 0, owned by the principal id ``owner``.
+
+        The empty owner is the anonymous principal (a server without authentication).
+        """
+
+    @abc.abstractmethod
+    async def owner_of(self, task_id: str) -> str:
+        """The principal id that owns the task ("" for anonymous); TaskNotFound if unknown."""
 
     @abc.abstractmethod
     async def get(self, task_id: str) -> tuple[Task, int]:
@@ -70,6 +78,15 @@ class TaskStore(abc.ABC):
 
         The snapshot belongs to the store: do not mutate it, and encode it before the next await.
         """
+
+    async def check_owner(self, task_id: str, owner: str) -> None:
+        """Raise TaskNotFound unless ``task_id`` exists and belongs to the principal ``owner``.
+
+        Another owner's task gets exactly the answer of a task that does not exist, so a
+        caller cannot learn which ids exist.
+        """
+        if await self.owner_of(task_id) != owner:
+            raise TaskNotFound(f"task {task_id!r} not found")
 
     @abc.abstractmethod
     async def append(self, task_id: str, event: LogEvent) -> int:
@@ -96,8 +113,11 @@ class TaskStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def list_tasks(self, request: ListTasksRequest) -> TaskPage:
-        """Tasks newest first, filtered and paged as ``ListTasks`` asks."""
+    async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
+        """Tasks newest first, filtered and paged as ``ListTasks`` asks.
+
+        ``owner``: only the tasks of that principal id (None: everyone's, for operators).
+        """
 
     # push-notification configs, stored with the task
     @abc.abstractmethod

@@ -46,8 +46,10 @@ class RunLauncher(Protocol):
         *,
         request_metadata: Mapping[str, Any] | None,
         detach_reason: str,
+        owner: str = "",
     ) -> None:
-        """Store the new ``task`` and queue its run, both or neither.
+        """Store the new ``task`` (owned by the principal id ``owner``) and queue its run, both
+        or neither.
 
         Returns once both are stored; raises ``ServerUnavailable`` when they could not be (the
         send must then fail: nothing is accepted that is not stored). Cancellation: the task

@@ -93,11 +93,12 @@ class _Record:
 
     __slots__ = (
         "changed", "context_id", "encoded", "events", "first", "frozen", "kinds", "last",
-        "pins", "push", "seq", "size", "state", "task", "timestamp",
+        "owner", "pins", "push", "seq", "size", "state", "task", "timestamp",
     )
 
-    def __init__(self, task: Task, seq: int) -> None:
+    def __init__(self, task: Task, seq: int, owner: str = "") -> None:
         self.task: Task | None = task
+        self.owner = owner  # the principal id that may see the task ("" = anonymous)
         self.seq = seq  # creation order, for ListTasks paging
         self.events: deque[LogEntry] = deque()
         self.last = 0
@@ -206,10 +207,13 @@ class MemoryTaskStore(TaskStore):
             raise TaskNotFound(f"task {task_id!r} not found")
         return rec
 
-    async def create(self, task: Task) -> None:
+    async def create(self, task: Task, *, owner: str = "") -> None:
         if task.id in self._tasks:
             raise InvalidParams(f"task {task.id!r} already exists")
-        self._tasks[task.id] = _Record(task, next(self._seq))
+        self._tasks[task.id] = _Record(task, next(self._seq), owner)
+
+    async def owner_of(self, task_id: str) -> str:
+        return self._record(task_id).owner
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         rec = self._record(task_id)
@@ -296,7 +300,7 @@ class MemoryTaskStore(TaskStore):
         finally:
             rec.pins -= 1
 
-    async def list_tasks(self, request: ListTasksRequest) -> TaskPage:
+    async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
         size = request.page_size or 50
         if not 1 <= size <= 100:
             raise InvalidParams("pageSize must be between 1 and 100")
@@ -308,6 +312,8 @@ class MemoryTaskStore(TaskStore):
                 raise InvalidParams("pageToken is not one this server issued") from None
         matched: list[_Record] = []
         for rec in reversed(self._tasks.values()):
+            if owner is not None and rec.owner != owner:
+                continue
             if request.context_id is not None and rec.context_id != request.context_id:
                 continue
             if request.status is not None and rec.state != request.status:

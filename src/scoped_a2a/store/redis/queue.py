@@ -50,6 +50,7 @@ class Job:
     message: Message
     request_metadata: dict[str, Any] | None
     detach_reason: str
+    owner: str = ""  # the principal id of the sender (the run's ctx.principal.id)
 
 
 class QueueStore(Protocol):
@@ -58,7 +59,7 @@ class QueueStore(Protocol):
     A Protocol rather than an import: the store creates its queue, so the queue sits below it.
     """
 
-    def create_args(self, task: Task, op: str) -> tuple[list[str], list[Any]]:
+    def create_args(self, task: Task, op: str, owner: str = "") -> tuple[list[str], list[Any]]:
         """Keys and arguments of the CREATE script for ``task`` (the queue adds its own)."""
 
     def prime(self, task_id: str, snapshot: bytes, position: int) -> Task:
@@ -102,8 +103,9 @@ class RunQueue:
         *,
         request_metadata: Mapping[str, Any] | None,
         detach_reason: str,
+        owner: str = "",
     ) -> None:
-        keys, args = self.store.create_args(task, uuid.uuid4().hex)
+        keys, args = self.store.create_args(task, uuid.uuid4().hex, owner)
         keys.append(self.key)
         args += [_encode(message), _encode(request_metadata), detach_reason]
         created = await self.conn.run(self._create, keys, args)
@@ -131,6 +133,7 @@ class RunQueue:
                 jobs.append(Job(
                     entry.identifier, fields[b"task"].decode(), _decode_message(fields[b"msg"]),
                     _decode_meta(fields[b"meta"]), fields[b"why"].decode(),
+                    fields.get(b"who", b"").decode(),
                 ))
             except (KeyError, msgspec.DecodeError, UnicodeDecodeError):
                 # Kept in the pending list for inspection; never executed.

@@ -23,18 +23,19 @@ _TERMINAL = (
 
 CREATE = """
 -- KEYS: task hash, tasks zset, seq counter, [run queue stream]
--- ARGV: id, snapshot, state, context id, timestamp, op, [message, request metadata, reason]
+-- ARGV: id, snapshot, state, context id, timestamp, op, owner,
+--       [message, request metadata, reason]
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.call('HGET', KEYS[1], 'op') == ARGV[6] then return 1 end
   return 0
 end
 local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[1], 'snap', ARGV[2], 'last', 0, 'state', ARGV[3], 'ctx', ARGV[4],
-           'ts', ARGV[5], 'seq', seq, 'op', ARGV[6], 'attempts', 0)
+           'ts', ARGV[5], 'seq', seq, 'op', ARGV[6], 'attempts', 0, 'owner', ARGV[7])
 redis.call('ZADD', KEYS[2], seq, ARGV[1])
 if #KEYS >= 4 then
-  redis.call('XADD', KEYS[4], '*', 'task', ARGV[1], 'msg', ARGV[7], 'meta', ARGV[8],
-             'why', ARGV[9])
+  redis.call('XADD', KEYS[4], '*', 'task', ARGV[1], 'msg', ARGV[8], 'meta', ARGV[9],
+             'why', ARGV[10], 'who', ARGV[7])
 end
 return 1
 """

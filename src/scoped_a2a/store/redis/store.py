@@ -128,17 +128,17 @@ class RedisTaskStore(TaskStore):
 
     # --- tasks ----------------------------------------------------------------------------
 
-    def create_args(self, task: Task, op: str) -> tuple[list[str], list[Any]]:
+    def create_args(self, task: Task, op: str, owner: str = "") -> tuple[list[str], list[Any]]:
         """Keys and arguments of the CREATE script for ``task`` (the run queue adds its own)."""
         keys = [self.keys.task(task.id), self.keys.tasks, self.keys.seq]
         args: list[Any] = [
             task.id, _encode(task), task.status.state.value, task.context_id,
-            task.status.timestamp or "", op,
+            task.status.timestamp or "", op, owner,
         ]
         return keys, args
 
-    async def create(self, task: Task) -> None:
-        keys, args = self.create_args(task, uuid.uuid4().hex)
+    async def create(self, task: Task, *, owner: str = "") -> None:
+        keys, args = self.create_args(task, uuid.uuid4().hex, owner)
         created = await self.conn.run(self._create, keys, args)
         if created != 1:
             raise InvalidParams(f"task {task.id!r} already exists")
@@ -150,6 +150,16 @@ class RedisTaskStore(TaskStore):
         if raw[0] is None:
             raise TaskNotFound(f"task {task_id!r} not found")
         return _decode_task(raw[0]), int(raw[1] or 0)
+
+    async def owner_of(self, task_id: str) -> str:
+        # The owner is a field of the task's hash, written with it by CREATE: every replica
+        # reads the same answer. A task stored before owners existed has none: anonymous.
+        state, owner = await self.conn.call(
+            lambda: self.conn.client.hmget(self.keys.task(task_id), ["state", "owner"])
+        )
+        if state is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return bytes(owner or b"").decode()
 
     async def append(self, task_id: str, event: LogEvent) -> int:
         encoded = _encode(event)
@@ -234,7 +244,7 @@ class RedisTaskStore(TaskStore):
             with anyio.move_on_after(self.poll_interval):
                 await woken.wait()
 
-    async def list_tasks(self, request: ListTasksRequest) -> TaskPage:
+    async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
         size = request.page_size or 50
         if not 1 <= size <= 100:
             raise InvalidParams("pageSize must be between 1 and 100")
@@ -256,16 +266,19 @@ class RedisTaskStore(TaskStore):
 
             async def fields(chunk: Any = chunk) -> list[Any]:
                 async with client.pipeline(transaction=False) as pipe:
-                    reqs = [pipe.hmget(self.keys.task(m.decode()), ["ctx", "state", "ts"])
+                    reqs = [pipe.hmget(self.keys.task(m.decode()),
+                                       ["ctx", "state", "ts", "owner"])
                             for m, _ in chunk]
                 return [await r for r in reqs]
 
-            for (member, score), (ctx, state, ts) in zip(
+            for (member, score), (ctx, state, ts, who) in zip(
                 chunk, await self.conn.call(fields), strict=True
             ):
                 task_id = member.decode() if isinstance(member, bytes) else member
                 if state is None:
                     gone.append(task_id)  # expired: forget it below
+                    continue
+                if owner is not None and bytes(who or b"").decode() != owner:
                     continue
                 if request.context_id is not None and ctx.decode() != request.context_id:
                     continue

@@ -27,6 +27,7 @@ import uuid
 import anyio
 
 from ...protocol.errors import ServerUnavailable, UnsupportedOperation
+from ...protocol.principal import principal_of_owner
 from ...runtime.run import Run
 from ...runtime.runner import Runner
 from .queue import Job, RunQueue
@@ -128,6 +129,7 @@ class Worker:
                 run = self.runner.start(
                     task, job.message, request_metadata=job.request_metadata,
                     detach_reason=job.detach_reason, attempt=attempt, redeliverable=True,
+                    principal=principal_of_owner(job.owner),
                 )
             except (ServerUnavailable, UnsupportedOperation) as exc:  # closing / already here
                 log.info("run of task %s not started here: %s", job.task_id, exc)
