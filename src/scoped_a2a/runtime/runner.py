@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from ..protocol.deadline import budget_from
 from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import (
@@ -47,6 +48,7 @@ REASON_TEXT = {
     "CancelTask": "canceled by CancelTask",
     "shutdown": "the server shut down before the run finished",
     "nursery": "the server nursery was cancelled",
+    "deadline": "the caller's deadline passed before the run finished",
 }
 
 RECORD_TIMEOUT = 5.0
@@ -126,6 +128,7 @@ class Runner:
         if task.id in self._runs:
             raise UnsupportedOperation(f"task {task.id!r} is already running")
         run = Run(task.id, task.context_id, detach_reason)
+        run.set_budget(budget_from(request_metadata, message.metadata))  # deadline extension
         ctx = RunContext(
             run,
             message,

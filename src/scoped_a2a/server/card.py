@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..protocol.deadline import CARD_ENTRY as DEADLINE_CARD_ENTRY
 from ..protocol.trajectory import TRAJECTORY_EXTENSION_URI
 
 DEFAULT_SKILL = {
@@ -42,7 +43,8 @@ def build_card(
                 "description": "Cursor reads of a task's live trajectory "
                 "(method scoped_a2a/trajectory/read)",
                 "required": False,
-            }
+            },
+            DEADLINE_CARD_ENTRY,
         ],
     }
     caps.update(overrides.pop("capabilities", {}) or {})
