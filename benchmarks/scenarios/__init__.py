@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core import Scenario
+from .chain import Chain
 from .detached import Detached
 from .fanout import Fanout
 from .hangup import Hangup
@@ -13,4 +14,4 @@ from .teardown import Teardown
 
 
 def all_scenarios() -> list[Scenario]:
-    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached()]
+    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), Chain()]
