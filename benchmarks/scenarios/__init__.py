@@ -7,6 +7,7 @@ from .chain import Chain
 from .detached import Detached
 from .fanout import Fanout
 from .hangup import Hangup
+from .observe import ObserveCost
 from .send import Send
 from .soak import Soak
 from .stream import Stream
@@ -14,4 +15,5 @@ from .teardown import Teardown
 
 
 def all_scenarios() -> list[Scenario]:
-    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), Chain()]
+    return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), Chain(),
+            ObserveCost()]

@@ -31,6 +31,8 @@ from anyio.abc import TaskGroup
 
 from .cli_help import HelpFormatter, add_log_level
 from .client.cli_send import add_send_parser, run_send
+from .observe.logs import use_json_logs
+from .observe.options import add_observe_options, observers_from
 from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
 from .runtime.policy import RunPolicy
 
@@ -147,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="sign deliveries with HMAC-SHA256 (Standard Webhooks headers) "
                         "(default: $SCOPED_A2A_PUSH_SIGNING_SECRET)")
     s.add_argument("--no-push", action="store_true", help="switch push notifications off")
+    add_observe_options(s)
     add_send_parser(sub)
     # --- Redis: shared tasks, durable detached runs, the worker command (redis_cli.py) ---
     add_store_options(s)
@@ -175,6 +178,7 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
             store=store,
             detached=detached,
             expose_errors=args.expose_errors,
+            observe=args.observers,
             push=PushSettings(
                 enabled=not args.no_push,
                 allow_hosts=tuple(args.allow_webhook_host),
@@ -253,9 +257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if getattr(args, "log_format", "text") == "json":
+        use_json_logs(getattr(logging, args.log_level))
     if args.command == "serve":
         # Loaded before the event loop starts: a bad --agent is one line, not a traceback.
         agent = load_agent(args.agent)
+        args.observers = observers_from(args)  # a missing extra is one line too
         return _run_server(_serve, args, agent, backend=args.backend, host=args.host,
                            port=args.port)
     if args.command == "send":

@@ -27,6 +27,7 @@ from ..client.client import A2AClient
 from ..client.errors import TransportError
 from ..client.streams import EventStream
 from ..client.wire import StreamEvent
+from ..observe.propagation import inject_metadata
 from ..protocol.deadline import BUDGET_KEY
 from ..protocol.errors import A2AError, InvalidAgentResponse
 from ..protocol.types import (
@@ -62,6 +63,7 @@ def outgoing_metadata(
     meta = dict(metadata or {})
     if remaining is not None:
         meta[BUDGET_KEY] = max(int((remaining - margin) * 1000), 0)
+    inject_metadata(meta)  # the run's trace context, for hops that lose headers
     return meta or None
 
 

@@ -31,6 +31,7 @@ class Run:
         self.scope = anyio.CancelScope()
         self.done = anyio.Event()
         self._cancel_reason: str | None = None
+        self.cancelled_at: float | None = None  # monotonic time of the first cancel (metrics)
         self.parked = False  # waiting in ctx.ask for the caller's next message
         self.started = time.monotonic()
         self._holders = 0
@@ -61,6 +62,7 @@ class Run:
         """Cancel the run's scope; the first reason given is the one recorded."""
         if self.cancel_reason is None and not self.done.is_set():
             self._cancel_reason = reason
+            self.cancelled_at = time.monotonic()
         self.scope.cancel()
 
     # --- deadline (the deadline extension) ------------------------------------------------

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from ..observe import NOOP, Observer
 from ..protocol.deadline import budget_from
 from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
 from ..protocol.trajectory import LogEvent
@@ -80,6 +81,8 @@ class Runner:
         self._runs: dict[str, Run] = {}
         self._idle = anyio.Event()
         self._idle.set()
+        self.observe: Observer = NOOP
+        """Traces and metrics of runs (the app sets it; observe/)."""
 
     # --- wiring ---------------------------------------------------------------------------
 
@@ -140,7 +143,7 @@ class Runner:
         self._runs[task.id] = run
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._nursery.start_soon(
-            self._execute, run, ctx, continuing, redeliverable,
+            self.observe.run, self._execute, run, ctx, continuing, redeliverable,
             name=f"scoped_a2a run {task.id}",
         )
         return run
@@ -299,6 +302,7 @@ class Runner:
             run.done.set()
             if not self._runs:
                 self._idle.set()
+            self.observe.run_ended(run, state.name.lower(), reason, time.monotonic() - run.started)
             log.info(
                 "run end task=%s outcome=%s duration_ms=%.1f reason=%s",
                 run.task_id, state.name.lower(), (time.monotonic() - run.started) * 1000, reason,
@@ -326,6 +330,7 @@ class Runner:
         except TaskEnded:
             pass  # an end was recorded first; terminal states never change
         except Exception:
+            self.observe.store_error("record_end")
             log.exception("recording the end of task %s failed", run.task_id)
 
     # --- cancelling -----------------------------------------------------------------------

@@ -15,7 +15,7 @@ cancels interactive runs no one else holds; detached runs carry on in the server
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from ..observe.base import Observer, observer_of
 from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_version
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
 from ..protocol.jsonrpc import error_frame, parse_request, result_frame
@@ -78,6 +79,9 @@ class A2AApp:
         caller; for development. By default the caller sees the exception's type and an error
         id that is also in the log line with the traceback; an agent's
         :class:`~scoped_a2a.AgentError` is always sent as is.
+    :param observe: an observer (or several): ``scoped_a2a.observe.tracing.Tracing()`` for
+        OpenTelemetry spans, ``scoped_a2a.observe.metrics.Metrics()`` for Prometheus metrics on
+        ``GET /metrics``. Default: none, and nothing is imported (docs/observability.md).
 
     Mounted in a host app (Starlette ``Mount("/a2a", app=...)``), it serves under the mount's
     ASGI ``root_path`` and its card advertises that prefix; the host's lifespan must enter
@@ -100,8 +104,10 @@ class A2AApp:
         extended_card: Mapping[str, Any] | None = None,
         push: PushSettings | None = None,
         expose_errors: bool = False,
+        observe: Observer | Sequence[Observer] | None = None,
     ) -> None:
         self.agent = agent
+        self.observe = observer_of(observe)
         self.expose_errors = expose_errors
         self.policy = policy if policy is not None else RunPolicy()
         # Not ``store or ...``: an empty MemoryTaskStore has len() 0, so it is falsy.
@@ -109,6 +115,7 @@ class A2AApp:
         # A shared store (Redis) may queue detached runs durably instead of running them here.
         self.runner = Runner(agent, self.store, self.policy, launcher=self.store.run_launcher(),
                              expose_errors=expose_errors)
+        self.runner.observe = self.observe
         self.grace = grace
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes
@@ -226,6 +233,10 @@ class A2AApp:
                 await send_response(send, 200, self._card(scope),
                                     headers=[(b"cache-control", b"max-age=60")])
             return
+        if path == "/metrics" and (page := self.observe.metrics_page()) is not None:
+            await discard_body(scope, receive)
+            await send_response(send, 200, page[0], content_type=page[1].encode())
+            return
         if path not in ("/", ""):
             await discard_body(scope, receive)
             await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at "
@@ -238,7 +249,8 @@ class A2AApp:
             return
         self.open_requests += 1
         try:
-            await self._rpc(scope, receive, send)
+            with self.observe.request(scope):
+                await self._rpc(scope, receive, send)
         finally:
             self.open_requests -= 1
 
@@ -269,6 +281,7 @@ class A2AApp:
         name = FROM_V03.get(rpc.method)
         dialect = V03_DIALECT if name is not None else V10_DIALECT
         name = name or rpc.method
+        self.observe.request_method(rpc.method, "1.0" if dialect.v1 else "0.3")
         out = _AsgiOutput(send, rpc.id_json, dialect.v1, self.stream_write_timeout)
         try:
             check_version(header(scope, b"a2a-version") or _query_version(scope))
