@@ -282,3 +282,31 @@ def test_cli_json_logs_and_metrics() -> None:
     end = next(r for r in records if r["message"].startswith("run end"))
     assert end["task"] == task_id and end["outcome"] == "completed"
     assert {"time", "level", "logger", "duration_ms", "reason"} <= set(end)
+
+
+def test_nothing_imported_without_the_extras() -> None:
+    """Serving and calling with observability off imports neither OpenTelemetry nor Prometheus."""
+    script = """
+import sys, anyio
+from scoped_a2a import A2AApp, A2AClient
+from scoped_a2a.cli import main  # the CLI module too (its options live in observe/)
+sys.path.insert(0, sys.argv[1])
+from tests.helpers import served
+
+async def agent(ctx):
+    return "ok"
+
+async def go():
+    async with served(A2AApp(agent)) as url, A2AClient(url) as client:
+        await client.send("hi")
+
+anyio.run(go)
+bad = sorted(m for m in sys.modules if m.startswith(("opentelemetry", "prometheus_client")))
+assert not bad, bad
+print("clean")
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", script, root], capture_output=True, timeout=60,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert out.stdout.strip() == b"clean"
