@@ -8,11 +8,12 @@ server as B (it never cancels on disconnect) is stopped by the explicit CancelTa
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from .helpers import rpc, served, text_message
 pytestmark = pytest.mark.anyio
 
 SDK_SCRIPT = Path(__file__).with_name("sdk_agent.py")
+SDK_FORWARDER = Path(__file__).with_name("sdk_forward_agent.py")
 
 
 @dataclass
@@ -208,10 +210,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def sdk_b() -> Iterator[str]:
+@contextmanager
+def _sdk_server(script: Path) -> Iterator[str]:
+    """Run an a2a-sdk server script on a free loopback port; yield its URL; always stop it."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(SDK_SCRIPT), "--port", str(port)])
+    proc = subprocess.Popen([sys.executable, str(script), "--port", str(port)],
+                            env=dict(os.environ))
     url = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 30
@@ -234,6 +238,20 @@ def sdk_b() -> Iterator[str]:
             proc.wait()
 
 
+@pytest.fixture(scope="module")
+def sdk_b() -> Iterator[str]:
+    """The suite's a2a-sdk agent (``long ...``: a 10 s task)."""
+    with _sdk_server(SDK_SCRIPT) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def sdk_forwarder() -> Iterator[str]:
+    """An a2a-sdk agent that forwards ``hop URL`` to URL (tests/sdk_forward_agent.py)."""
+    with _sdk_server(SDK_FORWARDER) as url:
+        yield url
+
+
 async def test_hang_up_at_a_cancels_an_sdk_b_by_cancel_task(sdk_b: str) -> None:
     """The SDK's ``long`` task runs 10 s and ignores the hang-up: only CancelTask stops it."""
     async with chain(b_url=sdk_b) as (urls, _), A2AClient(urls["A"]) as client:
@@ -247,6 +265,22 @@ async def test_hang_up_at_a_cancels_an_sdk_b_by_cancel_task(sdk_b: str) -> None:
         tree = await _until_ended(urls, first.id, names="AB")
         assert tree["A"].status.state is TaskState.CANCELED
         assert tree["B"].status.state is TaskState.CANCELED  # long before its 10 s
+
+
+async def test_hang_up_at_a_reaches_c_through_an_sdk_b(sdk_forwarder: str) -> None:
+    """A -> a2a-sdk B -> C: the hang-up at A stops B only by A's CancelTask; B's cancelled
+    executor abandons its stream to C, which C takes as a hang-up."""
+    async with chain(b_url=sdk_forwarder) as (urls, probe), A2AClient(urls["A"]) as client:
+        async with client.stream(f"hop {urls['C']}") as events:
+            first = (await events.__anext__()).event
+            assert isinstance(first, Task)
+            with anyio.fail_after(10):
+                await probe.started.wait()
+        with anyio.fail_after(5):
+            await probe.cancelled.wait()
+        tree = await _until_ended(urls, first.id, names="AB")
+        assert tree["A"].status.state is TaskState.CANCELED
+        assert tree["B"].status.state is TaskState.CANCELED
 
 
 async def test_stream_call_cancels_an_unsettled_downstream(sdk_b: str) -> None:

@@ -60,8 +60,8 @@ class Tracing(Observer):
                 except Exception as exc:
                     span.set_status(self._trace.StatusCode.ERROR, type(exc).__name__)
                     raise
-                except BaseException:  # the caller hung up (the request was cancelled)
-                    span.set_attribute("a2a.hang_up", True)
+                except BaseException:  # cancelled from outside (the server is going away)
+                    span.set_attribute("a2a.cancelled", True)
                     raise
         finally:
             _from_headers.reset(token)
