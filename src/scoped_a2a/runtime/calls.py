@@ -105,22 +105,21 @@ class Downstream:
 
     async def feed(self, event: Any) -> None:
         """Fold one event (or polled task) of the call into the downstream task's snapshot."""
-        if isinstance(event, Message) and self.task is None:
+        first = self.task is None
+        if isinstance(event, Message) and first:
             self.message = event
         elif isinstance(event, Task):
-            await self._seen(event.id, event.context_id)
             self.task = event
         elif isinstance(event, (TaskStatusUpdateEvent, TaskArtifactUpdateEvent)):
             if self.task is None:  # some 0.3 servers open a stream with a status update
-                await self._seen(event.task_id, event.context_id)
                 self.task = Task(id=event.task_id, context_id=event.context_id,
                                  status=_initial_status(event))
             apply_event(self.task, event)
-
-    async def _seen(self, task_id: str, context_id: str) -> None:
-        if self.task is None:
-            await self._record({"agent": self.client.url, "taskId": task_id,
-                                "contextId": context_id})
+        if first and self.task is not None:
+            # Known before it is recorded: if recording is cancelled, the task still gets its
+            # CancelTask on the way out.
+            await self._record({"agent": self.client.url, "taskId": self.task.id,
+                                "contextId": self.task.context_id})
 
     async def cancel_if_open(self, bound: float) -> None:
         """Send CancelTask for a known, unsettled downstream task; shielded, at most ``bound`` s.
