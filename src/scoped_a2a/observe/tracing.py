@@ -69,9 +69,8 @@ class Tracing(Observer):
     def request_method(self, method: str, dialect: str) -> None:
         span = self._trace.get_current_span()
         span.update_name(method)
-        span.set_attribute("rpc.method", method)
-        span.set_attribute("a2a.dialect", dialect)
-        span.set_attribute("a2a.streaming", method in _STREAM_METHODS)
+        span.set_attributes({"rpc.method": method, "a2a.dialect": dialect,
+                             "a2a.streaming": method in _STREAM_METHODS})
 
     async def run(
         self, execute: Callable[..., Awaitable[None]], run: RunInfo, *args: Any
@@ -96,11 +95,12 @@ class Tracing(Observer):
 
     def run_ended(self, run: RunInfo, outcome: str, reason: str, seconds: float) -> None:
         span = self._trace.get_current_span()  # the run's span: this runs in the run's task
-        span.set_attribute("a2a.run.outcome", outcome)
-        span.set_attribute("a2a.run.reason", reason)
-        span.set_attribute("a2a.run.duration_ms", round(seconds * 1000, 3))
+        attributes: dict[str, str | float] = {
+            "a2a.run.outcome": outcome, "a2a.run.reason": reason,
+            "a2a.run.duration_ms": round(seconds * 1000, 3)}
         if run.detach_reason is not None:  # a follow-up may have detached it since the start
-            span.set_attribute("a2a.run.mode", "detached")
-            span.set_attribute("a2a.run.detach_reason", run.detach_reason)
+            attributes["a2a.run.mode"] = "detached"
+            attributes["a2a.run.detach_reason"] = run.detach_reason
+        span.set_attributes(attributes)
         if outcome == "failed":
             span.set_status(self._trace.StatusCode.ERROR, reason)
