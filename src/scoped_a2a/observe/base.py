@@ -8,8 +8,10 @@ Hooks must not raise and must not block; an observer that fails to record someth
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any, Protocol
+
+_NOTHING: AbstractContextManager[None] = nullcontext()  # reusable: no state
 
 
 class RunInfo(Protocol):
@@ -24,10 +26,9 @@ class RunInfo(Protocol):
 class Observer:
     """Observes requests and runs. This base does nothing; subclasses override what they need."""
 
-    @contextmanager
-    def request(self, scope: Mapping[str, Any]) -> Iterator[None]:
+    def request(self, scope: Mapping[str, Any]) -> AbstractContextManager[None]:
         """Around one HTTP request to the JSON-RPC endpoint (``scope``: the ASGI scope)."""
-        yield
+        return _NOTHING
 
     def request_method(self, method: str, dialect: str) -> None:
         """The request's JSON-RPC method (as sent) and dialect (``"1.0"`` or ``"0.3"``)."""
