@@ -302,3 +302,34 @@ async def test_stream_call_cancels_an_unsettled_downstream(sdk_b: str) -> None:
             down = await sdk.get_task(seen["task"].id)
         assert down.status.state is TaskState.CANCELED
         assert (done.metadata or {})["downstreamTasks"][0]["taskId"] == down.id
+
+
+async def test_call_targets_a_card_or_a_client_and_polls_without_streaming() -> None:
+    """A card (here one saying it cannot stream: send + poll) and an open client as targets."""
+    import msgspec
+
+    async def leaf(ctx: RunContext) -> str:
+        await anyio.sleep(0.3)
+        return f"leaf:{ctx.text}"
+
+    seen: dict[str, Any] = {}
+    async with served(A2AApp(leaf)) as leaf_url, A2AClient(leaf_url) as leaf_client:
+        card = await leaf_client.card()
+        no_stream = msgspec.structs.replace(
+            card, capabilities=msgspec.structs.replace(card.capabilities, streaming=False))
+
+        async def caller(ctx: RunContext) -> str:
+            by_card = await ctx.call(no_stream, "one")
+            by_client = await ctx.call(leaf_client, "two")
+            seen["card"], seen["client"] = by_card, by_client
+            return "both"
+
+        async with served(A2AApp(caller)) as url, A2AClient(url) as client:
+            done = await client.send("go")
+    assert isinstance(done, Task) and done.status.state is TaskState.COMPLETED
+    for key, text in (("card", "leaf:one"), ("client", "leaf:two")):
+        task = seen[key]
+        assert isinstance(task, Task) and task.status.state is TaskState.COMPLETED
+        assert task.status.message is not None and task.status.message.text == text
+    down = (done.metadata or {})["downstreamTasks"]
+    assert [d["taskId"] for d in down] == [seen["card"].id, seen["client"].id]
