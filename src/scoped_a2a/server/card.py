@@ -44,7 +44,7 @@ def build_card(
                 "(method scoped_a2a/trajectory/read)",
                 "required": False,
             },
-            DEADLINE_CARD_ENTRY,
+            dict(DEADLINE_CARD_ENTRY),
         ],
     }
     caps.update(overrides.pop("capabilities", {}) or {})
