@@ -111,6 +111,7 @@ async def test_one_trace_across_three_hops(spans: InMemorySpanExporter) -> None:
         assert request.kind is trace.SpanKind.SERVER
         assert request.attributes["rpc.method"] == "SendStreamingMessage"  # type: ignore[index]
         assert request.attributes["a2a.dialect"] == "1.0"  # type: ignore[index]
+        assert request.attributes["a2a.transport"] == "JSONRPC"  # type: ignore[index]
         run = next(s for s in runs if parent(s) is request)
         chain.append(run)
     request_a = parent(run_a)

@@ -52,7 +52,9 @@ class Tracing(Observer):
         try:
             with self._tracer.start_as_current_span(
                 "A2A request", context=parent, kind=self._trace.SpanKind.SERVER,
-                attributes={"rpc.system": "jsonrpc", "url.path": str(scope.get("path", ""))},
+                attributes={"rpc.system": "jsonrpc", "a2a.transport": "JSONRPC",
+                            "url.path": str(scope.get("path", "")),
+                            "network.protocol.version": str(scope.get("http_version", ""))},
                 record_exception=False, set_status_on_exception=False,
             ) as span:
                 try:
