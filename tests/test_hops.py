@@ -333,3 +333,27 @@ async def test_call_targets_a_card_or_a_client_and_polls_without_streaming() -> 
         assert task.status.message is not None and task.status.message.text == text
     down = (done.metadata or {})["downstreamTasks"]
     assert [d["taskId"] for d in down] == [seen["card"].id, seen["client"].id]
+
+
+async def test_call_answers_a_downstream_question_and_records_the_task_once() -> None:
+    from scoped_a2a.client import user_message
+
+    async def asker(ctx: RunContext) -> str:
+        answer = await ctx.ask("which colour?")
+        return f"painted {answer}"
+
+    async with served(A2AApp(asker)) as asker_url:
+        async def caller(ctx: RunContext) -> str:
+            first = await ctx.call(asker_url, "paint it")
+            assert isinstance(first, Task)
+            assert first.status.state is TaskState.INPUT_REQUIRED  # settled: not cancelled
+            done = await ctx.call(asker_url, user_message(
+                "blue", task_id=first.id, context_id=first.context_id))
+            assert isinstance(done, Task) and done.status.message is not None
+            return done.status.message.text
+
+        async with served(A2AApp(caller)) as url, A2AClient(url) as client:
+            result = await client.send("go")
+    assert isinstance(result, Task) and result.status.state is TaskState.COMPLETED
+    assert result.status.message is not None and result.status.message.text == "painted blue"
+    assert len((result.metadata or {})["downstreamTasks"]) == 1

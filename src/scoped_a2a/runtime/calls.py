@@ -87,11 +87,13 @@ async def open_client(target: Target) -> AsyncIterator[A2AClient]:
 class Downstream:
     """The task one call started on another agent: recorded once known, cancelled if abandoned."""
 
-    def __init__(self, client: A2AClient, record: Record) -> None:
+    def __init__(self, client: A2AClient, record: Record, message: Message | str) -> None:
         self.client = client
         self.task: Task | None = None
         self.message: Message | None = None
         self._record = record
+        # A follow-up to a downstream task (an answer to its question) was recorded already.
+        self._recorded = message.task_id if isinstance(message, Message) else None
 
     @property
     def settled(self) -> bool:
@@ -115,7 +117,7 @@ class Downstream:
                 self.task = Task(id=event.task_id, context_id=event.context_id,
                                  status=_initial_status(event))
             apply_event(self.task, event)
-        if first and self.task is not None:
+        if first and self.task is not None and self.task.id != self._recorded:
             # Known before it is recorded: if recording is cancelled, the task still gets its
             # CancelTask on the way out.
             await self._record({"agent": self.client.url, "taskId": self.task.id,
@@ -149,7 +151,7 @@ def _initial_status(event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent) -> T
 
 async def call(
     target: Target, message: Message | str, *, metadata: Mapping[str, Any] | None,
-    remaining: float | None, record: Record, margin: float = DEADLINE_MARGIN,
+    remaining: Callable[[], float | None], record: Record, margin: float = DEADLINE_MARGIN,
     cancel_timeout: float = CANCEL_TIMEOUT,
 ) -> Task | Message:
     """Send ``message`` to ``target`` and wait for the task to end or ask for input.
@@ -160,10 +162,13 @@ async def call(
     task is cancelled (shielded, bounded) before this re-raises.
     """
     async with open_client(target) as client:
-        meta = outgoing_metadata(metadata, remaining, margin)
-        down = Downstream(client, record)
+        down = Downstream(client, record, message)
         try:
-            if (await client.card()).streaming:
+            streaming = (await client.card()).streaming
+            # The budget is measured after the card fetch, just before the send: time spent
+            # before it would otherwise count twice (here and downstream).
+            meta = outgoing_metadata(metadata, remaining(), margin)
+            if streaming:
                 async with client.stream(message, metadata=meta) as events:
                     async for item in events:
                         await down.feed(item.event)
@@ -181,11 +186,12 @@ async def call(
                 failures += 1
                 await anyio.sleep(_POLL.delay(min(failures, 8)))
                 down.task = await client.get_task(down.task.id)
-            if remaining is not None and ended_by_deadline(down.task):
+            left = remaining()
+            if left is not None and ended_by_deadline(down.task):
                 # The downstream ran out of the budget we gave it, so ours ends within the
                 # margin: wait for it, so this run too ends canceled with reason deadline
                 # rather than answering with a half-done result.
-                await anyio.sleep(max(remaining, 0.0) + margin)
+                await anyio.sleep(left + margin)
             return down.task
         finally:
             await down.cancel_if_open(cancel_timeout)
@@ -222,7 +228,7 @@ class CallEvents:
 @asynccontextmanager
 async def stream(
     target: Target, message: Message | str, *, metadata: Mapping[str, Any] | None,
-    remaining: float | None, record: Record, margin: float = DEADLINE_MARGIN,
+    remaining: Callable[[], float | None], record: Record, margin: float = DEADLINE_MARGIN,
     cancel_timeout: float = CANCEL_TIMEOUT,
 ) -> AsyncIterator[CallEvents]:
     """Stream a call: ``async with ctx.stream(url, msg) as events: async for e in events``.
@@ -232,9 +238,10 @@ async def stream(
     or was cancelled.
     """
     async with open_client(target) as client:
-        meta = outgoing_metadata(metadata, remaining, margin)
-        down = Downstream(client, record)
+        down = Downstream(client, record, message)
         try:
+            await client.card()  # fetched first, so the budget below is measured at the send
+            meta = outgoing_metadata(metadata, remaining(), margin)
             async with client.stream(message, metadata=meta) as events:
                 yield CallEvents(events, down)
         finally:

@@ -208,7 +208,7 @@ class RunContext:
         ``A2AError``; transport failures ``TransportError``.
         """
         return await calls.call(
-            target, message, metadata=metadata, remaining=self.remaining(),
+            target, message, metadata=metadata, remaining=self.remaining,
             record=self._record_call, margin=margin, cancel_timeout=cancel_timeout)
 
     def stream(
@@ -223,5 +223,5 @@ class RunContext:
         (neither ended nor waiting for input) cancels it.
         """
         return calls.stream(
-            target, message, metadata=metadata, remaining=self.remaining(),
+            target, message, metadata=metadata, remaining=self.remaining,
             record=self._record_call, margin=margin, cancel_timeout=cancel_timeout)
