@@ -45,15 +45,19 @@ class ObserveCost(Scenario):
         Metric("p50", "p50 ms", "ms", "lower", False, "{:.2f}"),
         Metric("p99", "p99 ms", "ms", "lower", False, "{:.2f}"),
         Metric("vs_off", "vs off", "fraction", None, False, "{:.0%}"),
+        Metric("cpu_us", "server CPU µs/req", "us", "lower", False, "{:.0f}"),
+        Metric("cpu_vs_off", "CPU vs off", "fraction", None, False, "{:.0%}"),
     )
-    notes = "Each row is the better of two windows taken in turn with the other variants."
+    notes = ("Each row is the better of two windows taken in turn with the other variants. "
+             "Server CPU per request (user + system time of the server process over the "
+             "answers in the window) is the steadier figure when other work shares the machine.")
 
     def systems(self) -> list[System]:
         return list(VARIANTS.values())
 
     async def run(self, bench: Bench) -> None:
         async with bench.servers(self.systems()) as running:
-            best: dict[str, tuple[float, float, float]] = {}
+            best: dict[str, tuple[float, float, float, float]] = {}
             for _ in range(2):
                 for label, system in VARIANTS.items():
                     proc = running.get(system)
@@ -63,17 +67,21 @@ class ObserveCost(Scenario):
                     if got is not None and (label not in best or got[0] > best[label][0]):
                         best[label] = got
             off = best.get("off")
-            for label, (rps, p50, p99) in best.items():
+            for label, (rps, p50, p99, cpu) in best.items():
                 name = f"scoped-a2a, {label}"
                 bench.record(name, "hypercorn-asyncio", "rps", rps, "req/s", role="subject")
                 bench.record(name, "hypercorn-asyncio", "p50", p50, "ms", role="subject")
                 bench.record(name, "hypercorn-asyncio", "p99", p99, "ms", role="subject")
+                bench.record(name, "hypercorn-asyncio", "cpu_us", cpu * 1e6, "us",
+                             role="subject")
                 if off is not None:
                     bench.record(name, "hypercorn-asyncio", "vs_off", rps / off[0], "fraction",
                                  role="subject")
+                    bench.record(name, "hypercorn-asyncio", "cpu_vs_off", cpu / off[3],
+                                 "fraction", role="subject")
 
     async def measure(self, bench: Bench, label: str, proc: ServerProcess
-                      ) -> tuple[float, float, float] | None:
+                      ) -> tuple[float, float, float, float] | None:
         template = RequestTemplate(proc.port, "SendMessage", "echo hello")
         conns = await connect_many(proc.port, CONCURRENCY)
         loops = [Loop(conn, template, check, seq_base=(i + 1) * 10**8, port=proc.port)
@@ -82,7 +90,9 @@ class ObserveCost(Scenario):
             await _drive(loops, bench.sizes.warmup, record=False)
             for lp in loops:
                 lp.latencies.clear()
+            cpu_before = proc.cpu()
             window = await _drive(loops, bench.sizes.duration, record=True)
+            cpu = proc.cpu() - cpu_before
         finally:
             for lp in loops:
                 lp.conn.close()
@@ -93,5 +103,7 @@ class ObserveCost(Scenario):
             return None
         rps = len(latencies) / window
         p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
-        bench.progress(f"{label:28} {rps:7.0f} req/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms")
-        return rps, p50, p99
+        per_request = cpu / len(latencies)
+        bench.progress(f"{label:28} {rps:7.0f} req/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  "
+                       f"server CPU {per_request * 1e6:.0f} µs/req")
+        return rps, p50, p99, per_request
