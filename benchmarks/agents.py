@@ -11,6 +11,8 @@ system does the same work. The first word of the message picks the behaviour:
   chunks INTERVAL apart, each carrying ``@T<monotonic emit time>@`` (scenario 5);
 - ``event KEY SECONDS``: a CRM system event; works for SECONDS in ten steps, then signals
   ``done`` (or ``cancel`` if cancelled) (scenario 7);
+- ``hop KEY SECONDS URL...``: with URLs left, calls the first (``ctx.call``) with the rest;
+  the last hop acts as ``slow KEY SECONDS`` (the chain scenario);
 - ``work SECONDS``: a turn with a live trajectory: a trajectory event every 50 ms for SECONDS,
   then a reply (the steps of scenarios 4 and 6 follow it).
 
@@ -90,6 +92,15 @@ async def work_agent(ctx: RunContext) -> str:
     return f"worked {seconds:g}s"
 
 
+async def hop_agent(ctx: RunContext) -> str | None:
+    _, key, seconds, *urls = ctx.text.split()
+    if not urls:
+        await slow_agent(ctx)
+        return None
+    await ctx.call(urls[0], " ".join(["hop", key, seconds, *urls[1:]]))
+    return "called"
+
+
 AGENTS = {
     "echo": echo_agent,
     "stream": stream_agent,
@@ -97,6 +108,7 @@ AGENTS = {
     "fanout": fanout_agent,
     "event": event_agent,
     "work": work_agent,
+    "hop": hop_agent,
 }
 
 

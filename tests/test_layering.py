@@ -109,7 +109,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 # Lowest first: a package may import only the packages before it in this list.
-LAYERS = ["protocol", "store", "client", "runtime", "push", "server", "testing"]
+LAYERS = ["protocol", "observe", "store", "client", "runtime", "push", "server", "testing"]
 # store/redis/worker.py executes queued runs: it is a program on the runtime that ships with the
 # Redis store, not part of the store's interface (nothing below the runtime imports it).
 ABOVE_ITS_PACKAGE = {f"{PACKAGE}.store.redis.worker"}

@@ -43,7 +43,17 @@ class BenchExecutor(AgentExecutor):
             for i in range(n):
                 await up.add_artifact([new_text_part(f"{i} ")], artifact_id="stream",
                                       name="stream", append=i > 0, last_chunk=i == n - 1)
-        elif command == "slow":
+        elif command == "hop" and len(words) > 3:
+            # A middle hop of the chain scenario: forward the rest of the chain downstream.
+            # CancelTask cancels this coroutine (the SDK cancels its producer task), which
+            # abandons the stream below; a hang-up alone never reaches here.
+            from scoped_a2a import A2AClient
+
+            rest = " ".join(["hop", *words[1:3], *words[4:]])
+            async with A2AClient(words[3]) as client, client.stream(rest) as events:
+                async for _ in events:
+                    pass
+        elif command in ("slow", "hop"):
             key = words[1]
             signal("start", key)
             try:

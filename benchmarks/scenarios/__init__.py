@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from ..core import Scenario
 from .auth import Auth
+from .chain import Chain
 from .detached import Detached
 from .fanout import Fanout
 from .hangup import Hangup
+from .observe import ObserveCost
 from .send import Send
 from .slowreaders import SlowReaders
 from .soak import Soak
@@ -17,4 +19,4 @@ from .temporal import Temporal
 
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
-            Temporal(), Auth()]
+            Temporal(), Auth(), Chain(), ObserveCost()]

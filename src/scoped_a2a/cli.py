@@ -41,6 +41,8 @@ from .cli_auth import (
 )
 from .cli_help import HelpFormatter, add_log_level
 from .client.cli_send import add_send_parser, run_send
+from .observe.logs import use_json_logs
+from .observe.options import add_observe_options, observers_from
 from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
 from .runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS, RunPolicy
 from .store.memory import DEFAULT_MAX_ENDED_BYTES
@@ -213,6 +215,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="sign deliveries with HMAC-SHA256 (Standard Webhooks headers) "
                         "(default: $SCOPED_A2A_PUSH_SIGNING_SECRET)")
     s.add_argument("--no-push", action="store_true", help="switch push notifications off")
+    add_observe_options(s)
     add_send_parser(sub)
     # --- Redis: shared tasks, durable detached runs, the worker command (redis_cli.py) ---
     add_store_options(s)
@@ -250,6 +253,7 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
             authenticate=auth,
             caller_limits=limits_from_args(args),
             card_signer=signer,
+            observe=args.observers,
             push=PushSettings(
                 enabled=not args.no_push,
                 allow_hosts=tuple(args.allow_webhook_host),
@@ -340,11 +344,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if getattr(args, "log_format", "text") == "json":
+        use_json_logs(getattr(logging, args.log_level))
     if args.command == "serve":
         # Loaded before the event loop starts: a bad --agent is one line, not a traceback.
         agent = load_agent(args.agent)
         authenticator_from_args(args)  # a bad key file is one line here, before the loop
         card_signer_from_args(args)
+        args.observers = observers_from(args)  # a missing extra is one line too
         return _run_server(_serve, args, agent, backend=args.backend, host=args.host,
                            port=args.port)
     if args.command == "send":

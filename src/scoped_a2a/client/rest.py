@@ -23,6 +23,7 @@ import anyio
 import httpx
 import msgspec
 
+from ..observe.propagation import client_span
 from ..protocol.errors import (
     InvalidAgentResponse,
     PermissionDenied,
@@ -142,17 +143,18 @@ class RestTransport:
         if body is not None:
             headers["Content-Type"] = "application/json"
         url = self.url + path
-        try:
-            with anyio.fail_after(self.timeout if bounded else None):
-                response = await self.http.request(
-                    verb, url, params=query or None, content=body, headers=headers,
-                    **self._auth_kw())
-        except (TimeoutError, httpx.TransportError) as exc:
-            raise transport_error(exc, url) from None
-        if response.status_code != 200:
-            self._raise_refused(response.status_code)
-            raise_for_rest(response.status_code, response.content)
-        return response.content
+        with client_span(method, url, headers):  # W3C trace context, when traced
+            try:
+                with anyio.fail_after(self.timeout if bounded else None):
+                    response = await self.http.request(
+                        verb, url, params=query or None, content=body, headers=headers,
+                        **self._auth_kw())
+            except (TimeoutError, httpx.TransportError) as exc:
+                raise transport_error(exc, url) from None
+            if response.status_code != 200:
+                self._raise_refused(response.status_code)
+                raise_for_rest(response.status_code, response.content)
+            return response.content
 
     @asynccontextmanager
     async def stream(
@@ -174,27 +176,29 @@ class RestTransport:
         if extensions:
             headers["A2A-Extensions"] = ", ".join(extensions)
         url = self.url + path
-        request = self.http.build_request(verb, url, content=body, headers=headers)
-        try:
-            with anyio.fail_after(self.timeout):
-                response = await self.http.send(request, stream=True, **self._auth_kw())
-        except (TimeoutError, httpx.TransportError) as exc:
-            raise transport_error(exc, url) from None
-        try:
-            ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-            if response.status_code != 200 or ctype != "text/event-stream":
-                try:
-                    with anyio.fail_after(self.timeout):
-                        content = await response.aread()
-                except (TimeoutError, httpx.TransportError) as exc:
-                    raise transport_error(exc, url) from None
-                if response.status_code != 200:
-                    self._raise_refused(response.status_code)
-                    raise_for_rest(response.status_code, content)
-                raise InvalidAgentResponse("the agent answered a streaming call without a stream")
-            yield response
-        finally:
-            await response.aclose()
+        with client_span(method, url, headers):  # W3C trace context, when traced
+            request = self.http.build_request(verb, url, content=body, headers=headers)
+            try:
+                with anyio.fail_after(self.timeout):
+                    response = await self.http.send(request, stream=True, **self._auth_kw())
+            except (TimeoutError, httpx.TransportError) as exc:
+                raise transport_error(exc, url) from None
+            try:
+                ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if response.status_code != 200 or ctype != "text/event-stream":
+                    try:
+                        with anyio.fail_after(self.timeout):
+                            content = await response.aread()
+                    except (TimeoutError, httpx.TransportError) as exc:
+                        raise transport_error(exc, url) from None
+                    if response.status_code != 200:
+                        self._raise_refused(response.status_code)
+                        raise_for_rest(response.status_code, content)
+                    raise InvalidAgentResponse(
+                        "the agent answered a streaming call without a stream")
+                yield response
+            finally:
+                await response.aclose()
 
     unwrap = staticmethod(unwrap_rest_event)
     """How this binding's SSE events are read (for :class:`~.streams.EventStream`)."""

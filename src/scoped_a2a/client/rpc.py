@@ -20,6 +20,7 @@ import anyio
 import httpx
 import msgspec
 
+from ..observe.propagation import client_span
 from ..protocol.errors import (
     A2AError,
     InvalidAgentResponse,
@@ -127,17 +128,19 @@ class RpcTransport:
         agent works; its caller bounds it with a cancel scope if it wants).
         """
         deadline = self.timeout if bounded else None
-        try:
-            with anyio.fail_after(deadline):
-                response = await self.http.post(
-                    self.url, content=self._body(method, params), headers=self._headers,
-                    **self._auth_kw())
-        except (TimeoutError, httpx.TransportError) as exc:
-            raise transport_error(exc, self.url) from None
-        if response.status_code != 200:
-            self._raise_refused(response.status_code)
-            raise_for_http(response.status_code, response.content)
-        return decode_answer(response.content)
+        headers = dict(self._headers)
+        with client_span(method, self.url, headers):  # W3C trace context, when traced
+            try:
+                with anyio.fail_after(deadline):
+                    response = await self.http.post(
+                        self.url, content=self._body(method, params), headers=headers,
+                        **self._auth_kw())
+            except (TimeoutError, httpx.TransportError) as exc:
+                raise transport_error(exc, self.url) from None
+            if response.status_code != 200:
+                self._raise_refused(response.status_code)
+                raise_for_http(response.status_code, response.content)
+            return decode_answer(response.content)
 
     @asynccontextmanager
     async def stream(
@@ -156,20 +159,21 @@ class RpcTransport:
             headers["Last-Event-ID"] = str(last_event_id)
         if extensions:
             headers["A2A-Extensions"] = ", ".join(extensions)
-        request = self.http.build_request(
-            "POST", self.url, content=self._body(method, params), headers=headers)
-        try:
-            with anyio.fail_after(self.timeout):
-                response = await self.http.send(request, stream=True, **self._auth_kw())
-        except (TimeoutError, httpx.TransportError) as exc:
-            raise transport_error(exc, self.url) from None
-        try:
-            ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-            if response.status_code != 200 or ctype != "text/event-stream":
-                await self._raise_upfront(response)
-            yield response
-        finally:
-            await response.aclose()
+        with client_span(method, self.url, headers):  # W3C trace context, when traced
+            request = self.http.build_request(
+                "POST", self.url, content=self._body(method, params), headers=headers)
+            try:
+                with anyio.fail_after(self.timeout):
+                    response = await self.http.send(request, stream=True, **self._auth_kw())
+            except (TimeoutError, httpx.TransportError) as exc:
+                raise transport_error(exc, self.url) from None
+            try:
+                ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if response.status_code != 200 or ctype != "text/event-stream":
+                    await self._raise_upfront(response)
+                yield response
+            finally:
+                await response.aclose()
 
     async def _raise_upfront(self, response: httpx.Response) -> NoReturn:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import anyio
@@ -21,12 +22,15 @@ from ..protocol.types import (
     Message,
     Part,
     Role,
+    Task,
     TaskArtifactUpdateEvent,
     TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
     utc_timestamp,
 )
+from ..store.snapshot import DOWNSTREAM_KEY
+from . import calls
 from .run import Run
 
 
@@ -220,3 +224,51 @@ class RunContext:
                 ) from None
         await self._emit(self._status(TaskState.WORKING, None, message=self.message))
         return self.message.text
+
+    # --- calls to other agents (see calls.py) ----------------------------------------------
+
+    def remaining(self) -> float | None:
+        """Seconds left before the caller's deadline (deadline extension), or None without one."""
+        return self._run.remaining()
+
+    async def _record_call(self, entry: dict[str, Any]) -> None:
+        # A status update whose metadata the store folds into this task's metadata.
+        event = self._status(TaskState.WORKING, None)
+        event.metadata = {DOWNSTREAM_KEY: [entry]}
+        await self._emit(event)
+
+    async def call(
+        self, target: calls.Target, message: Message | str, *,
+        metadata: Mapping[str, Any] | None = None, margin: float = calls.DEADLINE_MARGIN,
+        cancel_timeout: float = calls.CANCEL_TIMEOUT,
+    ) -> Task | Message:
+        """Call another agent as part of this run; return its task once it ends or asks for
+        input (or its direct reply message).
+
+        ``target`` is the agent's base URL, its card, or an open ``A2AClient``. The call lives
+        in this run's scope: when the run is cancelled (hang-up, CancelTask, deadline,
+        shutdown) the request is abandoned and the downstream task, if it has not ended, gets
+        a CancelTask (shielded, at most ``cancel_timeout`` s), so servers that ignore a hang-up
+        stop too; the same happens when the call fails. With a deadline, the remaining budget
+        minus ``margin`` travels as ``budgetMs``. The downstream task id is recorded in this
+        task's metadata (``downstreamTasks``) as soon as it is known. Remote errors raise
+        ``A2AError``; transport failures ``TransportError``.
+        """
+        return await calls.call(
+            target, message, metadata=metadata, remaining=self.remaining,
+            record=self._record_call, margin=margin, cancel_timeout=cancel_timeout)
+
+    def stream(
+        self, target: calls.Target, message: Message | str, *,
+        metadata: Mapping[str, Any] | None = None, margin: float = calls.DEADLINE_MARGIN,
+        cancel_timeout: float = calls.CANCEL_TIMEOUT,
+    ) -> AbstractAsyncContextManager[calls.CallEvents]:
+        """Call another agent as a stream: ``async with ctx.stream(url, msg) as events:``
+        ``async for event in events``; ``events.task`` is the downstream task so far.
+
+        Same rules as :meth:`call`; leaving the block with the downstream task unsettled
+        (neither ended nor waiting for input) cancels it.
+        """
+        return calls.stream(
+            target, message, metadata=metadata, remaining=self.remaining,
+            record=self._record_call, margin=margin, cancel_timeout=cancel_timeout)

@@ -55,7 +55,8 @@ class Run:
         self.detach_reason = detach_reason
         self.scope = anyio.CancelScope()
         self.done = anyio.Event()
-        self.cancel_reason: str | None = None
+        self._cancel_reason: str | None = None
+        self.cancelled_at: float | None = None  # monotonic time of the first cancel (metrics)
         self._parked = False  # waiting in ctx.ask for the caller's next message
         self._parked_runs = parked_runs if parked_runs is not None else ParkedRuns(math.inf)
         self.started = time.monotonic()
@@ -86,11 +87,39 @@ class Run:
         if self.detach_reason is None:
             self.detach_reason = reason
 
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why the run was cancelled: the first reason given, or ``deadline`` once it passed."""
+        if self._cancel_reason is None and self.deadline_passed:
+            return "deadline"
+        return self._cancel_reason
+
     def cancel(self, reason: str) -> None:
         """Cancel the run's scope; the first reason given is the one recorded."""
         if self.cancel_reason is None and not self.done.is_set():
-            self.cancel_reason = reason
+            self._cancel_reason = reason
+            self.cancelled_at = time.monotonic()
         self.scope.cancel()
+
+    # --- deadline (the deadline extension) ------------------------------------------------
+
+    def set_budget(self, seconds: float | None) -> None:
+        """Give the run ``seconds`` from now: then its scope is cancelled (reason ``deadline``).
+
+        Call inside the event loop (it reads the loop's clock). None leaves the run unbounded.
+        """
+        if seconds is not None:
+            self.scope.deadline = anyio.current_time() + max(seconds, 0.0)
+
+    @property
+    def deadline_passed(self) -> bool:
+        return math.isfinite(self.scope.deadline) and anyio.current_time() >= self.scope.deadline
+
+    def remaining(self) -> float | None:
+        """Seconds left before the run's deadline (0 once passed), or None without one."""
+        if not math.isfinite(self.scope.deadline):
+            return None
+        return max(self.scope.deadline - anyio.current_time(), 0.0)
 
     @contextmanager
     def hold(self) -> Iterator[None]:

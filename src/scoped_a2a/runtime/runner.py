@@ -23,6 +23,8 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from ..observe import NOOP, Observer
+from ..protocol.deadline import budget_from
 from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent
@@ -49,6 +51,7 @@ REASON_TEXT = {
     "CancelTask": "canceled by CancelTask",
     "shutdown": "the server shut down before the run finished",
     "nursery": "the server nursery was cancelled",
+    "deadline": "the caller's deadline passed before the run finished",
 }
 
 RECORD_TIMEOUT = 5.0
@@ -84,6 +87,8 @@ class Runner:
         """Runs by principal, checked against the per-caller limits when a task is new."""
         self._idle = anyio.Event()
         self._idle.set()
+        self.observe: Observer = NOOP
+        """Traces and metrics of runs (the app sets it; observe/)."""
 
     # --- wiring ---------------------------------------------------------------------------
 
@@ -144,6 +149,7 @@ class Runner:
             # launch()'s early check together cannot both take the last slot.
             self.callers.check(principal.id)
         run = Run(task.id, task.context_id, detach_reason, self._parked)
+        run.set_budget(budget_from(request_metadata, message.metadata))  # deadline extension
         ctx = RunContext(
             run,
             message,
@@ -157,7 +163,7 @@ class Runner:
         self.callers.add(principal.id, run)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._nursery.start_soon(
-            self._execute, run, ctx, continuing, redeliverable, principal.id,
+            self.observe.run, self._execute, run, ctx, continuing, redeliverable, principal.id,
             name=f"scoped_a2a run {task.id}",
         )
         return run
@@ -339,6 +345,7 @@ class Runner:
             run.done.set()
             if not self._runs:
                 self._idle.set()
+            self.observe.run_ended(run, state.name.lower(), reason, time.monotonic() - run.started)
             log.info(
                 "run end task=%s outcome=%s duration_ms=%.1f reason=%s",
                 run.task_id, state.name.lower(), (time.monotonic() - run.started) * 1000, reason,
@@ -366,6 +373,7 @@ class Runner:
         except TaskEnded:
             pass  # an end was recorded first; terminal states never change
         except Exception:
+            self.observe.store_error("record_end")
             log.exception("recording the end of task %s failed", run.task_id)
 
     # --- cancelling -----------------------------------------------------------------------

@@ -15,7 +15,7 @@ cancels interactive runs no one else holds; detached runs carry on in the server
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from ..observe.base import Observer, observer_of
 from ..protocol.dialect import (
     FROM_V03,
     V03_DIALECT,
@@ -119,6 +120,9 @@ class A2AApp:
     :param card_signer: sign the card (and the extended card) with this key
         (:class:`~scoped_a2a.server.card_signing.CardSigner`); its public JWKS is served,
         without credentials, at ``/.well-known/agent-card-jwks.json``.
+    :param observe: an observer (or several): ``scoped_a2a.observe.tracing.Tracing()`` for
+        OpenTelemetry spans, ``scoped_a2a.observe.metrics.Metrics()`` for Prometheus metrics on
+        ``GET /metrics``. Default: none, and nothing is imported (docs/observability.md).
 
     Mounted in a host app (Starlette ``Mount("/a2a", app=...)``), it serves under the mount's
     ASGI ``root_path`` and its card advertises that prefix; the host's lifespan must enter
@@ -147,6 +151,7 @@ class A2AApp:
         authenticate: Authenticate | None = None,
         caller_limits: CallerLimits | None = None,
         card_signer: CardSigner | None = None,
+        observe: Observer | Sequence[Observer] | None = None,
     ) -> None:
         if preferred_binding not in ("JSONRPC", "HTTP+JSON"):
             raise ValueError("preferred_binding must be 'JSONRPC' or 'HTTP+JSON'")
@@ -156,6 +161,7 @@ class A2AApp:
         self.card_signer = card_signer
         self.auth_failures = 0
         """Requests refused for no or bad credentials (401) or not allowed (403)."""
+        self.observe = observer_of(observe)
         self.expose_errors = expose_errors
         self.policy = policy if policy is not None else RunPolicy()
         # Not ``store or ...``: an empty MemoryTaskStore has len() 0, so it is falsy.
@@ -163,6 +169,7 @@ class A2AApp:
         # A shared store (Redis) may queue detached runs durably instead of running them here.
         self.runner = Runner(agent, self.store, self.policy, launcher=self.store.run_launcher(),
                              expose_errors=expose_errors, caller_limits=caller_limits)
+        self.runner.observe = self.observe
         self.grace = grace
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes
@@ -325,10 +332,16 @@ class A2AApp:
                                                                                  v1=True)
             await send_response(send, 503, body)
             return
+        if path == "/metrics" and (page := self.observe.metrics_page()) is not None:
+            # After authentication: with an authenticator, scrapers send a credential too.
+            await discard_body(scope, receive)
+            await send_response(send, 200, page[0], content_type=page[1].encode())
+            return
         if is_rest_path(path):
             self.open_requests += 1
             try:
-                await self.rest(scope, receive, send, path, principal)
+                with self.observe.request(scope):
+                    await self.rest(scope, receive, send, path, principal)
             finally:
                 self.open_requests -= 1
             return
@@ -344,7 +357,8 @@ class A2AApp:
             return
         self.open_requests += 1
         try:
-            await self._rpc(scope, receive, send, principal)
+            with self.observe.request(scope):
+                await self._rpc(scope, receive, send, principal)
         finally:
             self.open_requests -= 1
 
@@ -380,6 +394,7 @@ class A2AApp:
         name = FROM_V03.get(rpc.method)
         dialect = V03_DIALECT if name is not None else V10_DIALECT
         name = name or rpc.method
+        self.observe.request_method(rpc.method, "1.0" if dialect.v1 else "0.3")
         out = _AsgiOutput(send, rpc.id_json, dialect.v1, self.stream_write_timeout)
         try:
             check_version(header(scope, b"a2a-version") or _query_version(scope))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..protocol.deadline import CARD_ENTRY as DEADLINE_CARD_ENTRY
 from ..protocol.trajectory import TRAJECTORY_EXTENSION_URI
 from ..runtime.policy import ON_DISCONNECT_EXTENSION_URI, ON_DISCONNECT_KEY
 
@@ -67,6 +68,7 @@ def build_card(
                     "default": "cancel" if cancel_on_disconnect else "continue",
                 },
             },
+            dict(DEADLINE_CARD_ENTRY),
         ],
     }
     caps.update(overrides.pop("capabilities", {}) or {})

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from ..protocol.deadline import budget_from
 from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
@@ -159,6 +160,7 @@ class Methods:
         if cfg is not None and cfg.history_length is not None and cfg.history_length < 0:
             # Checked here, not when the answer is trimmed: by then the task would exist.
             raise InvalidParams("configuration.historyLength must not be negative")
+        budget_from(req.metadata, msg.metadata)  # a bad deadline is refused before a task exists
         reason = self.policy.detach_reason(
             return_immediately=bool(cfg and cfg.return_immediately),
             message_metadata=msg.metadata,

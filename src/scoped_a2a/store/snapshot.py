@@ -10,16 +10,26 @@ import msgspec
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
+DOWNSTREAM_KEY = "downstreamTasks"
+"""Task metadata: the tasks this task's run started on other agents, ``[{agent, taskId,
+contextId}]`` in call order (``ctx.call`` / ``ctx.stream``)."""
+
 
 def apply_event(task: Task, event: LogEvent) -> None:
     """Fold one event into ``task`` in place.
 
     A status update replaces the status (its message, if any, joins the history); an artifact
     update adds the artifact, replaces one with the same id, or with ``append`` extends its parts.
-    Trajectory events leave the snapshot as it is.
+    Trajectory events leave the snapshot as it is. A status update whose metadata names
+    downstream tasks (``DOWNSTREAM_KEY``, written by ``ctx.call``) adds them to the task's
+    metadata, so the tree of calls can be walked from the task.
     """
     if isinstance(event, TaskStatusUpdateEvent):
         task.status = event.status
+        calls = (event.metadata or {}).get(DOWNSTREAM_KEY)
+        if isinstance(calls, list):
+            task.metadata = dict(task.metadata or {})
+            task.metadata[DOWNSTREAM_KEY] = [*task.metadata.get(DOWNSTREAM_KEY, ()), *calls]
         if event.status.message is not None:
             if task.history is None:
                 task.history = []

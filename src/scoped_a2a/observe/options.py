@@ -1,0 +1,40 @@
+"""The ``serve`` options that switch observability on: ``--metrics``, ``--tracing``,
+``--log-format``; and building the observers they ask for (before the event loop starts)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .base import Observer
+
+
+def add_observe_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics", action="store_true",
+                        help="serve Prometheus metrics on GET /metrics (needs the 'metrics' "
+                             "extra: prometheus-client)")
+    parser.add_argument("--tracing", action="store_true",
+                        help="OpenTelemetry spans for requests, runs and calls, sent to the "
+                             "global tracer provider (needs the 'otel' extra; configure the "
+                             "exporter with opentelemetry-instrument or OTEL_* variables)")
+    parser.add_argument("--log-format", choices=["text", "json"], default="text",
+                        help="json: one JSON object per line, with trace ids when tracing")
+
+
+def observers_from(args: argparse.Namespace) -> list[Observer]:
+    """The observers ``args`` ask for. Raises SystemExit with one line when an extra is missing."""
+    found: list[Observer] = []
+    if getattr(args, "metrics", False):
+        try:
+            from .metrics import Metrics
+            found.append(Metrics())
+        except ImportError:
+            raise SystemExit("--metrics needs prometheus-client: "
+                             "pip install 'scoped-a2a[metrics]'") from None
+    if getattr(args, "tracing", False):
+        try:
+            from .tracing import Tracing
+            found.append(Tracing())
+        except ImportError:
+            raise SystemExit("--tracing needs the OpenTelemetry API: "
+                             "pip install 'scoped-a2a[otel]'") from None
+    return found
