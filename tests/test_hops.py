@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from scoped_a2a import A2AApp, A2AClient, RunContext
+from scoped_a2a.protocol.deadline import BUDGET_KEY, DEADLINE_KEY
 from scoped_a2a.protocol.types import Task, TaskState
 
 from .helpers import rpc, served, text_message
@@ -163,14 +164,14 @@ async def test_detached_a_holds_its_calls_to_the_end() -> None:
 async def test_deadline_ends_every_hop_canceled_with_reason_deadline() -> None:
     async with chain() as (urls, probe), httpx.AsyncClient(timeout=10) as http:
         body = await rpc(http, urls["A"], "SendMessage", {
-            "message": text_message("go"), "metadata": {"budgetMs": 800}})
+            "message": text_message("go"), "metadata": {BUDGET_KEY: 800}})
         task = body["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_CANCELED"
         assert task["status"]["message"]["metadata"]["reason"] == "deadline"
         assert probe.cancelled.is_set()
         tree = await _until_ended(urls, task["id"])
         assert [_reason(tree[n]) for n in "ABC"] == ["deadline"] * 3
-        budgets = [probe.metadata[n]["budgetMs"] for n in "BC"]
+        budgets = [probe.metadata[n][BUDGET_KEY] for n in "BC"]
         assert 0 < budgets[1] < budgets[0] < 800
 
 
@@ -187,11 +188,11 @@ async def test_absolute_deadline_and_bad_deadlines() -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(soon)) + \
             f".{int(soon % 1 * 1000):03d}Z"
         body = await rpc(http, url, "SendMessage", {
-            "message": text_message("go"), "metadata": {"deadline": stamp}})
+            "message": text_message("go"), "metadata": {DEADLINE_KEY: stamp}})
         assert body["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
         assert body["result"]["task"]["status"]["message"]["metadata"]["reason"] == "deadline"
-        for bad in ({"budgetMs": -1}, {"budgetMs": "soon"}, {"deadline": "tomorrow"},
-                    {"deadline": "2026-12-01T08:00:00"}):
+        for bad in ({BUDGET_KEY: -1}, {BUDGET_KEY: "soon"}, {DEADLINE_KEY: "tomorrow"},
+                    {DEADLINE_KEY: "2026-12-01T08:00:00"}):
             body = await rpc(http, url, "SendMessage", {
                 "message": text_message("go"), "metadata": bad})
             assert body["error"]["code"] == -32602, bad

@@ -1,10 +1,14 @@
 """The deadline extension: how long a caller gives a run, read from request metadata (no I/O).
 
 A caller puts either an absolute UTC deadline or a relative budget in the request's ``metadata``
-(or the message's)::
+(or the message's), under keys prefixed with the extension's URI, as A2A's extension guide does
+(a bare ``deadline`` key is too likely to be a caller's own business data, e.g. a CRM's due date,
+which would otherwise cancel the run)::
 
-    {"deadline": "2026-12-01T08:00:00.000Z"}     # RFC 3339, with Z or an offset
-    {"budgetMs": 1500}                           # milliseconds from the request's arrival
+    {"https://github.com/scoped-a2a/scoped-a2a/ext/deadline/v1/deadline":
+        "2026-12-01T08:00:00.000Z"}              # RFC 3339, with Z or an offset
+    {"https://github.com/scoped-a2a/scoped-a2a/ext/deadline/v1/budgetMs": 1500}
+                                                 # milliseconds from the request's arrival
 
 Both may be given; the earlier end wins. ``ctx.call`` passes the remaining budget (minus a
 margin) downstream as ``budgetMs``, which needs no synchronised clocks.
@@ -20,8 +24,8 @@ from typing import Any
 from .errors import InvalidParams
 
 DEADLINE_EXTENSION_URI = "https://github.com/scoped-a2a/scoped-a2a/ext/deadline/v1"
-DEADLINE_KEY = "deadline"
-BUDGET_KEY = "budgetMs"
+DEADLINE_KEY = DEADLINE_EXTENSION_URI + "/deadline"
+BUDGET_KEY = DEADLINE_EXTENSION_URI + "/budgetMs"
 
 CARD_ENTRY: dict[str, Any] = {
     "uri": DEADLINE_EXTENSION_URI,
