@@ -64,3 +64,30 @@ async def test_tenants_partition_tasks_and_limit_principals(tmp_path: Path) -> N
         outcome, done = await post(client, url, alice, "SendMessage", {
             "message": text_message("yes", taskId=task_id), "tenant": "t1"})
         assert done["task"]["status"]["message"]["parts"][0]["text"] == "alice said yes"
+
+
+async def test_rest_tenant_paths_partition_tasks_like_the_tenant_field() -> None:
+    app = A2AApp(asking_agent)
+    async with served(app) as url, httpx.AsyncClient(timeout=20) as client:
+        sent = await client.post(url + "acme/message:send",
+                                 json={"message": text_message("ask")})
+        assert sent.status_code == 200, sent.text
+        task_id = sent.json()["task"]["id"]
+        assert (await client.get(url + f"acme/tasks/{task_id}")).status_code == 200
+        # Another tenant, or none: not found, and not listed.
+        assert (await client.get(url + f"other/tasks/{task_id}")).status_code == 404
+        assert (await client.get(url + f"tasks/{task_id}")).status_code == 404
+        assert (await client.get(url + "tasks")).json()["totalSize"] == 0
+        listed = (await client.get(url + "acme/tasks")).json()
+        assert [t["id"] for t in listed["tasks"]] == [task_id]
+        # The JSON-RPC tenant field names the same partition.
+        r = await client.post(url, headers={"A2A-Version": "1.0"}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "GetTask",
+            "params": {"id": task_id, "tenant": "acme"}})
+        assert r.json()["result"]["id"] == task_id
+        # A body that names another tenant than the path is refused, and changes nothing.
+        bad = await client.post(url + f"acme/tasks/{task_id}:cancel", json={"tenant": "other"})
+        assert bad.status_code == 400
+        answer = await client.post(url + "acme/message:send", json={
+            "message": text_message("yes", taskId=task_id)})
+        assert answer.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"

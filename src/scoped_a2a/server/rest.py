@@ -9,7 +9,7 @@ answer differs: the bare result JSON (``200``), SSE events whose ``data`` is a b
 (:mod:`..protocol.rest_errors`). An error after a stream has started is one ``event: error``
 whose data is that body, then the stream ends.
 
-Routes (relative to the app's root; tenant prefixes are not served yet)::
+Routes (relative to the app's root, each also under a ``/{tenant}`` prefix)::
 
     POST   /message:send                          SendMessage
     POST   /message:stream                        SendStreamingMessage (SSE)
@@ -30,7 +30,7 @@ import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 import msgspec
 from msgspec import inspect as mi
@@ -110,9 +110,20 @@ _ROUTES: list[tuple[re.Pattern[str], Route]] = [
 ]
 
 
+def split_tenant(path: str) -> tuple[str | None, str]:
+    """``(tenant, route path)``: 1.0 serves every route under an optional ``/{tenant}`` prefix."""
+    if path.startswith(REST_PREFIXES):
+        return None, path
+    head, sep, rest = path[1:].partition("/")
+    # ``/v1/...`` is the 0.3 REST dialect's prefix, which is not served: not a tenant named v1.
+    if head and head != "v1" and sep and ("/" + rest).startswith(REST_PREFIXES):
+        return unquote(head), "/" + rest
+    return None, path
+
+
 def is_rest_path(path: str) -> bool:
     """True for a path the REST binding answers (it may still be a 404 or 405 there)."""
-    return path.startswith(REST_PREFIXES)
+    return split_tenant(path)[1].startswith(REST_PREFIXES)
 
 
 def match(verb: str, path: str) -> tuple[Route, tuple[str, ...]] | tuple[None, list[str]]:
@@ -202,6 +213,7 @@ class RestBinding:
         first); from then on :func:`~.dispatch.run_method` owns the call, so a hang-up cancels it.
         """
         verb = scope.get("method", "GET")
+        tenant, path = split_tenant(path)
         route, found = match(verb, path)
         if route is None:
             await discard_body(scope, receive)
@@ -225,7 +237,7 @@ class RestBinding:
             return
         try:
             _check_version(scope)
-            params = self._params(scope, route, segments, body)
+            params = self._params(scope, route, segments, body, tenant)
         except A2AError as exc:
             await _respond(send, rest_status(exc), rest_error_body(exc))
             return
@@ -261,8 +273,10 @@ class RestBinding:
                             [(b"connection", b"close")]) from None
 
     def _params(self, scope: Scope, route: Route, segments: tuple[str, ...],
-                body: bytes) -> msgspec.Raw:
-        if route.body == "required" and not route.path_keys:
+                body: bytes, tenant: str | None = None) -> msgspec.Raw:
+        """The method's params from the body, the query and the path (``tenant``: the path's
+        ``/{tenant}`` prefix, which must agree with a ``tenant`` in the body)."""
+        if route.body == "required" and not route.path_keys and tenant is None:
             # message:send / message:stream: the body is the params as it stands (no re-encode:
             # the method's typed decode judges it, malformed JSON included, as a 400).
             if not body.strip():
@@ -273,6 +287,10 @@ class RestBinding:
             params.update(query_params(bytes(scope.get("query_string", b"")).decode("latin-1"),
                                        route.method))
         params.update(zip(route.path_keys, segments, strict=True))
+        if tenant is not None:
+            if params.get("tenant") not in (None, "", tenant):
+                raise InvalidParams(f"the path names tenant {tenant!r}, the body another one")
+            params["tenant"] = tenant
         return msgspec.Raw(_encode(params))
 
 
