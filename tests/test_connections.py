@@ -337,23 +337,28 @@ class _H2Client:
         return stream_id
 
     def status(self, stream_id: int) -> int:
-        """Read until the response headers of ``stream_id`` arrive; its status."""
+        """Read until ``stream_id``'s response has ended (so the client's h2 state counts the
+        stream closed: with only the headers read, the next request could find this client's
+        100 concurrent streams used up, depending on timing); its status."""
         import h2.events
 
-        while True:
+        found = None
+        ended = False
+        while found is None or not ended:
             data = self.sock.recv(65536)
             assert data, "the server closed the HTTP/2 connection"
-            found = None
             for event in self.conn.receive_data(data):
                 if isinstance(event, h2.events.ResponseReceived) and \
                         event.stream_id == stream_id:
                     found = int(dict(event.headers)[b":status"])
+                if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)) and \
+                        event.stream_id == stream_id:
+                    ended = True
                 if isinstance(event, h2.events.DataReceived):
                     self.conn.acknowledge_received_data(event.flow_controlled_length,
                                                         event.stream_id)
             self.sock.sendall(self.conn.data_to_send())
-            if found is not None:
-                return found
+        return found
 
 
 def _h2_get_card(port: int, times: int = 1) -> list[int]:

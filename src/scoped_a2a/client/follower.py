@@ -156,6 +156,12 @@ class Follower:
         except anyio.get_cancelled_exc_class():
             self.outcome = self.outcome or "cancelled"
             raise
+        except BaseExceptionGroup as group:
+            # On trio a cancel that lands while a read's own task group (httpx's connect)
+            # fails at the same moment arrives grouped with that failure: it was cancelled.
+            cancelled = group.subgroup(anyio.get_cancelled_exc_class()) is not None
+            self.outcome = self.outcome or ("cancelled" if cancelled else "error")
+            raise
         except BaseException:
             self.outcome = self.outcome or "error"
             raise
