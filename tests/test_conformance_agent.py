@@ -47,21 +47,25 @@ async def test_parks_then_works_until_canceled(anyio_backend: str, transport: st
         assert canceled.status.state == TaskState.CANCELED
 
 
-async def test_a_follow_up_continues_the_task(anyio_backend: str) -> None:
+async def test_follow_ups_continue_the_task_until_it_works(anyio_backend: str) -> None:
     app = A2AApp(conformance_agent, policy=RunPolicy(cancel_on_disconnect=False))
     async with served(app) as url, A2AClient(url) as c:
         task = await c.send("first")
         assert isinstance(task, Task)
-        done = await c.send(user_message("second", task_id=task.id, context_id=task.context_id))
-        assert isinstance(done, Task) and done.id == task.id
-        assert done.status.state == TaskState.COMPLETED
-        assert done.status.message is not None
-        assert done.status.message.text == "You said: first; then: second"
+        for text in ("second", "third"):
+            more = await c.send(user_message(text, task_id=task.id, context_id=task.context_id))
+            assert isinstance(more, Task) and more.id == task.id
+            assert more.status.state == TaskState.INPUT_REQUIRED  # parked again
+            assert more.artifacts and more.artifacts[-1].parts[0].text == f"You said: {text}"
+        await wait_state(c, task.id, TaskState.WORKING)
+        assert (await c.cancel(task.id)).status.state == TaskState.CANCELED
 
 
 async def test_an_interactive_run_completes_instead_of_working_unheld(anyio_backend: str) -> None:
     async with served(A2AApp(conformance_agent)) as url, A2AClient(url) as c:
         task = await c.send("hello")
         assert isinstance(task, Task) and task.status.state == TaskState.INPUT_REQUIRED
+        await c.send(user_message("again", task_id=task.id, context_id=task.context_id))
         done = await wait_state(c, task.id, TaskState.COMPLETED)
-        assert done.status.message is not None and done.status.message.text == "You said: hello"
+        assert done.status.message is not None
+        assert done.status.message.text == "You said: hello; then: again"
