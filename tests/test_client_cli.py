@@ -59,3 +59,19 @@ async def test_send_exits_non_zero_with_a_clear_message(anyio_backend: str) -> N
     code, _out, err = await send(url, "hi", "--backend", anyio_backend)  # the server is gone
     assert code == 3
     assert err.startswith("error: cannot reach the agent at ")
+
+
+async def test_send_transport_picks_the_binding(anyio_backend: str) -> None:
+    async with served(A2AApp(demo_agent)) as url:
+        for transport, path in (("rest", "message:stream"), ("jsonrpc", "")):
+            code, out, err = await send(url, "hi", "--transport", transport, "--stream",
+                                        "--log-level", "INFO", "--backend", anyio_backend)
+            assert code == 0, err
+            assert out.splitlines()[-1].endswith("completed: You said: hi")
+            # httpx logs every request it makes: the turn went to this binding's route.
+            assert f'POST {url}{path} "HTTP/1.1 200' in err, err
+        code, _out, err = await send(url, "hi", "--transport", "rest", "--a2a-version", "0.3",
+                                     "--backend", anyio_backend)
+        assert code == 2
+        assert err == ("error: the HTTP+JSON (REST) binding is A2A 1.0 only; use --transport "
+                       "jsonrpc with --a2a-version 0.3\n")

@@ -12,6 +12,9 @@ The message is sent as a one-turn :class:`~.step.Step`. Output, as the events ar
 Human-readable lines by default; ``--json`` prints one JSON object per line instead
 (``{"source", "position", "kind", "event"}``, the last with source ``result``).
 
+``--transport rest|jsonrpc`` forces the binding (HTTP+JSON is 1.0 only); by default the agent
+card's order decides.
+
 A task that needs input is answered by a second ``send`` with ``--task-id`` (and
 ``--context-id``), which the first one prints.
 """
@@ -78,6 +81,9 @@ def add_send_parser(sub: Any) -> None:
                    help="the conversation (context) the message belongs to")
     s.add_argument("--a2a-version", choices=["1.0", "0.3"],
                    help="protocol version to speak (default: the card's choice)")
+    s.add_argument("--transport", choices=["jsonrpc", "rest"],
+                   help="the binding to call: JSON-RPC or HTTP+JSON (REST, 1.0 only) "
+                        "(default: the first one the agent card lists)")
     s.add_argument("--timeout", type=float, default=30.0,
                    help="seconds to wait for the agent to answer a call")
     s.add_argument("--token", default=os.environ.get("SCOPED_A2A_TOKEN"),
@@ -163,6 +169,10 @@ async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write("error: --follow already prints every stream event (and the agent's own); "
                   "use one of --stream and --follow\n")
         return EXIT_USAGE
+    if args.transport == "rest" and args.a2a_version == "0.3":
+        err.write("error: the HTTP+JSON (REST) binding is A2A 1.0 only; use --transport "
+                  "jsonrpc with --a2a-version 0.3\n")
+        return EXIT_USAGE
     printer = _Printer(out, args.json)
     try:
         inner: StepSink = DirectorySink(args.out) if args.out else MemorySink()
@@ -184,7 +194,7 @@ async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         auth = (BearerToken(args.token) if args.token
                 else ApiKey(args.api_key) if args.api_key else None)
         client = A2AClient(args.url, version=args.a2a_version, timeout=args.timeout,
-                           auth=auth)
+                           auth=auth, transport=args.transport)
         async with client, Step(client, sink=sink, follow=follow) as step:
             result = await step.turn(message, on_event=on_event)
     except TransportError as exc:
