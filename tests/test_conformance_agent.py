@@ -61,11 +61,15 @@ async def test_follow_ups_continue_the_task_until_it_works(anyio_backend: str) -
         assert (await c.cancel(task.id)).status.state == TaskState.CANCELED
 
 
-async def test_an_interactive_run_completes_instead_of_working_unheld(anyio_backend: str) -> None:
+async def test_an_interactive_run_is_canceled_once_its_wait_ends_unheld(
+        anyio_backend: str) -> None:
+    """Served without --no-cancel-on-disconnect, the run is interactive: when its own wait for a
+    follow-up ends, nobody holds it, so it is cancelled (reason hang-up) rather than working on
+    for no one."""
     async with served(A2AApp(conformance_agent)) as url, A2AClient(url) as c:
         task = await c.send("hello")
         assert isinstance(task, Task) and task.status.state == TaskState.INPUT_REQUIRED
         await c.send(user_message("again", task_id=task.id, context_id=task.context_id))
-        done = await wait_state(c, task.id, TaskState.COMPLETED)
+        done = await wait_state(c, task.id, TaskState.CANCELED)
         assert done.status.message is not None
-        assert done.status.message.text == "You said: hello; then: again"
+        assert (done.status.message.metadata or {}).get("reason") == "hang-up"

@@ -107,3 +107,40 @@ async def test_list_tasks_pages_and_filters() -> None:
                                                        "includeArtifacts": True}))["result"]
         assert {t["id"] for t in only_a["tasks"]} == {ids[1], ids[3]}
         assert all(t["artifacts"] for t in only_a["tasks"])
+
+
+async def test_an_agent_that_catches_the_end_of_its_ask_cannot_work_on_for_no_one() -> None:
+    """The agent gives up waiting for input on its own and carries on: an interactive run that
+    nobody holds is cancelled then (reason hang-up), not left working unowned; a detached one
+    goes on."""
+    worked: list[str] = []
+
+    async def impatient(ctx: RunContext) -> str:
+        with anyio.move_on_after(0.2):
+            await ctx.ask("anything?")
+        worked.append(f"{ctx.task_id} started")
+        await anyio.sleep(0.3)
+        worked.append(f"{ctx.task_id} finished")
+        return "went on without an answer"
+
+    app = A2AApp(impatient)
+    async with served(app) as url, httpx.AsyncClient() as client:
+        sent = await rpc(client, url, "SendMessage", {"message": text_message("go")})
+        task = sent["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        with anyio.fail_after(5):
+            while app.runner.active:
+                await anyio.sleep(0.02)
+        got = (await rpc(client, url, "GetTask", {"id": task["id"]}))["result"]
+        assert got["status"]["state"] == "TASK_STATE_CANCELED"
+        assert got["status"]["message"]["metadata"]["reason"] == "hang-up"
+        assert f"{task['id']} finished" not in worked
+        detached = await rpc(client, url, "SendMessage", {
+            "message": text_message("go"), "metadata": {"onDisconnect": "continue"}})
+        detached_id = detached["result"]["task"]["id"]
+        with anyio.fail_after(5):
+            while app.runner.active:
+                await anyio.sleep(0.02)
+        got = (await rpc(client, url, "GetTask", {"id": detached_id}))["result"]
+        assert got["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert f"{detached_id} finished" in worked

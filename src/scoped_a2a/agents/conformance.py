@@ -17,8 +17,8 @@ This agent therefore:
 3. once no follow-up came for :data:`PARK_SECONDS`, it reports ``TASK_STATE_WORKING`` and keeps
    working for :data:`WORK_SECONDS`, then completes with an echo of everything it was sent. The
    blocking caller has gone by then, so this phase needs a detached run
-   (``--no-cancel-on-disconnect``); on an interactive run it completes at once instead of
-   working on unheld.
+   (``--no-cancel-on-disconnect``); an interactive run is cancelled (reason ``hang-up``) as soon
+   as its wait for a follow-up ends, since nobody holds it any more.
 
 Cancellation (CancelTask, shutdown) ends it at any point: the task is canceled. It never fails
 on its own.

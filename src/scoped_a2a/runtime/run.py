@@ -170,8 +170,11 @@ class Run:
         input-required task, and it counts against the runner's cap on parked runs (check
         ``parking_full`` first). When the answer arrives, the usual rule applies again at once,
         so a resuming caller that already hung up still ends an interactive run. When the wait
-        ends in an error (no answer in time) or a cancellation, the run stops counting as
-        parked and the error is the outcome, not a hang-up.
+        ends without an answer (the input timeout, a cancellation, or the agent's own deadline
+        around ``ctx.ask``), the run stops counting as parked and the same rule applies: an
+        interactive run nobody holds is cancelled (reason ``hang-up``), so an agent that catches
+        the end of its wait cannot go on working for no one (detach the run to let it). An
+        uncaught input timeout stays the outcome (``input-timeout``; see ``Runner._execute``).
         """
         # A follow-up that arrived as an earlier ask timed out must not answer this question.
         while True:
@@ -184,7 +187,7 @@ class Run:
             yield
         finally:
             self._set_parked(False)
-        self._release_check()
+            self._release_check()
 
     async def next_message(self) -> Message:
         """The caller's next message (the caller bounds the wait with a deadline)."""

@@ -295,6 +295,7 @@ class Runner:
         state: TaskState | None = None
         text: str | None = None
         error_id: str | None = None
+        ask_failed = False
         reason = "completed"
         try:
             with run.scope:
@@ -307,8 +308,11 @@ class Runner:
                     reply = await self.agent(ctx)
                 except AskFailed as exc:
                     # No answer to ctx.ask (timeout, or the cap on parked runs): an expected
-                    # outcome with its own reason, logged by the one "run end" line below.
+                    # outcome with its own reason, logged by the one "run end" line below. It
+                    # stays the outcome although the end of the wait also cancels a run no one
+                    # holds (Run.parking): that cancel is for an agent that would carry on.
                     state, reason, text = TaskState.FAILED, exc.reason, str(exc)
+                    ask_failed = True
                 except Exception as exc:
                     state, reason = TaskState.FAILED, "error"
                     # The caller sees the type and this id (or an AgentError's own message);
@@ -326,7 +330,8 @@ class Runner:
                     else:
                         state, text = TaskState.COMPLETED, reply
         finally:
-            if state is None or (state is TaskState.FAILED and run.scope.cancel_called):
+            if state is None or (state is TaskState.FAILED and run.scope.cancel_called
+                                 and not ask_failed):
                 reason = run.cancel_reason or "nursery"
                 state, text = TaskState.CANCELED, f"Canceled: {REASON_TEXT.get(reason, reason)}"
             if redeliverable and state is TaskState.CANCELED and reason in REDELIVER_REASONS:
