@@ -32,7 +32,7 @@ What it adds to a ``Step`` (everything else, followers, drain and sinks, is the 
   turn's send or end: a sink that records turns (``DirectorySink.turn_task``) fills that in.
 
 Temporal's Python SDK runs activities on asyncio only; this module runs where they run. It uses
-AnyIO like the rest of the project (no ``asyncio.wait_for``/``create_task``).
+AnyIO like the rest of the project: task groups and cancel-scope deadlines only.
 """
 
 from __future__ import annotations
