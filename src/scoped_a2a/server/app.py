@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -472,9 +472,6 @@ class _AsgiOutput(Responder):
         self._sse = SSEWriter(send, write_timeout=write_timeout)
         self._done = False
 
-    def answered(self) -> bool:
-        return self._done or self._sse.started
-
     async def _final(self, body: bytes) -> None:
         self._done = True
         await self.final_write(lambda: send_response(self._send, 200, body))
@@ -492,18 +489,6 @@ class _AsgiOutput(Responder):
             data = result.joined() if isinstance(result, Frame) else result
             await self._sse.event(result_frame(self._id, data), event_id)
 
-    async def keepalive(self) -> None:
-        await self._sse.keepalive()
-
-    async def start_stream(self) -> None:
-        await self._sse.start()
-
-    def write_deadline(self) -> AbstractContextManager[None]:
-        return self._sse.write_deadline()
-
-    def last_write(self) -> float:
-        return self._sse.last_write
-
     async def error(self, exc: A2AError) -> None:
         frame = error_frame(self._id, exc, v1=self._v1)
         if self._sse.started:
@@ -512,10 +497,6 @@ class _AsgiOutput(Responder):
         elif not self._done:
             await self._final(frame)
 
-    async def finish(self) -> None:
-        if self._sse.started and not self._done:
-            self._done = True
-            await self.final_write(self._sse.close)
 
 
 async def _plain(send: Send, status: int, text: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 
 import anyio
 
@@ -25,7 +26,7 @@ from ..protocol.method import (
 from ..runtime.failures import failure_text, new_error_id
 from .asgi import Receive, Scope, header
 from .disconnect import watch_disconnect
-from .sse import SlowConsumer
+from .sse import SlowConsumer, SSEWriter
 
 log = logging.getLogger("scoped_a2a.server")
 
@@ -54,11 +55,30 @@ class Responder(Output):
         raise NotImplementedError
 
     async def finish(self) -> None:
-        raise NotImplementedError
+        """End a started stream (shielded); nothing to do for a whole response."""
+        if self._sse.started and not self._done:
+            self._done = True
+            await self.final_write(self._sse.close)
+
+    # Set by each binding's __init__: its SSE writer and whether a final answer went out.
+    _sse: SSEWriter
+    _done: bool = False
 
     def answered(self) -> bool:
         """Whether an answer was written or a stream was started (nothing more to answer)."""
-        raise NotImplementedError
+        return self._done or self._sse.started
+
+    async def keepalive(self) -> None:
+        await self._sse.keepalive()
+
+    async def start_stream(self) -> None:
+        await self._sse.start()
+
+    def write_deadline(self) -> AbstractContextManager[None]:
+        return self._sse.write_deadline()
+
+    def last_write(self) -> float:
+        return self._sse.last_write
 
     async def final_write(self, write: Callable[[], Awaitable[None]]) -> None:
         """Run ``write`` (the final answer's sends) shielded, within ``write_timeout``."""

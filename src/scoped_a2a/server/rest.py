@@ -27,7 +27,6 @@ Routes (relative to the app's root, each also under a ``/{tenant}`` prefix)::
 from __future__ import annotations
 
 import re
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -317,14 +316,13 @@ class _RestSSE(SSEWriter):
 class _RestOutput(Responder):
     """Writes a method's answer as REST: bare JSON, bare SSE events, HTTP-status errors."""
 
+    _sse: _RestSSE
+
     def __init__(self, send: Send, write_timeout: float) -> None:
         self._send = send
         self.write_timeout = write_timeout
         self._sse = _RestSSE(send, write_timeout=write_timeout)
         self._done = False
-
-    def answered(self) -> bool:
-        return self._done or self._sse.started
 
     async def _final(self, status: int, body: bytes) -> None:
         self._done = True
@@ -342,18 +340,6 @@ class _RestOutput(Responder):
             await self._sse.event(result.joined() if isinstance(result, Frame) else result,
                                   event_id)
 
-    async def keepalive(self) -> None:
-        await self._sse.keepalive()
-
-    async def start_stream(self) -> None:
-        await self._sse.start()
-
-    def write_deadline(self) -> AbstractContextManager[None]:
-        return self._sse.write_deadline()
-
-    def last_write(self) -> float:
-        return self._sse.last_write
-
     async def error(self, exc: A2AError) -> None:
         if self._sse.started:
             await self._sse.error_event(rest_error_body(exc))
@@ -361,10 +347,6 @@ class _RestOutput(Responder):
         elif not self._done:
             await self._final(rest_status(exc), rest_error_body(exc))
 
-    async def finish(self) -> None:
-        if self._sse.started and not self._done:
-            self._done = True
-            await self.final_write(self._sse.close)
 
 
 def _check_version(scope: Scope) -> None:
