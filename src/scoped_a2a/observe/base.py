@@ -30,8 +30,9 @@ class Observer:
         """Around one HTTP request to the JSON-RPC endpoint (``scope``: the ASGI scope)."""
         return _NOTHING
 
-    def request_method(self, method: str, dialect: str) -> None:
-        """The request's JSON-RPC method (as sent) and dialect (``"1.0"`` or ``"0.3"``)."""
+    def request_method(self, method: str, dialect: str, transport: str = "JSONRPC") -> None:
+        """The request's method (as sent), dialect (``"1.0"`` or ``"0.3"``) and transport
+        (``"JSONRPC"`` or ``"HTTP+JSON"``); called once the request is parsed, before it runs."""
 
     async def run(
         self, execute: Callable[..., Awaitable[None]], run: RunInfo, *args: Any
@@ -66,9 +67,9 @@ class Observers(Observer):
                 stack.enter_context(obs.request(scope))
             yield
 
-    def request_method(self, method: str, dialect: str) -> None:
+    def request_method(self, method: str, dialect: str, transport: str = "JSONRPC") -> None:
         for obs in self.observers:
-            obs.request_method(method, dialect)
+            obs.request_method(method, dialect, transport)
 
     async def run(
         self, execute: Callable[..., Awaitable[None]], run: RunInfo, *args: Any

@@ -68,7 +68,7 @@ class Metrics(Observer):
             if flag[0]:
                 self.streams_open.dec()
 
-    def request_method(self, method: str, dialect: str) -> None:
+    def request_method(self, method: str, dialect: str, transport: str = "JSONRPC") -> None:
         flag = _streaming.get()
         if flag is not None and not flag[0] and method in _STREAM_METHODS:
             flag[0] = True

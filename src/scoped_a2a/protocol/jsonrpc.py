@@ -94,10 +94,11 @@ def decode_params(params: msgspec.Raw | None, type_: type[T]) -> T:
     Field names may be the JSON names (``taskId``) or the proto names (``task_id``), as ProtoJSON
     parsers accept both (:mod:`.protojson`).
     """
-    if params is None or bytes(params).strip() == b"null":
+    raw = bytes(params) if params is not None else b"null"
+    if raw.strip() == b"null":
         raise InvalidParams("this method needs params (a JSON object)")
     try:
-        decoded: T = decode_with_proto_names(bytes(params), type_)
+        decoded: T = decode_with_proto_names(raw, type_)
         return decoded
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidParams(f"invalid params: {exc}") from None

@@ -89,5 +89,16 @@ def decode_with_proto_names(raw: bytes, type_: type[Any]) -> Any:
         # Re-encoded, not ``msgspec.convert``: the typed JSON decode is the one the fast path
         # uses, so both paths accept and refuse exactly the same values (base64 bytes, enums).
         value = to_json_names(msgspec.json.decode(raw), type_)
-        return msgspec.json.decode(_encode(value), type=type_)
-    return msgspec.json.decode(raw, type=type_)
+        return _decoder(type_).decode(_encode(value))
+    return _decoder(type_).decode(raw)
+
+
+_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def _decoder(type_: Any) -> msgspec.json.Decoder[Any]:
+    """One decoder per type: cheaper per call than ``msgspec.json.decode(raw, type=...)``."""
+    decoder = _DECODERS.get(type_)
+    if decoder is None:
+        decoder = _DECODERS[type_] = msgspec.json.Decoder(type_)
+    return decoder

@@ -61,8 +61,10 @@ class Run:
         self._parked_runs = parked_runs if parked_runs is not None else ParkedRuns(math.inf)
         self.started = time.monotonic()
         self._holders = 0
-        self._inbox: tuple[MemoryObjectSendStream[Message], MemoryObjectReceiveStream[Message]]
-        self._inbox = anyio.create_memory_object_stream[Message](1)
+        # Made by the first ctx.ask: most runs never ask, and a stream pair costs a send.
+        self._inbox_pair: (
+            tuple[MemoryObjectSendStream[Message], MemoryObjectReceiveStream[Message]] | None
+        ) = None
 
     @property
     def detached(self) -> bool:
@@ -141,6 +143,12 @@ class Run:
             self.cancel("hang-up")
 
     # --- ctx.ask support ------------------------------------------------------------------
+
+    @property
+    def _inbox(self) -> tuple[MemoryObjectSendStream[Message], MemoryObjectReceiveStream[Message]]:
+        if self._inbox_pair is None:
+            self._inbox_pair = anyio.create_memory_object_stream[Message](1)
+        return self._inbox_pair
 
     def deliver(self, message: Message) -> None:
         """Hand the caller's next message to a run parked in ``ctx.ask``.

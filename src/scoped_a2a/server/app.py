@@ -188,7 +188,8 @@ class A2AApp:
             push=self.push,
         )
         self.rest = RestBinding(self.methods, max_body_bytes=max_body_bytes,
-                                write_timeout=stream_write_timeout, expose_errors=expose_errors)
+                                write_timeout=stream_write_timeout, expose_errors=expose_errors,
+                                observe=self.observe)
         """The HTTP+JSON binding (:mod:`.rest`) over the same method table."""
         self.ready = anyio.Event()
         """Set once the server side runs (lifespan started): ``serve`` waits for it."""

@@ -19,15 +19,38 @@ import anyio
 from .asgi import Receive
 
 
-async def watch_disconnect(receive: Receive, request_scope: anyio.CancelScope) -> None:
-    """Wait for ``http.disconnect`` and cancel ``request_scope``.
+class DisconnectWatcher:
+    """Waits for ``http.disconnect`` and cancels ``request_scope``; :meth:`stop` ends it.
 
-    Runs as a sibling of the handler in the request's task group; the handler cancels it (by
-    cancelling the group) once the response is complete. Other messages (none are expected
-    after the body) are ignored.
+    :meth:`run` is started as a sibling of the handler in the request's task group. Once the
+    response is complete the handler calls :meth:`stop`, which cancels only the watcher's own
+    scope: the watcher then returns normally. Why not cancel the whole group: on asyncio, anyio
+    keeps a child task's cancellation exception in a reference cycle with its traceback, so
+    every request would leave ~40 objects of cyclic garbage for the collector (a visible share
+    of a small request's CPU). Other messages (none are expected after the body) are ignored.
     """
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            request_scope.cancel()
-            return
+
+    __slots__ = ("_receive", "_request_scope", "_scope", "_stopped")
+
+    def __init__(self, receive: Receive, request_scope: anyio.CancelScope) -> None:
+        self._receive = receive
+        self._request_scope = request_scope
+        self._scope: anyio.CancelScope | None = None
+        self._stopped = False
+
+    async def run(self) -> None:
+        with anyio.CancelScope() as scope:
+            if self._stopped:  # stopped before it started
+                return
+            self._scope = scope
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self._request_scope.cancel()
+                    return
+
+    def stop(self) -> None:
+        """End the watcher (synchronously; it returns at its next scheduling)."""
+        self._stopped = True
+        if self._scope is not None:
+            self._scope.cancel()

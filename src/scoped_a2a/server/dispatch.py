@@ -25,7 +25,7 @@ from ..protocol.method import (
 )
 from ..runtime.failures import failure_text, new_error_id
 from .asgi import Receive, Scope, header
-from .disconnect import watch_disconnect
+from .disconnect import DisconnectWatcher
 from .sse import SlowConsumer, SSEWriter
 
 log = logging.getLogger("scoped_a2a.server")
@@ -122,7 +122,8 @@ async def run_method(handler: Method, call: Call, out: Responder, receive: Recei
     we write. Returns once the answer is complete (the watcher is then cancelled).
     """
     async with anyio.create_task_group() as request:
-        request.start_soon(watch_disconnect, receive, request.cancel_scope)
+        watcher = DisconnectWatcher(receive, request.cancel_scope)
+        request.start_soon(watcher.run)
         try:
             await handler(call, out)
         except A2AError as exc:
@@ -138,7 +139,7 @@ async def run_method(handler: Method, call: Call, out: Responder, receive: Recei
             await out.error(A2AError(f"internal error: {text}"))
         else:
             await out.finish()
-        request.cancel_scope.cancel()
+        watcher.stop()
     await out.answer_after_hangup()
 
 

@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, unquote
 import msgspec
 from msgspec import inspect as mi
 
+from ..observe.base import NOOP, Observer
 from ..protocol.dialect import PARAM_TYPES, V10_DIALECT, Frame, check_version
 from ..protocol.errors import (
     A2AError,
@@ -198,8 +199,9 @@ class RestBinding:
     """
 
     def __init__(self, methods: Methods, *, max_body_bytes: int, write_timeout: float,
-                 expose_errors: bool = False) -> None:
+                 expose_errors: bool = False, observe: Observer = NOOP) -> None:
         self.methods = methods
+        self.observe = observe
         self.max_body_bytes = max_body_bytes
         self.write_timeout = write_timeout
         self.expose_errors = expose_errors
@@ -227,6 +229,7 @@ class RestBinding:
                 await _respond(send, 404, rest_error_body(err))
             return
         segments = tuple(str(s) for s in found)
+        self.observe.request_method(route.method, "1.0", "HTTP+JSON")
         try:
             body = await self._body(scope, receive, route)
         except _Answered as answered:
