@@ -14,7 +14,10 @@ system does the same work. The first word of the message picks the behaviour:
 - ``hop KEY SECONDS URL...``: with URLs left, calls the first (``ctx.call``) with the rest;
   the last hop acts as ``slow KEY SECONDS`` (the chain scenario);
 - ``work SECONDS``: a turn with a live trajectory: a trajectory event every 50 ms for SECONDS,
-  then a reply (the steps of scenarios 4 and 6 follow it).
+  then a reply (the steps of scenarios 4 and 6 follow it);
+- ``chatter S T``: S small status updates (``working`` with a short progress message) and T
+  small trajectory events, interleaved, as fast as the store takes them, then a reply (the
+  stored-memory scenario 13 keeps thousands of these).
 
 Every wait is an ``anyio.sleep``: a cancelled run ends at once.
 """
@@ -92,6 +95,17 @@ async def work_agent(ctx: RunContext) -> str:
     return f"worked {seconds:g}s"
 
 
+async def chatter_agent(ctx: RunContext) -> str:
+    _, statuses, steps = ctx.text.split()
+    s, t = int(statuses), int(steps)
+    for i in range(max(s, t)):
+        if i < s:
+            await ctx.working(f"step {i}")
+        if i < t:
+            await ctx.trajectory({"type": "tool_call", "tool": "search", "step": i})
+    return "chatted"
+
+
 async def hop_agent(ctx: RunContext) -> str | None:
     _, key, seconds, *urls = ctx.text.split()
     if not urls:
@@ -109,6 +123,7 @@ AGENTS = {
     "event": event_agent,
     "work": work_agent,
     "hop": hop_agent,
+    "chatter": chatter_agent,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 SERVERS = ("hypercorn-asyncio", "hypercorn-trio", "uvicorn")
@@ -21,13 +22,24 @@ def arguments(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def run(app: Any, server: str, port: int) -> None:
-    """Serve ``app`` on 127.0.0.1:``port`` until the process is terminated."""
+def run(app: Any, server: str, port: int, *, started: Callable[[], object] | None = None
+        ) -> None:
+    """Serve ``app`` on 127.0.0.1:``port`` until the process is terminated.
+
+    ``started`` (uvicorn only) is called once the server has started (its lifespan too)."""
     logging.basicConfig(level=logging.WARNING)
     if server == "uvicorn":
         import uvicorn
 
-        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        class Server(uvicorn.Server):
+            async def startup(self, sockets: Any = None) -> None:
+                await super().startup(sockets)
+                if started is not None:
+                    started()
+
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                access_log=False)
+        Server(config).run()
         return
     from hypercorn.config import Config
 

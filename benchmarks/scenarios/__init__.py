@@ -12,6 +12,7 @@ from .observe import ObserveCost
 from .send import Send
 from .slowreaders import SlowReaders
 from .soak import Soak
+from .stored import Stored
 from .stream import Stream
 from .teardown import Teardown
 from .temporal import Temporal
@@ -19,4 +20,4 @@ from .temporal import Temporal
 
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
-            Temporal(), Auth(), Chain(), ObserveCost()]
+            Temporal(), Auth(), Chain(), ObserveCost(), Stored()]

@@ -192,6 +192,10 @@ def _parser() -> argparse.ArgumentParser:
                    metavar="N",
                    help="runs that may wait for input (ctx.ask) at once; once reached, a run "
                         "that asks fails with reason parked-limit")
+    s.add_argument("--no-gc-tuning", action="store_true",
+                   help="leave Python's garbage collector as configured (by default, once "
+                        "started, serve freezes the start-up objects and raises the young "
+                        "generation's threshold; also off with SCOPED_A2A_GC_TUNING=0)")
     s.add_argument("--input-timeout", type=float, default=DEFAULT_INPUT_TIMEOUT,
                    metavar="SECONDS",
                    help="how long a run waits for the answer to ctx.ask; then its task fails "
@@ -281,7 +285,7 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(on_signals, shutdown, tg.cancel_scope)
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
-                    http2=args.http2, **tls_from_args(args))
+                    http2=args.http2, gc_tuning=not args.no_gc_tuning, **tls_from_args(args))
         tg.cancel_scope.cancel()
 
 

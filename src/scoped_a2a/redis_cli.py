@@ -109,7 +109,7 @@ async def serve_on_redis(
                             claim_idle=args.claim_idle)
             nursery.start_soon(worker.run)
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
-                    http2=args.http2, **tls_from_args(args))
+                    http2=args.http2, gc_tuning=not args.no_gc_tuning, **tls_from_args(args))
         nursery.cancel_scope.cancel()
 
 

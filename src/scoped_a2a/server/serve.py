@@ -31,7 +31,7 @@ from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
 from ..runtime.runner import RECORD_TIMEOUT
-from . import hypercorn_fixes
+from . import gc_tuning, hypercorn_fixes
 from .tls import configure_tls
 
 log = logging.getLogger("scoped_a2a.serve")
@@ -106,6 +106,7 @@ async def serve(
     certfile: str | None = None,
     keyfile: str | None = None,
     ca_certs: str | None = None,
+    gc_tuning: bool = True,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
@@ -128,6 +129,9 @@ async def serve(
     :param certfile: serve HTTPS with this certificate (PEM) and ``keyfile``.
     :param ca_certs: ask clients for a certificate from this CA (optional for the client; one
         that does not verify fails the handshake); see :mod:`.tls` for the mTLS principal.
+    :param gc_tuning: once the app has started, freeze the start-up objects and raise the
+        collector's young threshold (:mod:`.gc_tuning`, once per process; also off with
+        ``SCOPED_A2A_GC_TUNING=0``).
     Raises ValueError before listening when the TLS files cannot be loaded.
     """
     backend = sniffio.current_async_library()
@@ -262,15 +266,20 @@ async def serve(
                 tg.start_soon(on_shutdown)
                 tg.start_soon(deadline)
                 tg.start_soon(stop_now_deadline)
-                tg.start_soon(_announce, app, bound_port, task_status)
+                tg.start_soon(_announce, app, bound_port, gc_tuning, task_status)
                 log.info("serving on %s://%s:%d/ (%s)", scheme, host, bound_port, backend)
                 tg.start_soon(hypercorn_serve)
         outside.cancel_scope.cancel()
 
 
-async def _announce(app: Any, port: int, task_status: TaskStatus[int]) -> None:
-    """Report the port once the app's lifespan has started (the socket already listens)."""
+async def _announce(app: Any, port: int, tune_gc: bool, task_status: TaskStatus[int]) -> None:
+    """Report the port once the app's lifespan has started (the socket already listens).
+
+    Start-up is over then, so this is where the collector is tuned (what is alive now lives as
+    long as the server)."""
     ready = getattr(app, "ready", None)
     if isinstance(ready, anyio.Event):
         await ready.wait()
+    if tune_gc:
+        gc_tuning.apply()
     task_status.started(port)

@@ -40,6 +40,7 @@ from ..protocol.types import (
     TaskStatusUpdateEvent,
 )
 from .base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
+from .packed import Frozen, Packed, Packer
 from .snapshot import apply_event
 
 _encoder = msgspec.json.Encoder()
@@ -76,24 +77,36 @@ def _encode(obj: Any) -> bytes:
 
 
 ENDED_TASK_OVERHEAD = 1024
-"""Bytes counted per ended task on top of its encoded JSON: its record, ids, index entries
-(measured with tracemalloc: ~600-900)."""
+"""Bytes counted per ended task on top of what holds its JSON (plain or packed): its record,
+ids, index entries (measured with tracemalloc: ~600-900)."""
 
 ENDED_EVENT_OVERHEAD = 128
-"""Bytes counted per kept log event of an ended task on top of its JSON: the bytes object's
-header, the allocator's rounding of a small one, its slot in the tuple (measured: ~110)."""
+"""Bytes counted per kept log event of an ended task not yet packed, on top of its JSON: the
+bytes object's header, the allocator's rounding of a small one, its slot in the tuple
+(measured: ~110)."""
+
+HOT_TASKS = 64
+"""Ended tasks kept as plain JSON before the oldest of them is packed (compressed): a caller
+reading the task that just ended (a blocking send's answer, a follower's last page) pays no
+decompression, and packing happens one task end later than the reads that come with it."""
+
+STEP_BYTES = 256 << 10
+MAX_STEP_BYTES = 1 << 20
+"""JSON bytes packed per task end: at least ``STEP_BYTES``, and as much as the task that just
+ended held, so packing keeps up with what ends, up to ``MAX_STEP_BYTES`` (a few ms of zlib at
+most per call; a larger task is packed over several task ends and stays readable meanwhile)."""
 
 
 _NO_EVENTS: deque[LogEntry] = deque(maxlen=0)  # what an ended task has in place of its deque
 
 
 class _Record:
-    """One task. Running: ``task`` and ``events`` hold objects. Ended: ``frozen`` holds the
-    snapshot's JSON and ``encoded``/``kinds`` the retained log (positions ``first``..``last``)."""
+    """One task. Running: ``task`` and ``events`` hold objects. Ended: ``ended`` holds the
+    snapshot and the retained log (positions ``first``..``last``) as JSON, plain or packed."""
 
     __slots__ = (
-        "changed", "context_id", "encoded", "events", "first", "frozen", "kinds", "last",
-        "owner", "pins", "push", "seq", "size", "state", "task", "timestamp",
+        "changed", "context_id", "ended", "events", "first", "last", "owner", "pins", "push",
+        "seq", "size", "state", "task", "timestamp",
     )
 
     def __init__(self, task: Task, seq: int, owner: str = "") -> None:
@@ -105,12 +118,11 @@ class _Record:
         # Created by the first waiter and dropped when set: most tasks are never waited on, and
         # an idle event costs more than a small task's JSON (asyncio.Event keeps a deque).
         self.changed: anyio.Event | None = None
-        self.push: dict[str, TaskPushNotificationConfig] = {}
+        # Created by the first push config: an empty dict costs more than a packed small task's
+        # events.
+        self.push: dict[str, TaskPushNotificationConfig] | None = None
         self.pins = 0  # readers waiting since before the task ended (see ``wait``)
-        # Filled in when the task ends (``freeze``).
-        self.frozen: bytes | None = None
-        self.encoded: tuple[bytes, ...] = ()
-        self.kinds = b""
+        self.ended: Frozen | Packed | None = None  # filled in when the task ends (``freeze``)
         self.first = 1
         self.size = 0
         # What ListTasks filters on, kept apart so filtering decodes nothing.
@@ -133,36 +145,55 @@ class _Record:
         """The task: the live object while running, a fresh decoded copy once ended."""
         if self.task is not None:
             return self.task
-        assert self.frozen is not None
-        return _decode_task(self.frozen)
+        assert self.ended is not None
+        return _decode_task(self.ended.snapshot_json())
 
     def freeze(self) -> int:
         """Drop the object trees of an ended task, keeping its JSON; return the bytes counted."""
         assert self.task is not None
-        self.frozen = _encode(self.task)
         self.first = self.events[0].position if self.events else self.last + 1
-        self.encoded = tuple(e.encoded for e in self.events)
-        self.kinds = bytes(_KIND_OF[type(e.event)] for e in self.events)
+        frozen = Frozen(
+            _encode(self.task), tuple(e.encoded for e in self.events),
+            bytes(_KIND_OF[type(e.event)] for e in self.events),
+        )
+        self.ended = frozen
         self.task = None
         self.events = _NO_EVENTS
         self.size = (
-            len(self.frozen) + sum(map(len, self.encoded)) + ENDED_TASK_OVERHEAD
-            + ENDED_EVENT_OVERHEAD * len(self.encoded)
+            frozen.raw_size() + ENDED_TASK_OVERHEAD + ENDED_EVENT_OVERHEAD * len(frozen.events)
         )
         return self.size
 
-    def entry(self, position: int) -> LogEntry:
-        """The kept log entry at ``position`` (decoded afresh if the task has ended)."""
+    def page(self, after: int, max_events: int, max_bytes: int) -> tuple[list[LogEntry], Task]:
+        """The log entries a read after ``after`` returns, and the snapshot (see ``read``)."""
+        start = max(after + 1, self.first_kept())
         if self.task is not None:
-            return self.events[position - self.events[0].position]
-        i = position - self.first
-        encoded = self.encoded[i]
-        return LogEntry(position, _DECODERS[self.kinds[i]].decode(encoded), encoded)
-
-    def entry_size(self, position: int) -> int:
-        if self.task is not None:
-            return len(self.events[position - self.events[0].position].encoded)
-        return len(self.encoded[position - self.first])
+            entries: list[LogEntry] = []
+            size = 0
+            for position in range(start, self.last + 1):
+                entry = self.events[position - self.events[0].position]
+                size += len(entry.encoded)
+                # The first entry is always returned, whatever its size.
+                if entries and (len(entries) >= max_events or size > max_bytes):
+                    break
+                entries.append(entry)
+            return entries, self.task
+        ended = self.ended
+        assert ended is not None
+        lo = start - self.first
+        hi, size = lo, 0
+        while hi < self.last - self.first + 1:
+            size += ended.event_size(hi)
+            if hi > lo and (hi - lo >= max_events or size > max_bytes):
+                break
+            hi += 1
+        # One decompression per call (snapshot and the blocks the page covers), none per entry.
+        snapshot, events = ended.page(lo, hi)
+        kinds = ended.kinds
+        return [
+            LogEntry(start + k, _DECODERS[kinds[lo + k]].decode(js), js)
+            for k, js in enumerate(events)
+        ], _decode_task(snapshot)
 
     def first_kept(self) -> int:
         if self.task is not None:
@@ -191,6 +222,8 @@ class MemoryTaskStore(TaskStore):
         self._tasks: dict[str, _Record] = {}
         self._ended: OrderedDict[str, None] = OrderedDict()  # oldest-ended first
         self._ended_bytes = 0
+        self._cooling: deque[str] = deque()  # ended tasks not yet packed, oldest-ended first
+        self._packer: tuple[str, _Record, Packer] | None = None  # the task being packed
         self._seq = itertools.count(1)
 
     def __len__(self) -> int:
@@ -236,9 +269,41 @@ class MemoryTaskStore(TaskStore):
         if task.status.state.terminal:
             self._ended_bytes += rec.freeze()
             self._ended[task_id] = None
+            self._cooling.append(task_id)
             self._evict(task_id)
+            self._pack(rec.size)
         rec.wake()
         return rec.last
+
+    def _pack(self, ended_size: int) -> None:
+        """Pack (compress) ended tasks beyond the ``HOT_TASKS`` newest, oldest first, for about
+        ``ended_size`` bytes of JSON (see ``STEP_BYTES``); a task evicted meanwhile is skipped.
+
+        A packed task that would count more than it did plain (incompressible JSON) stays plain.
+        """
+        budget = min(MAX_STEP_BYTES, max(STEP_BYTES, ended_size))
+        while budget > 0:
+            if self._packer is None:
+                while len(self._cooling) > HOT_TASKS:
+                    task_id = self._cooling.popleft()
+                    rec = self._tasks.get(task_id)
+                    if rec is not None and isinstance(rec.ended, Frozen):
+                        self._packer = (task_id, rec, Packer(rec.ended))
+                        break
+                else:
+                    return
+            assert self._packer is not None
+            task_id, rec, packer = self._packer
+            budget -= packer.step(budget)
+            if packer.done is None:
+                continue
+            self._packer = None
+            # Evicted meanwhile: the record is no longer in the store, and the result is dropped.
+            if self._tasks.get(task_id) is rec and rec.ended is packer.frozen:
+                size = packer.done.size() + ENDED_TASK_OVERHEAD
+                if size < rec.size:
+                    self._ended_bytes += size - rec.size
+                    rec.ended, rec.size = packer.done, size
 
     def _evict(self, newest: str) -> None:
         """Evict oldest-ended tasks until both caps hold again.
@@ -271,18 +336,10 @@ class MemoryTaskStore(TaskStore):
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
     ) -> LogPage:
         rec = self._record(task_id)
+        entries, task = rec.page(after, max_events, max_bytes)
         first = rec.first_kept()
-        entries: list[LogEntry] = []
-        if after < rec.last:
-            size = 0
-            for position in range(max(after + 1, first), rec.last + 1):
-                size += rec.entry_size(position)
-                # The first entry is always returned, whatever its size.
-                if entries and (len(entries) >= max_events or size > max_bytes):
-                    break
-                entries.append(rec.entry(position))
         nxt = entries[-1].position if entries else max(after, first - 1)
-        return LogPage(entries, nxt, nxt < rec.last, rec.snapshot(), first)
+        return LogPage(entries, nxt, nxt < rec.last, task, first)
 
     async def wait(self, task_id: str, after: int) -> None:
         rec = self._record(task_id)
@@ -332,13 +389,16 @@ class MemoryTaskStore(TaskStore):
     async def set_push_config(self, task_id: str, config: TaskPushNotificationConfig) -> None:
         rec = self._record(task_id)
         assert config.id is not None
+        if rec.push is None:
+            rec.push = {}
         rec.push[config.id] = config
 
     async def push_configs(self, task_id: str) -> list[TaskPushNotificationConfig]:
-        return list(self._record(task_id).push.values())
+        return list((self._record(task_id).push or {}).values())
 
     async def delete_push_config(self, task_id: str, config_id: str) -> bool:
-        return self._record(task_id).push.pop(config_id, None) is not None
+        push = self._record(task_id).push
+        return push is not None and push.pop(config_id, None) is not None
 
 
 __all__ = [
