@@ -154,6 +154,8 @@ class RedisTaskStore(TaskStore):
             raise InvalidParams(f"task {task.id!r} already exists")
         self.local.snapshot_is(task.id, args[1])
         self.local.saw(task.id, 0, tick)
+        # Its runner appends next: a copy of its own to fold into spares that append a read.
+        self._remember(task.id, _decode_task(args[1]), 0)
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         raw = await self.conn.call(
