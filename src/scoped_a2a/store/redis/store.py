@@ -19,10 +19,12 @@ Waiting. :meth:`wait` sleeps on a local event woken by this process's appends an
 ``appended`` channel (other processes' appends), and re-checks every ``poll_interval`` seconds
 in case a notification was lost while Redis was unreachable.
 
-Round trips. A task created here is subscribed to before it is stored, and this process keeps
-the entries it appends and reads, its snapshots, and the positions its channel announces
-(:mod:`.local`). Reads, waits and gets are answered from that when it is provably Redis' answer
-(a stream run here costs one script call per event), and by Redis otherwise.
+Round trips (:mod:`.local`). A task created here is subscribed to before it is stored. This
+process keeps the entries it appended or read and the snapshot it last saw: a read asks Redis
+only for the entries after those, and for the snapshot only if it differs (a digest is sent).
+Every read still goes to Redis, so it sees every write acknowledged before it. A wait asks
+nothing once the subscription is confirmed: the channel carries each new position, so a
+wake-up that brings nothing new sends the reader back to sleep instead of to Redis.
 
 Cancellation: every method is safe to cancel; an append either happened or not (retried appends
 are recognised by their op id). Errors: ServerUnavailable when Redis is unreachable.
