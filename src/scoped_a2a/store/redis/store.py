@@ -232,19 +232,21 @@ class RedisTaskStore(TaskStore):
         held, size, full = self.local.held(task_id, after, max_events, max_bytes)
         page = await self._read(task_id, after, max_events, max_bytes, held, size, full)
         if page is None:  # what was held no longer applies: read it all from Redis
-            page = await self._read(task_id, after, max_events, max_bytes, [], 0, False)
-        assert page is not None
+            page = await self._read(task_id, after, max_events, max_bytes, [], 0, False,
+                                    reuse=False)
+        assert page is not None  # holding nothing and reusing nothing, a READ always answers
         return page
 
     async def _read(
         self, task_id: str, after: int, max_events: int, max_bytes: int,
-        held: list[LogEntry], size: int, full: bool,
+        held: list[LogEntry], size: int, full: bool, *, reuse: bool = True,
     ) -> LogPage | None:
         """One READ: the entries after ``held`` (none if ``full``), the position, and the
-        snapshot unless Redis holds the one this process has. None: read again, holding none.
+        snapshot unless Redis holds the one this process has (``reuse``). None: read again,
+        holding nothing and reusing nothing.
         """
         start = f"{(held[-1].position if held else max(after, 0)) + 1}-0"
-        digest = self.local.digest(task_id)
+        digest = self.local.digest(task_id) if reuse else ""
         keys = [self.keys.task(task_id), self.keys.log(task_id)]
         tick = self.conn.tick()
         raw = await self.conn.run(
