@@ -9,6 +9,7 @@ from .detached import Detached
 from .fanout import Fanout
 from .hangup import Hangup
 from .observe import ObserveCost
+from .redis_store import RedisStore
 from .send import Send
 from .slowreaders import SlowReaders
 from .soak import Soak
@@ -20,4 +21,4 @@ from .temporal import Temporal
 
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
-            Temporal(), Auth(), Chain(), ObserveCost(), Stored()]
+            Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore()]

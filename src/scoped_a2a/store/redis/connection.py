@@ -5,6 +5,11 @@ Ownership. :meth:`RedisConnection.open` is an async context manager: it enters c
 (whose connection pool owns its connection tasks) and a task group holding the pub/sub listener;
 both end when the ``async with`` body does. Nothing is global.
 
+Local knowledge. The listener also keeps :attr:`RedisConnection.local` (:mod:`.local`) up to
+date: the positions announced on each task's channel, and which subscriptions Redis has
+confirmed on its current connection, so the store can answer reads and waits without a round
+trip when that is provably the same answer.
+
 Redis down. Every command goes through :meth:`RedisConnection.call`, which bounds it with a
 deadline, retries once after a connection error (every write is idempotent, see
 :mod:`.scripts`), and otherwise raises ``ServerUnavailable`` (-32000) with a clear message. The
@@ -36,6 +41,7 @@ from coredis.retry import (
 )
 
 from ...protocol.errors import ServerUnavailable
+from .local import LocalView
 
 log = logging.getLogger("scoped_a2a.redis")
 
@@ -83,7 +89,7 @@ class Keys:
     def runs(self) -> str:  # stream: the durable queue of detached runs
         return f"{self.prefix}:runs"
 
-    def appended(self, task_id: str) -> str:  # channel: the task id, on each of its appends
+    def appended(self, task_id: str) -> str:  # channel: the new position, on each append
         return f"{self.prefix}:appended:{task_id}"
 
     @property
@@ -145,6 +151,11 @@ class RedisConnection:
         """Set once the listener is subscribed (tests wait for it; waiters also poll)."""
         self._pubsub: PubSub[bytes] | None = None
         self._watched: dict[str, float] = {}  # task id -> when a waiter last needed it
+        # task id -> (tick, listener connection) of the SUBSCRIBE Redis confirmed
+        self._confirmed: dict[str, tuple[int, object]] = {}
+        self._tick = 0
+        self.local = LocalView(self.confirmed_at)
+        """Entries, snapshots and positions this process knows without asking (:mod:`.local`)."""
 
     @classmethod
     @asynccontextmanager
@@ -214,22 +225,45 @@ class RedisConnection:
 
     # --- the listener ---------------------------------------------------------------------
 
+    def tick(self) -> int:
+        """The next value of this process's event counter (orders commands and confirmations)."""
+        self._tick += 1
+        return self._tick
+
+    def confirmed_at(self, task_id: str) -> int | None:
+        """The tick at which Redis confirmed ``task_id``'s subscription, if it still holds.
+
+        None when the channel is not subscribed, or was confirmed on a listener connection
+        that has since been replaced (messages published in between may be lost).
+        """
+        confirmed = self._confirmed.get(task_id)
+        pubsub = self._pubsub
+        if confirmed is None or pubsub is None:
+            return None
+        return confirmed[0] if _connection_of(pubsub) is confirmed[1] else None
+
     async def watch(self, task_id: str) -> None:
         """Make sure this process hears ``task_id``'s appends (its channel is subscribed).
 
         Returns once Redis has confirmed the subscription, so a check made afterwards cannot
         miss a notification; if the listener is reconnecting it returns at once (waiters poll).
         Channels no waiter needed for ``WATCH_LINGER`` seconds are unsubscribed.
+        Cancellation: the subscription may or may not be made; it is not recorded as confirmed.
         """
         self._watched[task_id] = time.monotonic()
         pubsub = self._pubsub
-        if pubsub is None or self.keys.appended(task_id).encode() in pubsub.channels:
+        if pubsub is None or self.confirmed_at(task_id) is not None:
             return
+        # Subscribing again to a channel coredis resubscribed after a reconnect is harmless,
+        # and gives a confirmation this process can date.
         with anyio.move_on_after(2):
             try:
                 await pubsub.subscribe(self.keys.appended(task_id))
             except (RedisError, TimeoutError) as exc:
                 log.debug("could not subscribe to task %s: %s", task_id, exc)
+                return
+            if pubsub is self._pubsub:
+                self._confirmed[task_id] = (self.tick(), _connection_of(pubsub))
 
     async def _listen(self) -> None:
         """Dispatch ``appended`` and ``cancel`` messages until cancelled; never raises.
@@ -259,7 +293,14 @@ class RedisConnection:
                         if isinstance(channel, str):
                             channel = channel.encode()
                         if channel.startswith(appended):
-                            self.waiters.wake(channel[len(appended):].decode())
+                            task_id = channel[len(appended):].decode()
+                            try:
+                                self.local.heard(task_id, int(data))
+                            except (TypeError, ValueError):
+                                # Not a position: the task was evicted (or an older version
+                                # published): nothing local may answer for it any more.
+                                self.local.forget(task_id)
+                            self.waiters.wake(task_id)
                         elif channel == cancel:
                             task_id = data.decode() if isinstance(data, bytes) else str(data)
                             for handler in list(self.cancel_handlers):
@@ -269,6 +310,7 @@ class RedisConnection:
                 log.warning("Redis listener stopped (%s); resubscribing", exc)
             finally:
                 self._pubsub = None
+                self._confirmed.clear()
             await anyio.sleep(0.5)
 
     async def _forget_idle_channels(self, pubsub: PubSub[bytes]) -> None:
@@ -279,7 +321,15 @@ class RedisConnection:
                     if used < cutoff and t not in self.waiters]
             for task_id in idle:
                 del self._watched[task_id]
+                # Unconfirmed before the UNSUBSCRIBE is sent: never trusted while unheard.
+                self._confirmed.pop(task_id, None)
+                self.local.forget(task_id)
             channels = [c for c in (self.keys.appended(t) for t in idle)
                         if c.encode() in pubsub.channels]
             if channels:
                 await pubsub.unsubscribe(*channels)
+
+
+def _connection_of(pubsub: PubSub[bytes]) -> object:
+    """The connection the listener currently reads (coredis replaces it on a reconnect)."""
+    return getattr(pubsub, "_connection", None)

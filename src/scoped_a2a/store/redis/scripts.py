@@ -44,7 +44,7 @@ APPEND = _TERMINAL + """
 -- KEYS: task hash, log stream, push hash, ended zset, tasks zset, lease
 -- ARGV: expected last position, op, kind, event, snapshot ('' = unchanged), state, timestamp,
 --       max events, ended ttl ms, max ended tasks, now ms, task id, lease token ('' = none),
---       the task's wake-up channel, key prefix
+--       the task's wake-up channel (gets the new position), key prefix
 -- Returns {code, position}: 1 appended, 2 already appended (retry), -1 no such task,
 -- -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is not ours.
 local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op')
@@ -84,19 +84,28 @@ if TERMINAL[ARGV[6]] then
       redis.call('DEL', ARGV[15] .. 'task:' .. id, ARGV[15] .. 'log:' .. id,
                  ARGV[15] .. 'push:' .. id)
       redis.call('ZREM', KEYS[5], id)
-      redis.call('PUBLISH', ARGV[15] .. 'appended:' .. id, id)
+      redis.call('PUBLISH', ARGV[15] .. 'appended:' .. id, 'evicted')
     end
   end
 end
-redis.call('PUBLISH', ARGV[14], ARGV[12])
+-- the new position: a listener learns it without asking (store/redis/local.py)
+redis.call('PUBLISH', ARGV[14], pos)
 return {1, pos}
 """
 
 READ = """
--- KEYS: task hash, log stream.  ARGV: first stream id to return, max entries
+-- KEYS: task hash, log stream.
+-- ARGV: first stream id to return, max entries (0: none), SHA1 of the snapshot the reader
+--       holds ('' none). Returns {snapshot ('' if the reader holds it), position, entries}.
 local cur = redis.call('HMGET', KEYS[1], 'snap', 'last')
 if not cur[1] then return false end
-return {cur[1], cur[2], redis.call('XRANGE', KEYS[2], ARGV[1], '+', 'COUNT', ARGV[2])}
+local snap = cur[1]
+if ARGV[3] ~= '' and redis.sha1hex(snap) == ARGV[3] then snap = '' end
+local entries = {}
+if tonumber(ARGV[2]) > 0 then
+  entries = redis.call('XRANGE', KEYS[2], ARGV[1], '+', 'COUNT', ARGV[2])
+end
+return {snap, cur[2], entries}
 """
 
 PUSH_SET = """

@@ -19,6 +19,13 @@ Waiting. :meth:`wait` sleeps on a local event woken by this process's appends an
 ``appended`` channel (other processes' appends), and re-checks every ``poll_interval`` seconds
 in case a notification was lost while Redis was unreachable.
 
+Round trips (:mod:`.local`). A task created here is subscribed to before it is stored. This
+process keeps the entries it appended or read and the snapshot it last saw: a read asks Redis
+only for the entries after those, and for the snapshot only if it differs (a digest is sent).
+Every read still goes to Redis, so it sees every write acknowledged before it. A wait asks
+nothing once the subscription is confirmed: the channel carries each new position, so a
+wake-up that brings nothing new sends the reader back to sleep instead of to Redis.
+
 Cancellation: every method is safe to cancel; an append either happened or not (retried appends
 are recognised by their op id). Errors: ServerUnavailable when Redis is unreachable.
 """
@@ -100,12 +107,13 @@ class RedisTaskStore(TaskStore):
         self.durable_runs = durable_runs
         self._create = conn.script(scripts.CREATE)
         self._append = conn.script(scripts.APPEND)
-        self._read = conn.script(scripts.READ)
+        self._read_script = conn.script(scripts.READ)
         self._push_set = conn.script(scripts.PUSH_SET)
         self._push_list = conn.script(scripts.PUSH_LIST)
         self._push_delete = conn.script(scripts.PUSH_DELETE)
         self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
         self._fences: dict[str, str] = {}
+        self.local = conn.local
 
     def run_launcher(self) -> RunLauncher | None:
         """The run queue: detached runs are queued durably and executed by any worker."""
@@ -138,10 +146,18 @@ class RedisTaskStore(TaskStore):
         return keys, args
 
     async def create(self, task: Task, *, owner: str = "") -> None:
+        # Subscribed first: whoever created a task here follows it here (a blocking send, a
+        # stream), and a position seen after the subscription needs no check later (.local).
+        await self.conn.watch(task.id)
         keys, args = self.create_args(task, uuid.uuid4().hex, owner)
+        tick = self.conn.tick()
         created = await self.conn.run(self._create, keys, args)
         if created != 1:
             raise InvalidParams(f"task {task.id!r} already exists")
+        self.local.snapshot_is(task.id, args[1])
+        self.local.saw(task.id, 0, tick)
+        # Its runner appends next: a copy of its own to fold into spares that append a read.
+        self._remember(task.id, _decode_task(args[1]), 0)
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         raw = await self.conn.call(
@@ -183,12 +199,15 @@ class RedisTaskStore(TaskStore):
                 int(self.ended_ttl * 1000), self.max_ended_tasks, int(time.time() * 1000),
                 task_id, token, self.keys.appended(task_id), self.keys.base,
             ]
+            tick = self.conn.tick()
             code, pos = await self.conn.run(self._append, keys, args)
             if code in (1, 2):
+                pos = int(pos)
                 if not task.status.state.terminal:
                     self._remember(task_id, task, pos)
+                self.local.appended(task_id, LogEntry(pos, event, encoded), snap, tick)
                 self.conn.waiters.wake(task_id)
-                return int(pos)
+                return pos
             if code == -3:
                 continue  # another writer moved the position: re-read and fold again
             if code == -1:
@@ -209,40 +228,82 @@ class RedisTaskStore(TaskStore):
     async def read(
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
     ) -> LogPage:
-        start = f"{max(after, 0) + 1}-0"
+        max_events = max(1, max_events)
+        held, size, full = self.local.held(task_id, after, max_events, max_bytes)
+        page = await self._read(task_id, after, max_events, max_bytes, held, size, full)
+        if page is None:  # what was held no longer applies: read it all from Redis
+            page = await self._read(task_id, after, max_events, max_bytes, [], 0, False,
+                                    reuse=False)
+        assert page is not None  # holding nothing and reusing nothing, a READ always answers
+        return page
+
+    async def _read(
+        self, task_id: str, after: int, max_events: int, max_bytes: int,
+        held: list[LogEntry], size: int, full: bool, *, reuse: bool = True,
+    ) -> LogPage | None:
+        """One READ: the entries after ``held`` (none if ``full``), the position, and the
+        snapshot unless Redis holds the one this process has (``reuse``). None: read again,
+        holding nothing and reusing nothing.
+        """
+        start = f"{(held[-1].position if held else max(after, 0)) + 1}-0"
+        digest = self.local.digest(task_id) if reuse else ""
         keys = [self.keys.task(task_id), self.keys.log(task_id)]
-        raw = await self.conn.run(self._read, keys, [start, max(1, max_events)])
+        tick = self.conn.tick()
+        raw = await self.conn.run(
+            self._read_script, keys, [start, 0 if full else max_events - len(held), digest]
+        )
         if raw is None:
+            self.local.forget(task_id)
             raise TaskNotFound(f"task {task_id!r} not found")
         snap, last_raw, stream = cast("list[Any]", raw)
         last = int(last_raw)
-        entries: list[LogEntry] = []
-        size = 0
+        if held and held[0].position <= last - self.max_events_per_task:
+            return None  # the log's cap dropped some of them: say so, as Redis would
+        self.local.saw(task_id, last, tick)
+        if snap:
+            self.local.snapshot_is(task_id, bytes(snap))
+        task = self.local.snapshot(task_id)
+        if task is None:
+            return None  # forgotten meanwhile (evicted, unsubscribed): no snapshot to reuse
+        new: list[LogEntry] = []
         for item in stream:
             entry = _entry(item)
             size += len(entry.encoded)
             # The first entry is always returned, whatever its size.
-            if entries and size > max_bytes:
+            if (held or new) and size > max_bytes:
                 break
-            entries.append(entry)
+            new.append(entry)
+        self.local.read(task_id, new)
+        entries = held + new
         nxt = entries[-1].position if entries else after
         first = entries[0].position if entries else after + 1
-        return LogPage(entries, nxt, nxt < last, _decode_task(snap), first)
+        return LogPage(entries, nxt, nxt < last, task, first)
 
     async def wait(self, task_id: str, after: int) -> None:
-        with self.conn.waiters.watching(task_id) as woken:
-            await self.conn.watch(task_id)  # subscribed before the check: no lost wake-up
-            raw = await self.conn.call(
-                lambda: self.conn.client.hget(self.keys.task(task_id), "last")
-            )
-            if raw is None:
-                raise TaskNotFound(f"task {task_id!r} not found")
-            if int(raw) > after:
-                return
-            # Returning early is harmless (the reader re-reads); the poll covers notifications
-            # lost while the listener was reconnecting.
-            with anyio.move_on_after(self.poll_interval):
-                await woken.wait()
+        # Returning early is harmless (the reader re-reads); the poll covers notifications
+        # lost while the listener was reconnecting.
+        with anyio.move_on_after(self.poll_interval):
+            while True:
+                with self.conn.waiters.watching(task_id) as woken:
+                    await self.conn.watch(task_id)  # subscribed before the check: no lost wake-up
+                    last = self.local.known_last(task_id)
+                    if last is None:  # not sure of it here: ask (and be sure from now on)
+                        tick = self.conn.tick()
+                        raw = await self.conn.call(
+                            lambda: self.conn.client.hget(self.keys.task(task_id), "last")
+                        )
+                        if raw is None:
+                            raise TaskNotFound(f"task {task_id!r} not found")
+                        last = int(raw)
+                        self.local.saw(task_id, last, tick)
+                    if last > after:
+                        return
+                    await woken.wait()
+                # Each append wakes twice (here, and its channel's message): a wake-up known
+                # to carry nothing after ``after`` sends the reader back to sleep, not to Redis.
+                known = self.local.known_last(task_id)
+                if known is None or known > after:
+                    return
 
     async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
         size = request.page_size or 50
