@@ -7,7 +7,7 @@ that each of them can import it without importing the others.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -45,6 +45,11 @@ class Output:
     async def event(self, result: bytes | Frame, event_id: int | None) -> None:
         """One stream event; a :class:`Frame`'s shared body must not be copied per stream."""
         raise NotImplementedError
+
+    async def events(self, frames: Sequence[tuple[Frame, int]]) -> None:
+        """Several stream events in log order (a binding may write them together)."""
+        for frame, event_id in frames:
+            await self.event(frame, event_id)
 
     async def keepalive(self) -> None:
         """A keep-alive on an open stream."""

@@ -67,7 +67,16 @@ class Agent(Protocol):
     def __call__(self, ctx: RunContext, /) -> Awaitable[str | None]: ...
 
 
+def _check_text(text: object) -> None:
+    """Refuse a non-str text before it is logged: msgspec structs do not check types when
+    built, and a log event that encodes but cannot be read back would break every later read
+    of its task (the agent gets the TypeError; its run fails with it)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+
+
 def agent_message(text: str, *, task_id: str, context_id: str) -> Message:
+    _check_text(text)
     return Message(
         message_id=uuid.uuid4().hex,
         role=Role.AGENT,
@@ -160,6 +169,7 @@ class RunContext:
         """
         parts = []
         if text is not None:
+            _check_text(text)
             parts.append(Part(text=text))
         if data is not None:
             parts.append(Part(data=data))

@@ -28,7 +28,6 @@ from ..protocol.dialect import (
     FROM_V03,
     V03_DIALECT,
     V10_DIALECT,
-    Frame,
     check_params,
     check_version,
 )
@@ -472,6 +471,7 @@ class _AsgiOutput(Responder):
         self.write_timeout = write_timeout
         self._sse = SSEWriter(send, write_timeout=write_timeout)
         self._done = False
+        self._envelope = (b'{"jsonrpc":"2.0","id":' + id_json + b',"result":', b"}")
 
     async def _final(self, body: bytes) -> None:
         self._done = True
@@ -479,16 +479,6 @@ class _AsgiOutput(Responder):
 
     async def result(self, result: bytes) -> None:
         await self._final(result_frame(self._id, result))
-
-    async def event(self, result: bytes | Frame, event_id: int | None) -> None:
-        if isinstance(result, Frame) and event_id is not None:
-            # The shared body is spliced in by the writer, never joined into a per-stream copy.
-            await self._sse.result(result, event_id,
-                                   before=b'{"jsonrpc":"2.0","id":' + self._id + b',"result":',
-                                   after=b"}")
-        else:
-            data = result.joined() if isinstance(result, Frame) else result
-            await self._sse.event(result_frame(self._id, data), event_id)
 
     async def error(self, exc: A2AError) -> None:
         frame = error_frame(self._id, exc, v1=self._v1)

@@ -10,11 +10,12 @@ cancelled with reason ``hang-up``; a detached one carries on in the server nurse
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 
 import anyio
 
+from ..protocol.dialect import Frame
 from ..protocol.errors import A2AError
 from ..protocol.method import (
     BAD_LAST_EVENT_ID,
@@ -67,6 +68,25 @@ class Responder(Output):
     def answered(self) -> bool:
         """Whether an answer was written or a stream was started (nothing more to answer)."""
         return self._done or self._sse.started
+
+    # Set by each binding: what wraps a shared event body on this stream (JSON-RPC: the
+    # envelope with the request's id; HTTP+JSON: nothing).
+    _envelope: tuple[bytes, bytes] = (b"", b"")
+
+    async def event(self, result: bytes | Frame, event_id: int | None) -> None:
+        if isinstance(result, Frame) and event_id is not None:
+            # The shared body is spliced in by the writer, never joined into a per-stream copy.
+            before, after = self._envelope
+            await self._sse.result(result, event_id, before=before, after=after)
+        else:
+            data = result.joined() if isinstance(result, Frame) else result
+            before, after = self._envelope
+            await self._sse.event(before + data + after, event_id)
+
+    async def events(self, frames: Sequence[tuple[Frame, int]]) -> None:
+        """Several events in as few writes as possible (:meth:`.SSEWriter.results`)."""
+        before, after = self._envelope
+        await self._sse.results(frames, before=before, after=after)
 
     async def keepalive(self) -> None:
         await self._sse.keepalive()

@@ -287,10 +287,12 @@ class Methods:
                     task, pos = await self.store.get(task_id)
                     await out.event(self.frames.task(dialect, task, pos),
                                     page.first_retained - 1)
-                for entry in entries:
-                    if with_trajectory or not isinstance(entry.event, TrajectoryEvent):
-                        await out.event(self.frames.event(dialect, task_id, entry),
-                                        entry.position)
+                # Every new event this reader found goes out together (few writes, not one
+                # per event: a reader that fell behind catches up in one go).
+                await out.events([
+                    (self.frames.event(dialect, task_id, entry), entry.position)
+                    for entry in entries
+                    if with_trajectory or not isinstance(entry.event, TrajectoryEvent)])
                 if end is not None:
                     return
                 cursor = page.next

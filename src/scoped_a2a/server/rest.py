@@ -35,7 +35,7 @@ import msgspec
 from msgspec import inspect as mi
 
 from ..observe.base import NOOP, Observer
-from ..protocol.dialect import PARAM_TYPES, V10_DIALECT, Frame, check_version
+from ..protocol.dialect import PARAM_TYPES, V10_DIALECT, check_version
 from ..protocol.errors import (
     A2AError,
     ContentTypeNotSupported,
@@ -334,14 +334,6 @@ class _RestOutput(Responder):
     async def result(self, result: bytes) -> None:
         # DeleteTaskPushNotificationConfig's JSON-RPC result is null; REST answers ``{}``.
         await self._final(200, b"{}" if result == b"null" else result)
-
-    async def event(self, result: bytes | Frame, event_id: int | None) -> None:
-        if isinstance(result, Frame) and event_id is not None:
-            # The shared body is spliced in by the writer, never joined into a per-stream copy.
-            await self._sse.result(result, event_id)
-        else:
-            await self._sse.event(result.joined() if isinstance(result, Frame) else result,
-                                  event_id)
 
     async def error(self, exc: A2AError) -> None:
         if self._sse.started:

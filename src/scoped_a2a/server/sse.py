@@ -24,7 +24,7 @@ the connection is aborted, hypercorn delivers ``http.disconnect`` and the stream
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import anyio
@@ -142,6 +142,42 @@ class SSEWriter:
                 at += SLICE
             await self._write(view[at:].tobytes() + suffix)
         self.events_sent += 1
+
+    async def results(self, frames: Sequence[tuple[Frame, int]], *, before: bytes = b"",
+                      after: bytes = b"") -> None:
+        """Send several events (each as :meth:`result` would) in as few writes as possible.
+
+        A reader that wakes to find k new events in the log writes them together: one
+        ``send`` for up to :data:`SLICE` bytes of small events, instead of k. This is what keeps
+        a large fan-out on hypercorn's trio worker from falling behind, where each ``send`` is
+        a socket write of its own (docs/benchmarks.md). A big event still goes out sliced, on
+        its own. Cancelled midway, the client has whole events up to the last blank line sent
+        and SSE discards the partial one; the ids tell a reconnecting client where to resume.
+        """
+        batch: list[bytes] = []
+        size = 0
+        for frame, event_id in frames:
+            body = frame.body
+            if len(body) > SLICE:
+                await self._write_batch(batch)
+                batch, size = [], 0
+                await self.result(frame, event_id, before=before, after=after)
+                continue
+            prefix = b"id: " + str(event_id).encode() + b"\ndata: " + before + frame.head
+            suffix = frame.tail + after + b"\n\n"
+            grown = size + len(prefix) + len(body) + len(suffix)
+            if batch and grown > SLICE:
+                await self._write_batch(batch)
+                batch, grown = [], grown - size
+            batch += (prefix, body, suffix)
+            size = grown
+        await self._write_batch(batch)
+
+    async def _write_batch(self, pieces: list[bytes]) -> None:
+        """Write whole events given as (prefix, body, suffix) triples, in one ``send``."""
+        if pieces:
+            await self._write(b"".join(pieces))
+            self.events_sent += len(pieces) // 3
 
     async def keepalive(self) -> None:
         """A comment line, so proxies and clients see an idle stream is alive."""
