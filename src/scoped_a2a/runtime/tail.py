@@ -8,10 +8,7 @@ where the A2A caller gets its answer). The reader holds no buffer: it sleeps on 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
-
-import anyio
 
 from ..protocol.types import TaskStatusUpdateEvent
 from ..store.base import LogPage, TaskStore
@@ -33,14 +30,12 @@ async def tail(
     task_id: str,
     after: int,
     on_page: Callable[[LogPage], Awaitable[None]] | None = None,
-    *,
-    idle: Callable[[], Awaitable[None]] | None = None,
-    idle_every: float = math.inf,
 ) -> int:
     """Deliver the log after ``after`` page by page until a terminal or interrupted status.
 
-    ``on_page`` receives each page, cut after the ending event; ``idle`` is called when nothing
-    was appended for ``idle_every`` seconds (SSE keep-alives). Returns the ending position.
+    ``on_page`` receives each page, cut after the ending event. Returns the ending position.
+    (Streams follow the log in ``Methods._stream``, which also writes keep-alives by the bytes
+    actually written.)
     Raises TaskNotFound if the task is evicted meanwhile. Cancellation ends it at once; nothing
     is left behind (the store keeps no per-reader state).
     """
@@ -62,7 +57,4 @@ async def tail(
                 continue
         elif page.task.status.state.terminal:
             return cursor  # ended before our cursor: nothing more will ever come
-        with anyio.move_on_after(idle_every) as waited:
-            await store.wait(task_id, cursor)
-        if waited.cancelled_caught and idle is not None:
-            await idle()
+        await store.wait(task_id, cursor)
