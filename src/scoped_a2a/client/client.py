@@ -17,7 +17,6 @@ connection closed, nothing keeps running.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -28,6 +27,7 @@ import httpx
 import msgspec
 
 from ..protocol.errors import InvalidAgentResponse, UnsupportedOperation, VersionNotSupported
+from ..protocol.ids import new_id
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD, TrajectoryRead
 from ..protocol.types import (
     ListTasksRequest,
@@ -61,7 +61,7 @@ def user_message(
 ) -> Message:
     """A user message with one text part and a fresh id."""
     return Message(
-        message_id=uuid.uuid4().hex, role=Role.USER, parts=[Part(text=text)],
+        message_id=new_id(), role=Role.USER, parts=[Part(text=text)],
         context_id=context_id, task_id=task_id, metadata=metadata,
     )
 

@@ -8,13 +8,13 @@ checkpoint ends the agent.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import anyio
 
+from ..protocol.ids import new_id
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent, TrajectoryEvent
 from ..protocol.types import (
@@ -78,7 +78,7 @@ def _check_text(text: object) -> None:
 def agent_message(text: str, *, task_id: str, context_id: str) -> Message:
     _check_text(text)
     return Message(
-        message_id=uuid.uuid4().hex,
+        message_id=new_id(),
         role=Role.AGENT,
         parts=[Part(text=text)],
         task_id=task_id,
@@ -177,7 +177,7 @@ class RunContext:
             raise ValueError("an artifact needs text or data")
         if artifact_id is None:
             artifact_id = (
-                self._last_artifact_id if append and self._last_artifact_id else uuid.uuid4().hex
+                self._last_artifact_id if append and self._last_artifact_id else new_id()
             )
         self._last_artifact_id = artifact_id
         await self._emit(

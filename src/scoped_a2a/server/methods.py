@@ -11,7 +11,6 @@ no other holder is cancelled with reason ``hang-up``.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +25,7 @@ from ..protocol.errors import (
     ServerUnavailable,
     UnsupportedOperation,
 )
+from ..protocol.ids import new_id
 from ..protocol.jsonrpc import decode_params
 from ..protocol.method import BAD_LAST_EVENT_ID, MAX_EVENT_ID_DIGITS, Call, Method, Output
 from ..protocol.principal import ANONYMOUS, Principal, owner_key
@@ -189,8 +189,8 @@ class Methods:
                     principal=principal, owner=owner,
                 )
             return task, run, pos
-        task_id = uuid.uuid4().hex
-        context_id = msg.context_id or uuid.uuid4().hex
+        task_id = new_id()
+        context_id = msg.context_id or new_id()
         msg.task_id, msg.context_id = task_id, context_id
         task = Task(
             id=task_id,
