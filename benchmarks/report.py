@@ -212,6 +212,8 @@ def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None
     palette = {"a2a-sdk": "#d62728", "fasta2a": "#9467bd", "bare ASGI": "#7f7f7f"}
     for sc in scenarios:
         for system, backend, m, r in ratios(sc, [x for x in rows if x.scenario == sc.name]):
+            if system.startswith("scoped-a2a"):
+                continue  # scoped-a2a against itself (scenario 14: Redis / memory): tables only
             if not isinstance(r, float):
                 if system != "bare ASGI" and r not in ("n/a", "-"):
                     words[len(peers)] = r
@@ -257,3 +259,25 @@ def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def replot(json_path: Path, png_path: Path) -> None:
+    """Draw the plot again from a ``--json`` file (no benchmark is run)."""
+    from .scenarios import all_scenarios
+
+    data = json.loads(json_path.read_text())
+    fields = {"scenario", "system", "backend", "metric", "value", "unit", "role", "note"}
+    rows = [Row(**{k: v for k, v in r.items() if k in fields}) for r in data["rows"]
+            if not str(r.get("metric", "")).startswith("ratio:")]
+    plot(png_path, all_scenarios(), rows)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="python -m benchmarks.report FULL.json OUT.png: redraw the plot of a run")
+    parser.add_argument("json_path", type=Path)
+    parser.add_argument("png_path", type=Path)
+    args = parser.parse_args()
+    replot(args.json_path, args.png_path)
