@@ -9,10 +9,11 @@ bytes it is an error (:class:`FileExistsError`), because a file, once written, i
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import anyio
+
+from ..protocol.ids import new_id
 
 
 def write_once_sync(path: Path, data: bytes, *, durable: bool = False) -> bool:
@@ -24,7 +25,7 @@ def write_once_sync(path: Path, data: bytes, *, durable: bool = False) -> bool:
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    tmp = path.parent / f".{path.name}.{new_id()}.tmp"
     try:
         with open(tmp, "wb") as f:
             f.write(data)

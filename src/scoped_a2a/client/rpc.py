@@ -11,7 +11,6 @@ an unfinished request rather than reusing it.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
@@ -28,6 +27,7 @@ from ..protocol.errors import (
     Unauthenticated,
     error_from_code,
 )
+from ..protocol.ids import new_id
 from .errors import AgentHTTPError, AgentTimeout, AgentUnreachable
 
 
@@ -117,7 +117,7 @@ class RpcTransport:
 
     def _body(self, method: str, params: bytes) -> bytes:
         return (
-            b'{"jsonrpc":"2.0","id":"' + uuid.uuid4().hex.encode() + b'","method":'
+            b'{"jsonrpc":"2.0","id":"' + new_id().encode() + b'","method":'
             + msgspec.json.encode(method) + b',"params":' + params + b"}"
         )
 

@@ -48,7 +48,7 @@ def _deflate(data: bytes, zdict: bytes = b"") -> bytes:
     threshold, so every call maps and faults in fresh pages, ~45 µs even for a 400-byte snapshot,
     more than the compression itself. A window the size of the input finds the same matches (a
     match cannot reach further back than the input and dictionary go) in a state small enough
-    for the heap: ~3 µs for a small task, output of the same size. Decompression reads the
+    for the heap: ~3-10 µs for a small task, output of the same size. Decompression reads the
     window size from the stream's header, so nothing changes on the reading side.
     """
     wbits = min(15, max(9, (len(data) + len(zdict)).bit_length()))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 import weakref
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -28,6 +27,7 @@ import msgspec
 from coredis.exceptions import StreamDuplicateConsumerGroupError
 
 from ...protocol.errors import InvalidParams
+from ...protocol.ids import new_id
 from ...protocol.types import Message, Task
 from ..launcher import RunRegistry
 from . import scripts
@@ -105,7 +105,7 @@ class RunQueue:
         detach_reason: str,
         owner: str = "",
     ) -> None:
-        keys, args = self.store.create_args(task, uuid.uuid4().hex, owner)
+        keys, args = self.store.create_args(task, new_id(), owner)
         keys.append(self.key)
         args += [_encode(message), _encode(request_metadata), detach_reason]
         created = await self.conn.run(self._create, keys, args)

@@ -33,7 +33,6 @@ are recognised by their op id). Errors: ServerUnavailable when Redis is unreacha
 from __future__ import annotations
 
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +42,7 @@ import anyio
 import msgspec
 
 from ...protocol.errors import InvalidParams, TaskNotFound
+from ...protocol.ids import new_id
 from ...protocol.trajectory import LogEvent, TrajectoryEvent
 from ...protocol.types import (
     ListTasksRequest,
@@ -149,7 +149,7 @@ class RedisTaskStore(TaskStore):
         # Subscribed first: whoever created a task here follows it here (a blocking send, a
         # stream), and a position seen after the subscription needs no check later (.local).
         await self.conn.watch(task.id)
-        keys, args = self.create_args(task, uuid.uuid4().hex, owner)
+        keys, args = self.create_args(task, new_id(), owner)
         tick = self.conn.tick()
         created = await self.conn.run(self._create, keys, args)
         if created != 1:
@@ -180,7 +180,7 @@ class RedisTaskStore(TaskStore):
     async def append(self, task_id: str, event: LogEvent) -> int:
         encoded = _encode(event)
         kind = _KIND_OF[type(event)]
-        op = uuid.uuid4().hex
+        op = new_id()
         token = self._fences.get(task_id, "")
         keys = [
             self.keys.task(task_id), self.keys.log(task_id), self.keys.push(task_id),

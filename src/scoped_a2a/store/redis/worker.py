@@ -22,11 +22,11 @@ import logging
 import os
 import socket
 import time
-import uuid
 
 import anyio
 
 from ...protocol.errors import ServerUnavailable, UnsupportedOperation
+from ...protocol.ids import new_id
 from ...protocol.principal import principal_of_owner
 from ...runtime.run import Run
 from ...runtime.runner import Runner
@@ -53,7 +53,7 @@ class Worker:
         self.runner = runner
         self.concurrency = concurrency
         self.claim_idle = claim_idle
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{new_id()[:6]}"
         self.active = 0
         self._freed = anyio.Event()
 
@@ -104,7 +104,7 @@ class Worker:
 
     async def _job(self, job: Job) -> None:
         """Claim, execute and retire one run. Never raises (a failure leaves it queued)."""
-        token = f"{self.name}:{uuid.uuid4().hex[:8]}"
+        token = f"{self.name}:{new_id()[:8]}"
         try:
             await self._execute(job, token)
         except ServerUnavailable as exc:
