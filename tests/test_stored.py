@@ -35,7 +35,7 @@ from scoped_a2a.protocol.types import (
     TaskStatusUpdateEvent,
 )
 from scoped_a2a.server import gc_tuning
-from scoped_a2a.store import memory, packed
+from scoped_a2a.store import batched, cooling, memory, packed
 from scoped_a2a.store.memory import MemoryTaskStore
 
 from .helpers import rpc, served, sse_events, text_message
@@ -78,7 +78,15 @@ async def chatter(store: MemoryTaskStore, task_id: str, steps: int = 30, pad: in
 
 def is_packed(store: MemoryTaskStore, task_id: str) -> bool:
     # Reaching in on purpose: reads must not tell, so only the record can.
-    return isinstance(store._tasks[task_id].ended, packed.Packed)
+    return isinstance(store._tasks[task_id].ended, (packed.Packed, batched.InBatch))
+
+
+def alone_or_batched(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Make the store pack every task on its own (blocks), or every one in batches."""
+    if how == "alone":
+        monkeypatch.setattr(cooling, "SMALL_TASK_BYTES", -1)
+    else:
+        monkeypatch.setattr(cooling, "SMALL_TASK_BYTES", 1 << 30)
 
 
 async def every_read(store: MemoryTaskStore, task_id: str) -> list[Any]:
@@ -101,20 +109,29 @@ async def every_read(store: MemoryTaskStore, task_id: str) -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize("block_bytes", [64 << 10, 700])
+@pytest.mark.parametrize(("how", "block_bytes"),
+                         [("alone", 64 << 10), ("alone", 700), ("batched", 0)])
 async def test_a_packed_task_reads_exactly_as_it_did_plain(
-        monkeypatch: pytest.MonkeyPatch, block_bytes: int) -> None:
+        monkeypatch: pytest.MonkeyPatch, how: str, block_bytes: int) -> None:
     # 700-byte blocks: the log spans many blocks, so pages start and end inside them.
+    # Batched: the task shares one stream with the small tasks that end after it.
+    alone_or_batched(monkeypatch, how)
     monkeypatch.setattr(packed, "BLOCK_BYTES", block_bytes)
     store = MemoryTaskStore(max_events_per_task=50)  # the oldest events are dropped too
     await chatter(store, "t", pad=40)
     assert not is_packed(store, "t")  # the newest ended tasks stay plain
     before = await every_read(store, "t")
-    for i in range(memory.HOT_TASKS):
-        await chatter(store, f"later-{i}", steps=1)
-    assert is_packed(store, "t")
+    later = 0
+    while not is_packed(store, "t"):  # alone: the next end; batched: once a batch is full
+        await chatter(store, f"later-{later}", steps=1)
+        later += 1
+    # Alone: packed as soon as it is no longer among the newest; batched: once the small
+    # tasks gathered with it fill a batch.
+    assert later == cooling.HOT_TASKS if how == "alone" else later > cooling.HOT_TASKS
     assert await every_read(store, "t") == before
-    if block_bytes < 1000:
+    if how == "batched":
+        assert store._tasks["t"].ended.batch is store._tasks["later-0"].ended.batch  # type: ignore[union-attr]
+    elif block_bytes < 1000:
         assert len(store._tasks["t"].ended.blocks) > 5  # type: ignore[union-attr]
     # A reader's copy is its own: mutating it changes nothing stored.
     snap, _ = await store.get("t")
@@ -124,9 +141,9 @@ async def test_a_packed_task_reads_exactly_as_it_did_plain(
 
 async def test_a_large_task_is_packed_over_several_task_ends_and_readable_throughout(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory, "HOT_TASKS", 1)
-    monkeypatch.setattr(memory, "STEP_BYTES", 2000)
-    monkeypatch.setattr(memory, "MAX_STEP_BYTES", 2000)
+    monkeypatch.setattr(cooling, "HOT_TASKS", 1)
+    monkeypatch.setattr(cooling, "STEP_BYTES", 2000)
+    monkeypatch.setattr(cooling, "MAX_STEP_BYTES", 2000)
     monkeypatch.setattr(packed, "BLOCK_BYTES", 1000)
     store = MemoryTaskStore()
     await chatter(store, "big", pad=200)
@@ -141,9 +158,12 @@ async def test_a_large_task_is_packed_over_several_task_ends_and_readable_throug
     assert await every_read(store, "big") == reads
 
 
+@pytest.mark.parametrize("how", ["alone", "batched"])
 async def test_an_empty_log_and_a_log_cut_to_nothing_pack_too(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory, "HOT_TASKS", 0)
+        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    alone_or_batched(monkeypatch, how)
+    monkeypatch.setattr(cooling, "BATCH_BYTES", 1)  # a batch of one: packed at its end
+    monkeypatch.setattr(cooling, "HOT_TASKS", 0)
     store = MemoryTaskStore(max_events_per_task=1)
     await store.create(new_task("one"))
     await store.append("one", status("one", TaskState.WORKING, "a"))
@@ -193,9 +213,9 @@ async def test_the_budget_counts_packed_tasks_as_held_and_still_evicts_oldest_fi
 
 async def test_a_task_evicted_while_being_packed_is_dropped_cleanly(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory, "HOT_TASKS", 0)
-    monkeypatch.setattr(memory, "STEP_BYTES", 500)
-    monkeypatch.setattr(memory, "MAX_STEP_BYTES", 500)
+    monkeypatch.setattr(cooling, "HOT_TASKS", 0)
+    monkeypatch.setattr(cooling, "STEP_BYTES", 500)
+    monkeypatch.setattr(cooling, "MAX_STEP_BYTES", 500)
     monkeypatch.setattr(packed, "BLOCK_BYTES", 500)
     store = MemoryTaskStore(max_ended_tasks=2)
     for i in range(6):
@@ -251,7 +271,7 @@ async def http_reads(client: httpx.AsyncClient, url: str, task_id: str) -> list[
 
 async def test_every_read_over_http_answers_the_same_after_packing(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory, "HOT_TASKS", 2)
+    monkeypatch.setattr(cooling, "HOT_TASKS", 2)
     store = MemoryTaskStore()
     app = A2AApp(chatty, store=store)
     async with served(app) as url, httpx.AsyncClient(timeout=10) as client:

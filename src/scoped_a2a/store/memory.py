@@ -40,7 +40,9 @@ from ..protocol.types import (
     TaskStatusUpdateEvent,
 )
 from .base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
-from .packed import Frozen, Packed, Packer
+from .batched import InBatch
+from .cooling import Cooling
+from .packed import Frozen, Packed
 from .snapshot import apply_event
 
 _encoder = msgspec.json.Encoder()
@@ -76,26 +78,14 @@ def _encode(obj: Any) -> bytes:
     return memoryview(encoded).tobytes() if len(encoded) > COMPACT_ABOVE else encoded
 
 
-ENDED_TASK_OVERHEAD = 1024
+ENDED_TASK_OVERHEAD = 640
 """Bytes counted per ended task on top of what holds its JSON (plain or packed): its record,
-ids, index entries (measured with tracemalloc: ~600-900)."""
+ids, index entries (measured with tracemalloc, ids as the server makes them: ~500)."""
 
 ENDED_EVENT_OVERHEAD = 128
 """Bytes counted per kept log event of an ended task not yet packed, on top of its JSON: the
 bytes object's header, the allocator's rounding of a small one, its slot in the tuple
 (measured: ~110)."""
-
-HOT_TASKS = 64
-"""Ended tasks kept as plain JSON before the oldest of them is packed (compressed): a caller
-reading the task that just ended (a blocking send's answer, a follower's last page) pays no
-decompression, and packing happens one task end later than the reads that come with it."""
-
-STEP_BYTES = 256 << 10
-MAX_STEP_BYTES = 1 << 20
-"""JSON bytes packed per task end: at least ``STEP_BYTES``, and as much as the task that just
-ended held, so packing keeps up with what ends, up to ``MAX_STEP_BYTES`` (a few ms of zlib at
-most per call; a larger task is packed over several task ends and stays readable meanwhile)."""
-
 
 _NO_EVENTS: deque[LogEntry] = deque(maxlen=0)  # what an ended task has in place of its deque
 
@@ -122,7 +112,8 @@ class _Record:
         # events.
         self.push: dict[str, TaskPushNotificationConfig] | None = None
         self.pins = 0  # readers waiting since before the task ended (see ``wait``)
-        self.ended: Frozen | Packed | None = None  # filled in when the task ends (``freeze``)
+        # Filled in when the task ends (``freeze``), packed later (``MemoryTaskStore._pack``).
+        self.ended: Frozen | Packed | InBatch | None = None
         self.first = 1
         self.size = 0
         # What ListTasks filters on, kept apart so filtering decodes nothing.
@@ -222,8 +213,7 @@ class MemoryTaskStore(TaskStore):
         self._tasks: dict[str, _Record] = {}
         self._ended: OrderedDict[str, None] = OrderedDict()  # oldest-ended first
         self._ended_bytes = 0
-        self._cooling: deque[str] = deque()  # ended tasks not yet packed, oldest-ended first
-        self._packer: tuple[str, _Record, Packer] | None = None  # the task being packed
+        self._cooling = Cooling(self._plain)  # ended tasks on their way to being packed
         self._seq = itertools.count(1)
 
     def __len__(self) -> int:
@@ -269,41 +259,25 @@ class MemoryTaskStore(TaskStore):
         if task.status.state.terminal:
             self._ended_bytes += rec.freeze()
             self._ended[task_id] = None
-            self._cooling.append(task_id)
+            self._cooling.ended(task_id)
             self._evict(task_id)
             self._pack(rec.size)
         rec.wake()
         return rec.last
 
-    def _pack(self, ended_size: int) -> None:
-        """Pack (compress) ended tasks beyond the ``HOT_TASKS`` newest, oldest first, for about
-        ``ended_size`` bytes of JSON (see ``STEP_BYTES``); a task evicted meanwhile is skipped.
+    def _plain(self, task_id: str) -> tuple[_Record, Frozen] | None:
+        """The record and plain JSON of an ended task still here and not packed yet."""
+        rec = self._tasks.get(task_id)
+        return (rec, rec.ended) if rec is not None and isinstance(rec.ended, Frozen) else None
 
-        A packed task that would count more than it did plain (incompressible JSON) stays plain.
-        """
-        budget = min(MAX_STEP_BYTES, max(STEP_BYTES, ended_size))
-        while budget > 0:
-            if self._packer is None:
-                while len(self._cooling) > HOT_TASKS:
-                    task_id = self._cooling.popleft()
-                    rec = self._tasks.get(task_id)
-                    if rec is not None and isinstance(rec.ended, Frozen):
-                        self._packer = (task_id, rec, Packer(rec.ended))
-                        break
-                else:
-                    return
-            assert self._packer is not None
-            task_id, rec, packer = self._packer
-            budget -= packer.step(budget)
-            if packer.done is None:
-                continue
-            self._packer = None
-            # Evicted meanwhile: the record is no longer in the store, and the result is dropped.
-            if self._tasks.get(task_id) is rec and rec.ended is packer.frozen:
-                size = packer.done.size() + ENDED_TASK_OVERHEAD
-                if size < rec.size:
-                    self._ended_bytes += size - rec.size
-                    rec.ended, rec.size = packer.done, size
+    def _pack(self, ended_size: int) -> None:
+        """Pack what has cooled (cooling.py); keep each packed form whose task is still here
+        and plain, and counts less packed (incompressible JSON stays plain)."""
+        for rec, frozen, packed in self._cooling.pack(ended_size):
+            size = packed.size() + ENDED_TASK_OVERHEAD
+            if rec.ended is frozen and size < rec.size:  # (an evicted task's ``ended`` is None)
+                self._ended_bytes += size - rec.size
+                rec.ended, rec.size = packed, size
 
     def _evict(self, newest: str) -> None:
         """Evict oldest-ended tasks until both caps hold again.
@@ -330,6 +304,7 @@ class MemoryTaskStore(TaskStore):
             del self._ended[task_id]
             rec = self._tasks.pop(task_id)
             self._ended_bytes -= rec.size
+            rec.ended = None  # the bytes go now, even if a packing in progress still holds rec
             rec.wake()  # waiters re-read and learn the task is gone
 
     async def read(

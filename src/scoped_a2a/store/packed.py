@@ -1,5 +1,7 @@
 """How the memory store keeps an ended task: as its JSON, then (once it has cooled) compressed.
 
+(Small tasks are packed several to a stream instead: :mod:`.batched`.)
+
 An ended task never changes, so it is kept as bytes, not objects: the snapshot's JSON and each
 retained log event's JSON (:class:`Frozen`). Those bytes repeat themselves heavily (every event
 of a task carries the same task id, context id, state names and field names), so once a task has
@@ -59,8 +61,9 @@ def _deflate(data: bytes, zdict: bytes = b"") -> bytes:
 
 def _offsets(sizes: Sequence[int]) -> array[int]:
     """Cumulative end offsets, in the narrowest array type that holds the total."""
+    total = sum(sizes)
+    ends = array("H" if total < 1 << 16 else "I" if total < 1 << 32 else "Q")
     total = 0
-    ends = array("I" if sum(sizes) < 1 << 32 else "Q")
     for size in sizes:
         total += size
         ends.append(total)
