@@ -7,6 +7,10 @@ for the Task snapshot every subscription begins with. The server's resident memo
 the cost of one idle open stream (server, HTTP stack and framework together). Then the go-file
 appears and the agent emits its events 20 ms apart, each stamped with its emit time; delivery
 latency is receipt minus stamp, over every subscriber and every event.
+
+The bare ASGI rows (benchmarks/peers/bare_server.py) broadcast the same stamped events with no
+framework: each subscription is one request coroutine waiting on a shared event. They are each
+server's floor for an idle stream's memory and its ceiling for delivery.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 
 from ..core import Bench, Metric, Scenario, percentile
 from ..loadgen import Conn, RequestTemplate, connect, connect_many, http_request, rpc_body
-from ..systems import FASTA2A, SCOPED, SDK, ServerProcess, System
+from ..systems import BARE, FASTA2A, SCOPED, SDK, ServerProcess, System
 
 INTERVAL = 0.02
 STAMP = b"@T"
@@ -42,7 +46,7 @@ class Fanout(Scenario):
              "open, divided by N (noisy at N=10).")
 
     def systems(self) -> list[System]:
-        return [*SCOPED, *SDK, *FASTA2A]
+        return [*SCOPED, *SDK, *FASTA2A, *BARE]
 
     async def run(self, bench: Bench) -> None:
         async with bench.servers(self.systems()) as running:
