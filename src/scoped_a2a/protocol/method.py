@@ -60,7 +60,14 @@ class Output:
         raise NotImplementedError
 
     def write_deadline(self) -> AbstractContextManager[None]:
-        """Bound the stream's writes (raises ``SlowConsumer`` when one makes no progress)."""
+        """Bound the stream's writes (raises ``SlowConsumer`` when one makes no progress).
+
+        The block also ends, quietly, when a keep-alive falls due (:meth:`rest`)."""
+        raise NotImplementedError
+
+    def rest(self, seconds: float) -> None:
+        """Before waiting inside :meth:`write_deadline`: end that block quietly if the stream
+        writes nothing for ``seconds`` from its last write (a keep-alive is then due)."""
         raise NotImplementedError
 
     def last_write(self) -> float:

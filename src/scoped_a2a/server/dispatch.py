@@ -97,6 +97,9 @@ class Responder(Output):
     def write_deadline(self) -> AbstractContextManager[None]:
         return self._sse.write_deadline()
 
+    def rest(self, seconds: float) -> None:
+        self._sse.rest(seconds)
+
     def last_write(self) -> float:
         return self._sse.last_write
 

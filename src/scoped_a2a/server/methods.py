@@ -240,7 +240,7 @@ class Methods:
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         task, run, pos = await self._begin(req, call.dialect.v1, call.principal)
-        with out.write_deadline(), run.hold():
+        with run.hold():
             # Not from the shared cache: _begin may have awaited after reading this snapshot,
             # which the store changes in place as events are appended, so it is not certain to
             # be exactly "the task as of pos" that others could share. One stream, one copy.
@@ -273,37 +273,41 @@ class Methods:
         """
         dialect = call.dialect
         with_trajectory = TRAJECTORY_EXTENSION_URI in call.extensions
-        every = self.keepalive_every
         cursor = after
         while True:
-            page = await self.store.read(task_id, cursor)
-            if page.entries:
-                end = ends_stream(page)
-                entries = page.entries if end is None else [
-                    e for e in page.entries if e.position <= end]
-                if page.first_retained > cursor + 1:
-                    # Events we never sent were dropped by the per-task cap: restart from the
-                    # snapshot, which reflects all of them.
-                    task, pos = await self.store.get(task_id)
-                    await out.event(self.frames.task(dialect, task, pos),
-                                    page.first_retained - 1)
-                # Every new event this reader found goes out together (few writes, not one
-                # per event: a reader that fell behind catches up in one go).
-                await out.events([
-                    (self.frames.event(dialect, task_id, entry), entry.position)
-                    for entry in entries
-                    if with_trajectory or not isinstance(entry.event, TrajectoryEvent)])
-                if end is not None:
-                    return
-                cursor = page.next
-                if page.has_more:
-                    continue
-            elif page.task.status.state.terminal:
-                return  # ended before our cursor: nothing more will ever come
-            with anyio.move_on_at(out.last_write() + every):
-                await self.store.wait(task_id, cursor)
-            if anyio.current_time() >= out.last_write() + every:
-                await out.keepalive()
+            # One write deadline per stretch between keep-alives (sse.py): it bounds each write,
+            # and while the stream waits it is the keep-alive's time; then the block ends.
+            with out.write_deadline():
+                while True:
+                    page = await self.store.read(task_id, cursor)
+                    if page.entries:
+                        end = ends_stream(page)
+                        entries = page.entries if end is None else [
+                            e for e in page.entries if e.position <= end]
+                        if page.first_retained > cursor + 1:
+                            # Events we never sent were dropped by the per-task cap: restart
+                            # from the snapshot, which reflects all of them.
+                            task, pos = await self.store.get(task_id)
+                            await out.event(self.frames.task(dialect, task, pos),
+                                            page.first_retained - 1)
+                        # Every new event this reader found goes out together (few writes,
+                        # not one per event: a reader that fell behind catches up in one go).
+                        await out.events([
+                            (self.frames.event(dialect, task_id, entry), entry.position)
+                            for entry in entries
+                            if with_trajectory or not isinstance(entry.event, TrajectoryEvent)])
+                        if end is not None:
+                            return
+                        cursor = page.next
+                        if page.has_more:
+                            continue
+                    elif page.task.status.state.terminal:
+                        return  # ended before our cursor: nothing more will ever come
+                    out.rest(self.keepalive_every)
+                    await self.store.wait(task_id, cursor)
+            # Nothing written for keepalive_every seconds (the cursor is where it was: events
+            # that arrived as the block ended are read again after the keep-alive).
+            await out.keepalive()
 
     # --- reading --------------------------------------------------------------------------
 
@@ -346,7 +350,7 @@ class Methods:
             )
         run = self.runner.get(task.id)
         hold = run.hold() if run is not None else _no_hold()
-        with out.write_deadline(), hold:
+        with hold:
             if resume is None:
                 await out.event(self.frames.task(call.dialect, task, pos), pos)
                 after = pos

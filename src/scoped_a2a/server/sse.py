@@ -14,8 +14,14 @@ bytes object, which for a 1 MiB snapshot was 1 MiB per stuck client).
 
 Clients that stop reading: the stream has ONE write deadline (:meth:`SSEWriter.write_deadline`),
 armed while a write is in progress and disarmed when it completes, rather than a new
-``fail_after`` per write. Where the server's write can be interrupted (hypercorn's asyncio worker,
-uvicorn) it ends the stream with :class:`SlowConsumer` after ``write_timeout`` without progress.
+``fail_after`` per write. The same scope times the keep-alives: while the stream waits for the
+next event, its deadline is when a keep-alive falls due (:meth:`SSEWriter.rest`); reaching it ends
+the block quietly, and the caller writes the keep-alive and enters a new block. So a waiting stream
+holds one scope and a wake-up creates none (a scope per wait cost a third of a fan-out's CPU
+per delivered event on asyncio).
+
+Where the server's write can be interrupted (hypercorn's asyncio worker, uvicorn) the deadline
+ends the stream with :class:`SlowConsumer` after ``write_timeout`` without progress.
 hypercorn's trio worker shields its socket writes, so no deadline in the app can interrupt them;
 there the kernel does it (``TCP_USER_TIMEOUT`` set by :func:`~scoped_a2a.server.serve.serve`):
 the connection is aborted, hypercorn delivers ``http.disconnect`` and the stream is cancelled.
@@ -46,6 +52,10 @@ class SlowConsumer(Exception):
     """The client took no bytes within the write timeout; its stream is closed."""
 
 
+class _KeepaliveDue(Exception):
+    """The rest deadline passed before the stream's next write began (ends the block)."""
+
+
 class SSEWriter:
     """Writes one SSE response. Not safe for concurrent use: one task writes a stream."""
 
@@ -53,6 +63,7 @@ class SSEWriter:
         self._send = send
         self._write_timeout = write_timeout
         self._deadline: anyio.CancelScope | None = None
+        self._resting = False  # the deadline is the keep-alive's (set by rest(), not a write)
         self.started = False
         self.events_sent = 0
         self.last_write = -math.inf
@@ -62,19 +73,39 @@ class SSEWriter:
     def write_deadline(self) -> Iterator[None]:
         """Bound every write made inside this block by ``write_timeout`` (one scope, re-armed).
 
-        On expiry the block is cancelled (the run holds it took are released on the way out)
-        and :class:`SlowConsumer` is raised. A write the server shields from cancellation is
-        not interrupted; the block ends once it returns (see the module docstring). Cancellation
-        from outside (a hang-up) passes through unchanged.
+        On expiry the block is cancelled and :class:`SlowConsumer` is raised. A write the server
+        shields from cancellation is not interrupted; the block ends once it returns (see the
+        module docstring). When a deadline set by :meth:`rest` passes instead, the block ends
+        quietly (the code after it writes the keep-alive). Cancellation from outside (a hang-up)
+        passes through unchanged. Blocks nest: the outer one bounds writes again after.
         """
+        outer = self._deadline
         with anyio.CancelScope() as scope:
-            self._deadline = scope
+            self._deadline, self._resting = scope, False
             try:
                 yield
+            except _KeepaliveDue:
+                pass
             finally:
-                self._deadline = None
-        if scope.cancelled_caught:
+                self._deadline = outer
+        if scope.cancelled_caught and not self._resting:
             raise SlowConsumer
+        self._resting = False
+
+    def rest(self, seconds: float) -> None:
+        """Let the current :meth:`write_deadline` block end quietly once the stream has written
+        nothing for ``seconds`` (from its last write); the next write disarms it.
+
+        Arm it right before waiting for the next event: then it can only pass while the stream
+        waits, or before the first write after the wait (which then writes nothing and ends the
+        block instead), never between the writes of one event. Synchronous (no checkpoint).
+        """
+        deadline = self._deadline
+        assert deadline is not None, "rest() is for use inside write_deadline()"
+        self._resting = True
+        at = self.last_write + seconds
+        if deadline.deadline != at:  # re-arming at the same time would cost a timer for nothing
+            deadline.deadline = at
 
     async def start(self) -> None:
         """Send the response headers now (a stream with nothing to send yet says it is open)."""
@@ -98,6 +129,10 @@ class SSEWriter:
             if alone.cancelled_caught:
                 raise SlowConsumer
             return
+        if self._resting:
+            if deadline.cancel_called:
+                raise _KeepaliveDue  # nothing of this wake-up written yet: the caller re-reads
+            self._resting = False
         deadline.deadline = anyio.current_time() + self._write_timeout
         try:
             if not self.started:
