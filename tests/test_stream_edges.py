@@ -1,5 +1,6 @@
-"""Stream edges: a malformed Last-Event-ID, keep-alives on streams that filter events out, and
-headers sent at once when a resumed stream has nothing to send yet. Real hypercorn, both workers.
+"""Stream edges: a malformed Last-Event-ID, keep-alives on streams that filter events out or
+whose events meet a keep-alive deadline, and headers sent at once when a resumed stream has
+nothing to send yet. Real hypercorn, both workers.
 """
 
 from __future__ import annotations
@@ -122,3 +123,41 @@ async def test_big_events_arrive_whole_in_both_dialects(v1: bool) -> None:
              for p in (body["result"].get("artifactUpdate", body["result"]).get("artifact")
                        or {}).get("parts", [])]
     assert "y" * (300 << 10) in texts
+
+
+async def jittery_agent(ctx: RunContext) -> str:
+    """Status updates about as far apart as the keep-alive interval, some just before it falls
+    due and some just after (so wake-ups and keep-alive deadlines meet)."""
+    for i in range(40):
+        await ctx.working(f"step {i}")
+        await anyio.sleep(0.02 + 0.002 * (i % 10))
+    return "done"
+
+
+async def test_events_meeting_a_keep_alive_deadline_arrive_once_each_in_order() -> None:
+    """The keep-alive ends the stream's wait (sse.py: the write deadline doubles as the
+    keep-alive's); an event that wakes the stream as it falls due is written after the keep-alive
+    exactly once, on a sender's stream and on a subscriber's."""
+    app = A2AApp(jittery_agent, keepalive=0.03)
+    streams: dict[str, list[str]] = {"sent": [], "subscribed": []}
+
+    async def read(client: httpx.AsyncClient, url: str, req: dict[str, object],
+                   out: list[str]) -> None:
+        async with client.stream("POST", url, json=req, headers={"A2A-Version": "1.0"}) as resp:
+            async for line in resp.aiter_lines():
+                if line.startswith((":", "id:")):
+                    out.append(line)
+
+    async with served(app) as url, httpx.AsyncClient(timeout=20) as client:
+        task_id = await _start(client, url)
+        send = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                "params": {"message": text_message("go")}}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read, client, url, send, streams["sent"])
+            tg.start_soon(read, client, url, _subscribe(task_id), streams["subscribed"])
+    for name, lines in streams.items():
+        ids = [int(line[3:]) for line in lines if line.startswith("id:")]
+        assert ids and ids == list(range(ids[0], ids[0] + len(ids))), (name, ids)
+        assert ids[-1] == 42, name  # submitted, working, 40 updates, completed
+        assert any(line.startswith(":") for line in lines), name  # keep-alives fell due
+    assert next(line for line in streams["sent"] if line.startswith("id:")) == "id: 0"
