@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from scoped_a2a.protocol.errors import TaskNotFound
-from scoped_a2a.protocol.trajectory import TrajectoryEvent
+from scoped_a2a.protocol.trajectory import LogEvent, TrajectoryEvent
 from scoped_a2a.protocol.types import Task, TaskState, TaskStatus, TaskStatusUpdateEvent
 from scoped_a2a.store.base import TaskEnded
 from scoped_a2a.store.memory import MemoryTaskStore
@@ -73,3 +74,27 @@ async def test_unknown_tasks_are_not_found() -> None:
     for call in (store.get("x"), store.read("x", 0), store.wait("x", 0)):
         with pytest.raises(TaskNotFound):
             await call
+
+
+async def test_the_memory_store_never_waits_as_it_says_and_a_subclass_may() -> None:
+    """``may_suspend`` False lets a send and a run skip shields (no cancellation can land where
+    nothing waits): every method it speaks for returns inside an already-cancelled scope."""
+    store = MemoryTaskStore()
+    assert store.may_suspend is False
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await store.create(task("t"), owner="alice")
+        await store.append("t", status("t", TaskState.WORKING))
+        await store.get("t")
+        await store.check_owner("t", "alice")
+        assert await store.owner_of("t") == "alice"
+        await store.append("t", status("t", TaskState.COMPLETED))
+        await store.get("t")
+    assert not scope.cancelled_caught  # nothing reached a checkpoint
+
+    class Slow(MemoryTaskStore):
+        async def append(self, task_id: str, event: LogEvent) -> int:
+            await anyio.sleep(0)
+            return await super().append(task_id, event)
+
+    assert Slow().may_suspend is True  # an override may wait: callers keep their shields

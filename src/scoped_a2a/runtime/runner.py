@@ -343,6 +343,9 @@ class Runner:
                 log.warning("run of task %s stopped (%s); left for redelivery",
                             run.task_id, reason)
                 reason = "redeliver"
+            elif not self.store.may_suspend:
+                # The store's append cannot wait: nothing for a shield or deadline to guard.
+                await self._record_end(run, state, text, reason, error_id=error_id)
             else:
                 with anyio.move_on_after(RECORD_TIMEOUT, shield=True) as recording:
                     await self._record_end(run, state, text, reason, error_id=error_id)

@@ -136,6 +136,12 @@ class Methods:
         is resolved within ``connect_timeout``; store operations have their own deadlines), so
         the shield cannot hold a request forever.
         """
+        cfg = req.configuration
+        if not self.store.may_suspend and (cfg is None or cfg.task_push_notification_config
+                                           is None):
+            # Nothing in here can wait (no push URL to resolve, a store that never waits), so
+            # no cancellation can land in it and a shield would guard nothing.
+            return await self._begin_unshielded(req, v1, principal)
         with anyio.move_on_after(BEGIN_DEADLINE, shield=True):
             return await self._begin_unshielded(req, v1, principal)
         raise ServerUnavailable(f"setting up the send took over {BEGIN_DEADLINE:g} s; try again")

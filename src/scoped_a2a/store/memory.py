@@ -87,6 +87,9 @@ ENDED_EVENT_OVERHEAD = 128
 bytes object's header, the allocator's rounding of a small one, its slot in the tuple
 (measured: ~110)."""
 
+_NEVER_WAIT = ("create", "append", "get", "owner_of", "check_owner")
+"""The methods ``may_suspend`` speaks for: none of this class's awaits anything."""
+
 _NO_EVENTS: deque[LogEntry] = deque(maxlen=0)  # what an ended task has in place of its deque
 
 
@@ -215,6 +218,13 @@ class MemoryTaskStore(TaskStore):
         self._ended_bytes = 0
         self._cooling = Cooling(self._plain)  # ended tasks on their way to being packed
         self._seq = itertools.count(1)
+        # This class's own methods never wait; a subclass's overrides may (tests gate them).
+        self._may_suspend = any(getattr(type(self), name) is not getattr(MemoryTaskStore, name)
+                                for name in _NEVER_WAIT)
+
+    @property
+    def may_suspend(self) -> bool:
+        return self._may_suspend
 
     def __len__(self) -> int:
         return len(self._tasks)
