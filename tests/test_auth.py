@@ -331,8 +331,9 @@ async def test_jwks_file_rotation_and_the_verified_token_cache(
         os.utime(path, (st.st_atime, st.st_mtime + 5))
         assert (await post(client, url, token, "ListTasks", {}))[0] == "401"
         assert (await post(client, url, new.token("alice"), "ListTasks", {}))[0] == "ok"
-        # A cached token still expires on time.
-        short = new.token("alice", exp_in=1)
+        # A cached token still expires on time. (exp is whole seconds from a truncated now, so
+        # a token "valid for 2 s" may have just over 1 s left when it is made.)
+        short = new.token("alice", exp_in=2)
         assert (await post(client, url, short, "ListTasks", {}))[0] == "ok"
         await anyio.sleep(2.1)
         assert (await post(client, url, short, "ListTasks", {}))[0] == "401"
