@@ -80,6 +80,7 @@ class SSEWriter:
         passes through unchanged. Blocks nest: the outer one bounds writes again after.
         """
         outer = self._deadline
+        rested = False
         with anyio.CancelScope() as scope:
             self._deadline, self._resting = scope, False
             try:
@@ -87,10 +88,11 @@ class SSEWriter:
             except _KeepaliveDue:
                 pass
             finally:
-                self._deadline = outer
-        if scope.cancelled_caught and not self._resting:
+                # However the block ends, what follows (an error event, a keep-alive) writes
+                # under the outer deadline, not resting.
+                rested, self._resting, self._deadline = self._resting, False, outer
+        if scope.cancelled_caught and not rested:
             raise SlowConsumer
-        self._resting = False
 
     def rest(self, seconds: float) -> None:
         """Let the current :meth:`write_deadline` block end quietly once the stream has written
