@@ -26,8 +26,11 @@ from typing import Any
 HEAD, BODY, CHUNK_SIZE, CHUNK_DATA, CHUNK_TRAILER, UNTIL_CLOSE = range(6)
 
 
-class ConnectionClosed(Exception):
-    """The server closed the connection before the response was complete."""
+class ConnectionClosed(ConnectionError):
+    """The server closed the connection before the response was complete.
+
+    A ConnectionError, so the callers that retry a dropped connection (the soak's counts through
+    the fault-injecting proxy, the readiness poll) retry this too."""
 
 
 def rpc_body(method: str, params: Any, *, rpc_id: int | str = 1) -> bytes:
