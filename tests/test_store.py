@@ -98,3 +98,9 @@ async def test_the_memory_store_never_waits_as_it_says_and_a_subclass_may() -> N
             return await super().append(task_id, event)
 
     assert Slow().may_suspend is True  # an override may wait: callers keep their shields
+
+    class Queued(MemoryTaskStore):
+        def run_launcher(self) -> None:  # a durable queue would go here; sends wait on it
+            return None
+
+    assert Queued().may_suspend is True

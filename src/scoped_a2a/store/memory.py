@@ -87,8 +87,9 @@ ENDED_EVENT_OVERHEAD = 128
 bytes object's header, the allocator's rounding of a small one, its slot in the tuple
 (measured: ~110)."""
 
-_NEVER_WAIT = ("create", "append", "get", "owner_of", "check_owner")
-"""The methods ``may_suspend`` speaks for: none of this class's awaits anything."""
+_NEVER_WAIT = ("create", "append", "get", "owner_of", "check_owner", "run_launcher")
+"""The methods ``may_suspend`` speaks for: none of this class's awaits anything (and it has no
+run launcher, whose durable queue a send would wait on)."""
 
 _NO_EVENTS: deque[LogEntry] = deque(maxlen=0)  # what an ended task has in place of its deque
 
