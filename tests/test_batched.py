@@ -22,7 +22,7 @@ from scoped_a2a.protocol.types import ListTasksRequest, TaskState
 from scoped_a2a.store import batched, cooling
 from scoped_a2a.store.memory import MemoryTaskStore
 
-from .test_stored import alone_or_batched, chatter, every_read, is_packed, new_task, status
+from .stored_tasks import alone_or_batched, chatter, every_read, is_packed, new_task, status
 
 pytestmark = pytest.mark.anyio
 

@@ -70,10 +70,6 @@ class Output:
         writes nothing for ``seconds`` from its last write (a keep-alive is then due)."""
         raise NotImplementedError
 
-    def last_write(self) -> float:
-        """``anyio.current_time()`` of the stream's last accepted write (keep-alives follow it)."""
-        raise NotImplementedError
-
     def answer_on_hangup(self, answer: Callable[[float], Awaitable[bytes]]) -> None:
         """Register how to answer if the caller hangs up first (a half-close looks the same).
 

@@ -100,9 +100,6 @@ class Responder(Output):
     def rest(self, seconds: float) -> None:
         self._sse.rest(seconds)
 
-    def last_write(self) -> float:
-        return self._sse.last_write
-
     async def final_write(self, write: Callable[[], Awaitable[None]]) -> None:
         """Run ``write`` (the final answer's sends) shielded, within ``write_timeout``."""
         with anyio.move_on_after(self.write_timeout, shield=True):

@@ -137,8 +137,8 @@ class Methods:
         the shield cannot hold a request forever.
         """
         cfg = req.configuration
-        if not self.store.may_suspend and (cfg is None or cfg.task_push_notification_config
-                                           is None):
+        push = cfg.task_push_notification_config if cfg is not None else None
+        if push is None and not self.store.may_suspend:
             # Nothing in here can wait (no push URL to resolve, a store that never waits), so
             # no cancellation can land in it and a shield would guard nothing.
             return await self._begin_unshielded(req, v1, principal)

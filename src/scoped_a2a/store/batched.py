@@ -2,12 +2,12 @@
 
 Packing a small task on its own (:mod:`.packed`) costs two zlib streams per task, and each stream
 costs more to set up than a task of a kilobyte takes to compress: ~30 µs per task in a busy
-server, about a seventh of a whole blocking send. Small tasks also repeat each other (the same
-field names, states and message shapes), which a stream of one task cannot use. So the memory
-store gathers small cooled tasks (each at most ``SMALL_TASK_BYTES`` of JSON) and packs them
-together once they hold ``BATCH_BYTES``: each task's snapshot JSON then its events' JSON, end to
-end, compressed as one stream (:class:`Batch`). Measured on the echo agent's tasks: ~1.5 µs per
-task to pack, ~130 compressed bytes per task instead of ~330.
+server, about a fifth of our layer's CPU per blocking send. Small tasks also repeat each other
+(the same field names, states and message shapes), which a stream of one task cannot use. So the
+memory store gathers small cooled tasks and packs them together (which and when:
+:mod:`.cooling`): each task's snapshot JSON then its events' JSON, end to end, compressed as one
+stream (:class:`Batch`). Measured on the echo agent's tasks: ~1.5 µs per task to pack, ~130
+compressed bytes per task instead of ~330.
 
 Each task keeps a :class:`InBatch`: where its bytes lie in the batch's JSON, its events' end
 offsets and kinds. It answers the reads :class:`.packed.Frozen` answers, from the same bytes.
@@ -29,17 +29,10 @@ from collections.abc import Sequence
 
 from .packed import Frozen, _deflate, _offsets
 
-SMALL_TASK_BYTES = 4 << 10
-"""An ended task with at most this much JSON (snapshot plus kept events) is packed in a batch;
-a larger one on its own, in blocks (:class:`.packed.Packer`)."""
-
-BATCH_BYTES = 32 << 10
-"""JSON bytes gathered before a batch is packed: enough tasks to share one stream's set-up and
-repetitions (~25 of the echo agent's), few enough that reading one decompresses in ~30 µs."""
-
 IN_BATCH_OVERHEAD = 240
-"""Bytes counted per task in a batch beyond its share of the compressed bytes: its
-:class:`InBatch`, offsets array and kinds (measured with tracemalloc: ~200-230)."""
+"""Bytes counted per task in a batch beyond its share of the compressed bytes and the data of
+its offsets and kinds: the objects holding them (its :class:`InBatch`, the array, the bytes;
+measured with tracemalloc: ~200-230)."""
 
 
 class Batch:
