@@ -66,3 +66,29 @@ async def test_a_write_disarms_the_rest_and_a_stuck_write_is_a_slow_consumer() -
         sink.stall = True
         await writer.event(b"{}", 3)  # the client stops reading: the write timeout
     assert len(sink.bodies) == 2  # events 1 and 2; the stuck third never went out
+
+
+async def test_a_keep_alive_the_client_does_not_take_is_a_slow_consumer() -> None:
+    sink = Sink()
+    writer = SSEWriter(sink.send, write_timeout=0.2)
+    await writer.event(b"{}", 1)
+    with anyio.fail_after(2):
+        with writer.write_deadline():
+            writer.rest(0.01)
+            await anyio.sleep_forever()
+        sink.stall = True  # the client stopped reading while the stream was idle
+        with pytest.raises(SlowConsumer):
+            await writer.keepalive()  # outside any block: bounded by its own deadline
+
+
+async def test_a_hang_up_while_resting_is_a_cancellation_not_a_quiet_end() -> None:
+    sink = Sink()
+    writer = SSEWriter(sink.send, write_timeout=5)
+    await writer.event(b"{}", 1)
+    with anyio.CancelScope() as request:  # the request's scope, cancelled by the watcher
+        with writer.write_deadline():
+            writer.rest(10)
+            request.cancel()
+            await anyio.sleep_forever()
+        pytest.fail("the hang-up was taken for a rest")
+    assert request.cancelled_caught
