@@ -382,7 +382,7 @@ async def test_bad_requests_get_clear_errors_and_disturb_nothing(
                 assert "POST" in response.json()["error"]
                 response = await client.post(url + "rpc", json=call("GetTask", {"id": "x"}))
                 assert response.status_code == 404, response.text
-                assert "'/rpc'" in response.json()["error"]
+                assert "'/rpc'" in response.json()["error"]["message"]
                 response = await client.post(url + ".well-known/agent-card.json", json={})
                 assert response.status_code == 405, response.text
             # (the task group waited for the stream to end)

@@ -54,13 +54,28 @@ def owner_key(principal: Principal, tenant: str | None) -> str:
     tenant is not found from another. Raises PermissionDenied when the principal is limited to
     other tenants, InvalidParams for a tenant that cannot be one.
     """
+    if tenant:
+        check_tenant(tenant)
     if principal.tenants is not None and (tenant or "") not in principal.tenants:
         raise PermissionDenied(f"tenant {tenant or '(none)'!r} is not one this caller may use")
     if not tenant:
         return principal.id
-    if TENANT_SEPARATOR in tenant:
-        raise InvalidParams("tenant must not contain control characters")
     return f"{principal.id}{TENANT_SEPARATOR}{tenant}"
+
+
+def check_tenant(tenant: str) -> None:
+    """Refuse a tenant with a control character (C0, DEL or C1: NUL, LF, ``\\x1f``...).
+
+    The one rule for every binding: JSON-RPC's ``params.tenant`` and the HTTP+JSON path's
+    ``/{tenant}`` prefix both reach :func:`owner_key`. Such characters cannot be told apart in a
+    log or a URL, and ``\\x1f`` separates the principal from the tenant in an owner key.
+    Raises InvalidParams naming the first offending character and its position.
+    """
+    for position, char in enumerate(tenant):
+        if ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0:
+            raise InvalidParams(
+                f"tenant must not contain control characters: U+{ord(char):04X} at position "
+                f"{position}; use printable characters (for example letters, digits, '-')")
 
 
 def principal_of_owner(owner: str) -> Principal:

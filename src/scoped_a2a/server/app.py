@@ -76,7 +76,7 @@ from .dispatch import Responder, run_method
 from .dispatch import extensions as _extensions
 from .dispatch import last_event_id as _last_event_id
 from .methods import Methods
-from .rest import RestBinding, is_rest_path
+from .rest import MEDIA_TYPE, RestBinding, is_rest_path
 from .sse import SSEWriter
 
 log = logging.getLogger("scoped_a2a.server")
@@ -346,9 +346,13 @@ class A2AApp:
                 self.open_requests -= 1
             return
         if path not in ("/", ""):
+            # The HTTP+JSON binding's error body (google.rpc.Status, docs/rest.md): a path that
+            # is neither JSON-RPC's nor a REST route is most likely a REST client's mistake.
             await discard_body(scope, receive)
-            await _plain(send, 404, f"no such path {path!r}; A2A JSON-RPC is served at "
-                                    f"{_root_path(scope)}/")
+            root = _root_path(scope)
+            err = MethodNotFound(f"no such path {path!r}: A2A JSON-RPC is POSTed to {root}/, "
+                                 f"HTTP+JSON routes start with {root}/message: or {root}/tasks")
+            await send_response(send, 404, rest_error_body(err), content_type=MEDIA_TYPE)
             return
         if method != "POST":
             await discard_body(scope, receive)

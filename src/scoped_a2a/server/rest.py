@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 import msgspec
 from msgspec import inspect as mi
@@ -116,8 +116,10 @@ def split_tenant(path: str) -> tuple[str | None, str]:
         return None, path
     head, sep, rest = path[1:].partition("/")
     # ``/v1/...`` is the 0.3 REST dialect's prefix, which is not served: not a tenant named v1.
+    # ``path`` is the ASGI scope's, which the server has already percent-decoded: decoding it
+    # again would make ``/%2541/`` tenant ``A`` instead of ``%41``.
     if head and head != "v1" and sep and ("/" + rest).startswith(REST_PREFIXES):
-        return unquote(head), "/" + rest
+        return head, "/" + rest
     return None, path
 
 

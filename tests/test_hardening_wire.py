@@ -1,0 +1,113 @@
+"""Hardening, round two (issue 21): what a hostile client or a new user found at the edges of
+the server, each over real sockets against real hypercorn on both backends.
+
+- a tenant in an HTTP+JSON path is decoded once (the server's own decoding), and a tenant with a
+  control character is refused by one rule on both bindings;
+- an unknown path is answered with the ``google.rpc.Status`` body docs/rest.md lists.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from scoped_a2a import A2AApp
+from scoped_a2a.agents.demo import demo_agent
+
+from .helpers import served, text_message
+
+pytestmark = pytest.mark.anyio
+
+V1 = {"A2A-Version": "1.0"}
+
+
+def _port(url: str) -> int:
+    return int(url.rstrip("/").rsplit(":", 1)[1])
+
+
+async def _raw_request(port: int, head: str, body: bytes = b"") -> tuple[int, bytes]:
+    """One HTTP/1.1 request written byte for byte (no client normalises its path); the status
+    and body of the answer."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(head.encode("latin-1") + f"Host: x\r\nContent-Length: {len(body)}\r\n"
+                          "Connection: close\r\n\r\n".encode() + body)
+        raw = b""
+        with anyio.fail_after(10):
+            try:
+                while True:
+                    raw += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                pass
+    head_bytes, _, answer = raw.partition(b"\r\n\r\n")
+    return int(head_bytes.split(b" ", 2)[1]), answer
+
+
+async def _rpc(http: httpx.AsyncClient, url: str, method: str,
+               params: dict[str, Any]) -> dict[str, Any]:
+    r = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method,
+                                   "params": params}, headers=V1)
+    assert r.status_code == 200, r.text
+    answer: dict[str, Any] = r.json()
+    return answer
+
+
+async def test_a_tenant_in_the_path_is_decoded_once() -> None:
+    """``POST /%2541/message:send`` is tenant ``%41`` (hypercorn decodes the path once); it was
+    decoded a second time and stored under tenant ``A``."""
+    send = json.dumps({"message": text_message("echo hi")}).encode()
+    async with served(A2AApp(demo_agent)) as url, httpx.AsyncClient(timeout=20) as http:
+        status, answer = await _raw_request(
+            _port(url), "POST /%2541/message:send HTTP/1.1\r\nContent-Type: application/json\r\n"
+            "A2A-Version: 1.0\r\n", send)
+        assert status == 200, answer
+        task_id = json.loads(answer)["task"]["id"]
+        found = await _rpc(http, url, "GetTask", {"id": task_id, "tenant": "%41"})
+        assert found["result"]["id"] == task_id
+        other = await _rpc(http, url, "GetTask", {"id": task_id, "tenant": "A"})
+        assert other["error"]["code"] == -32001
+
+
+@pytest.mark.parametrize("char", ["\x00", "\n", "\x1f", "\x7f"])
+async def test_a_tenant_with_a_control_character_is_refused_on_both_bindings(char: str) -> None:
+    """NUL and LF were accepted as tenant characters while ``\\x1f`` was refused: now every
+    control character is refused, with the same message, over JSON-RPC and HTTP+JSON."""
+    tenant = f"a{char}b"
+    async with served(A2AApp(demo_agent)) as url, httpx.AsyncClient(timeout=20) as http:
+        for method, params in [
+            ("SendMessage", {"message": text_message("echo hi"), "tenant": tenant}),
+            ("ListTasks", {"tenant": tenant}),
+        ]:
+            err = (await _rpc(http, url, method, params))["error"]
+            assert err["code"] == -32602, err
+            assert "control characters" in err["message"]
+            assert f"U+{ord(char):04X} at position 1" in err["message"]
+        path_tenant = f"a%{ord(char):02X}b"
+        status, answer = await _raw_request(
+            _port(url), f"POST /{path_tenant}/message:send HTTP/1.1\r\n"
+            "Content-Type: application/json\r\nA2A-Version: 1.0\r\n",
+            json.dumps({"message": text_message("echo hi")}).encode())
+        assert status == 400, answer
+        error = json.loads(answer)["error"]
+        assert error["status"] == "INVALID_ARGUMENT"
+        assert "control characters" in error["message"]
+        status, answer = await _raw_request(_port(url), f"GET /{path_tenant}/tasks HTTP/1.1\r\n")
+        assert status == 400, answer
+        # Nothing was stored under any tenant.
+        assert (await _rpc(http, url, "ListTasks", {}))["result"]["tasks"] == []
+
+
+async def test_an_unknown_path_answers_a_google_rpc_status() -> None:
+    """``GET /nope`` (and a POST elsewhere than ``/``) answers 404 with the ``google.rpc.Status``
+    body docs/rest.md lists for unknown routes, not a bare ``{"error": "..."}``."""
+    async with served(A2AApp(demo_agent)) as url, httpx.AsyncClient(timeout=20) as http:
+        for r in (await http.get(url + "nope"), await http.post(url + "rpc", json={})):
+            assert r.status_code == 404, r.text
+            assert r.headers["content-type"] == "application/a2a+json"
+            error = r.json()["error"]
+            assert error["code"] == 404 and error["status"] == "NOT_FOUND"
+            assert error["details"][0]["reason"] == "METHOD_NOT_FOUND"
+            assert "no such path" in error["message"]
