@@ -19,13 +19,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import sniffio
 
+from ..runtime.failures import AgentError
+
 if TYPE_CHECKING:
     from ..runtime.context import RunContext
     from ..runtime.outcome import Outcome
 
 
-class UnsupportedBackend(RuntimeError):
-    """The adapted agent's framework cannot run on the event loop it was given."""
+class UnsupportedBackend(AgentError):
+    """The adapted agent's framework cannot run on the event loop it was given.
+
+    An :class:`~scoped_a2a.AgentError`: a run started on the wrong backend fails with these
+    words, which tell the caller's operator what to change."""
 
 
 class AdaptedAgent(ABC):

@@ -9,13 +9,14 @@ checkpoint ends the agent.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from contextlib import AbstractAsyncContextManager, ExitStack
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from ..protocol.errors import TaskNotFound
 from ..protocol.ids import new_id
-from ..protocol.principal import ANONYMOUS, Principal
+from ..protocol.principal import ANONYMOUS, TENANT_SEPARATOR, Principal
 from ..protocol.trajectory import LogEvent, TrajectoryEvent
 from ..protocol.types import (
     Artifact,
@@ -32,6 +33,12 @@ from ..protocol.types import (
 from ..store.snapshot import DOWNSTREAM_KEY
 from . import calls
 from .run import Run
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from ..store.base import TaskStore
+    from .outcome import Outcome
 
 
 class AskFailed(Exception):
@@ -60,11 +67,12 @@ class ParkedLimitReached(AskFailed):
 class Agent(Protocol):
     """An agent: an async callable taking a :class:`RunContext`.
 
-    Its return value (a string or None) completes the task with that reply; an exception fails
-    it with a message; cancellation cancels it.
+    Its return value (a string or None) completes the task with that reply; an
+    :class:`~scoped_a2a.runtime.outcome.Outcome` ends it in the state it names (rejected, say);
+    an exception fails it with a message; cancellation cancels it.
     """
 
-    def __call__(self, ctx: RunContext, /) -> Awaitable[str | None]: ...
+    def __call__(self, ctx: RunContext, /) -> Awaitable[str | Outcome | None]: ...
 
 
 def _check_text(text: object) -> None:
@@ -104,9 +112,16 @@ class RunContext:
         self._emit = emit
         self._input_timeout = input_timeout
         self._last_artifact_id: str | None = None
+        self._parking: ExitStack | None = None  # open while the task waits for input
+        self._nursery: TaskGroup | None = None  # the server nursery (set by the runner)
+        self._owner = principal.id  # the task's owner key: principal and tenant (runner sets)
+        self._store: TaskStore | None = None  # where read_task reads (set by the runner)
         self.message = message
         self.request_metadata: dict[str, Any] = dict(request_metadata or {})
         self.attempt = attempt
+        self.new_task = True
+        """True when this run started its task; False when it continues an existing one (a
+        follow-up to an input-required task whose run had ended)."""
         """1 for a first execution; more when a durable queue redelivers the run."""
         self.principal = principal
         """Who sent the message that started the run (:class:`~scoped_a2a.Principal`; its id
@@ -130,6 +145,25 @@ class RunContext:
     def metadata(self) -> dict[str, Any]:
         """The request's metadata overlaid with the message's."""
         return {**self.request_metadata, **(self.message.metadata or {})}
+
+    @property
+    def tenant(self) -> str:
+        """The tenant the task was created in (``""`` without one)."""
+        return self._owner.partition(TENANT_SEPARATOR)[2]
+
+    async def read_task(self, task_id: str) -> Task:
+        """Read a task this run's caller may see: this one, or another of the same owner
+        (principal and tenant), e.g. a message's ``referenceTaskIds``.
+
+        Raises :class:`~scoped_a2a.protocol.errors.TaskNotFound` for a task that does not
+        exist and, alike, for another owner's task.
+        """
+        if self._store is None:
+            raise TaskNotFound(f"task {task_id!r} not found (this run has no store)")
+        if task_id != self.task_id:
+            await self._store.check_owner(task_id, self._owner)
+        task, _ = await self._store.get(task_id)
+        return task
 
     @property
     def detached(self) -> bool:
@@ -215,25 +249,88 @@ class RunContext:
         ``input_timeout``. Uncaught, either fails the task with its reason (``parked-limit``,
         ``input-timeout``). Cancellation (CancelTask, shutdown) ends the wait at once.
         """
-        if self._run.parking_full:
-            raise ParkedLimitReached(
-                "the agent needed an answer but cannot wait for one now: the server's limit of "
-                f"{int(self._run.parked_limit)} runs waiting for input is reached (serve "
-                "--max-parked-runs); send again later"
-            )
-        with self._run.parking():
-            await self._emit(self._status(TaskState.INPUT_REQUIRED, text))
-            try:
-                with anyio.fail_after(self._input_timeout):
-                    self.message = await self._run.next_message()
-            except TimeoutError:
-                raise InputTimeout(
-                    f"no answer to the agent's question within {self._input_timeout:g} s (the "
-                    "server's input timeout, serve --input-timeout); send a new message to "
-                    "start again"
-                ) from None
+        await self.interrupt(self._status(TaskState.INPUT_REQUIRED, text))
+        return (await self.next_input()).text
+
+    # --- lower-level events (what adapters of other frameworks use) -------------------------
+
+    def _check_ids(self, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent) -> None:
+        if event.task_id != self.task_id or event.context_id != self.context_id:
+            raise ValueError(
+                f"an event for task {event.task_id!r} (context {event.context_id!r}) cannot be "
+                f"published by the run of task {self.task_id!r} (context {self.context_id!r})")
+
+    async def publish(self, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent) -> None:
+        """Append an event made whole by the caller (any parts: text, data, files).
+
+        For the states a run passes through (``working``, ``submitted``) and for artifacts.
+        An interrupted state goes through :meth:`interrupt`, an end is the agent's return value
+        (an :class:`~scoped_a2a.runtime.outcome.Outcome`): both raise ValueError here, as does
+        an event for another task or context. A run waiting for input that publishes anything
+        is working again: it stops counting as parked.
+        """
+        self._check_ids(event)
+        if isinstance(event, TaskStatusUpdateEvent):
+            state = event.status.state
+            if state.terminal or state.interrupted:
+                raise ValueError(
+                    f"publish() takes no {state.name.lower()} status: end the task by "
+                    "returning an Outcome, or wait for input with interrupt()")
+        self._stop_parking()
+        await self._emit(event)
+
+    async def interrupt(self, event: TaskStatusUpdateEvent) -> None:
+        """Publish an ``input-required`` or ``auth-required`` status and start waiting.
+
+        From here the run counts as parked (it is not cancelled when its holders leave, and it
+        counts against ``max_parked_runs``) until :meth:`next_input` returns, the next
+        :meth:`publish`, or the run ends. Raises :class:`ParkedLimitReached` before publishing
+        anything when the cap on parked runs is reached.
+        """
+        self._check_ids(event)
+        if not event.status.state.interrupted:
+            raise ValueError("interrupt() takes an input-required or auth-required status")
+        if self._parking is None:
+            if self._run.parking_full:
+                raise ParkedLimitReached(
+                    "the agent needed an answer but cannot wait for one now: the server's "
+                    f"limit of {int(self._run.parked_limit)} runs waiting for input is reached "
+                    "(serve --max-parked-runs); send again later")
+            self._parking = ExitStack()
+            self._parking.enter_context(self._run.parking())
+        try:
+            await self._emit(event)
+        except BaseException:
+            self._stop_parking()
+            raise
+
+    async def next_input(self) -> Message:
+        """Wait for the caller's next message (after :meth:`interrupt`); return it.
+
+        It becomes ``ctx.message`` and is recorded with a ``working`` status. Raises
+        :class:`InputTimeout` when none came within the input timeout; cancellation ends the
+        wait at once. Either way the run stops counting as parked.
+        """
+        if self._parking is None:
+            raise RuntimeError("next_input() waits after interrupt(): nothing was asked")
+        try:
+            with anyio.fail_after(self._input_timeout):
+                self.message = await self._run.next_message()
+        except TimeoutError:
+            raise InputTimeout(
+                f"no answer to the agent's question within {self._input_timeout:g} s (the "
+                "server's input timeout, serve --input-timeout); send a new message to "
+                "start again"
+            ) from None
+        finally:
+            self._stop_parking()
         await self._emit(self._status(TaskState.WORKING, None, message=self.message))
-        return self.message.text
+        return self.message
+
+    def _stop_parking(self) -> None:
+        if self._parking is not None:
+            parking, self._parking = self._parking, None
+            parking.close()
 
     # --- calls to other agents (see calls.py) ----------------------------------------------
 

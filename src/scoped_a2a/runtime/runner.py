@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup
 
 from ..observe import NOOP, Observer
@@ -41,6 +42,7 @@ from ..store.launcher import RunLauncher
 from .context import Agent, AskFailed, RunContext, agent_message
 from .failures import AgentError, failure_text, new_error_id
 from .limits import CallerLimits, CallerRuns
+from .outcome import Outcome
 from .policy import RunPolicy
 from .run import ParkedRuns, Run
 
@@ -53,6 +55,14 @@ REASON_TEXT = {
     "nursery": "the server nursery was cancelled",
     "deadline": "the caller's deadline passed before the run finished",
 }
+
+OUTCOME_REASONS = {
+    TaskState.COMPLETED: "completed",
+    TaskState.FAILED: "failed",
+    TaskState.REJECTED: "rejected",
+    TaskState.CANCELED: "agent-canceled",
+}
+"""The end reason of an :class:`Outcome` that names none."""
 
 RECORD_TIMEOUT = 5.0
 """Seconds a run's end may take to record (shielded) before it is given up and logged."""
@@ -129,6 +139,7 @@ class Runner:
         continuing: bool = False,
         redeliverable: bool = False,
         principal: Principal = ANONYMOUS,
+        owner: str | None = None,
     ) -> Run:
         """Start a run of the agent for ``task`` in the server nursery; return it at once.
 
@@ -138,7 +149,8 @@ class Runner:
         ``redeliverable``: the run came from a durable queue, so when it is stopped by shutdown
         or a lost lease it records no end (the queue runs it again elsewhere).
         ``principal``: the caller the agent sees as ``ctx.principal`` (runs are counted per
-        principal for the per-caller limits).
+        principal for the per-caller limits). ``owner``: the task's owner key (principal and
+        tenant; default the principal's id), which scopes what ``ctx.read_task`` may read.
         """
         self.check_accepting()
         assert self._nursery is not None  # check_accepting guarantees it
@@ -159,6 +171,10 @@ class Runner:
             attempt=attempt,
             principal=principal,
         )
+        ctx._nursery = self._nursery
+        ctx.new_task = not continuing
+        ctx._owner = principal.id if owner is None else owner
+        ctx._store = self.store
         self._runs[task.id] = run
         self.callers.add(principal.id, run)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
@@ -222,7 +238,7 @@ class Runner:
         if not new:
             return self.start(
                 task, message, request_metadata=request_metadata, detach_reason=detach_reason,
-                continuing=True, principal=principal,
+                continuing=True, principal=principal, owner=owner,
             )
         await self.store.create(task, owner=owner)
         try:
@@ -230,7 +246,7 @@ class Runner:
                 await stored()
             return self.start(
                 task, message, request_metadata=request_metadata, detach_reason=detach_reason,
-                principal=principal,
+                principal=principal, owner=owner,
             )
         except BaseException as exc:
             # The task is stored but no run started (the caller hung up during ``stored``, or
@@ -297,7 +313,7 @@ class Runner:
         mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
         log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
         state: TaskState | None = None
-        text: str | None = None
+        text: str | Message | None = None
         error_id: str | None = None
         ask_failed = False
         reason = "completed"
@@ -328,12 +344,17 @@ class Runner:
                                 error_id, failure_text(exc, error_id, expose=True),
                                 exc_info=not isinstance(exc, AgentError))
                 else:
-                    if reply is not None and not isinstance(reply, str):
+                    if isinstance(reply, Outcome):
+                        state, text = reply.state, reply.message
+                        reason = reply.reason or OUTCOME_REASONS[reply.state]
+                    elif reply is not None and not isinstance(reply, str):
                         state, reason = TaskState.FAILED, "error"
-                        text = f"the agent returned {type(reply).__name__}, not str or None"
+                        text = (f"the agent returned {type(reply).__name__}, not str, Outcome "
+                                "or None")
                     else:
                         state, text = TaskState.COMPLETED, reply
         finally:
+            ctx._stop_parking()  # an agent that returned while waiting for input frees its slot
             if state is None or (state is TaskState.FAILED and run.scope.cancel_called
                                  and not ask_failed):
                 reason = run.cancel_reason or "nursery"
@@ -364,11 +385,16 @@ class Runner:
             )
 
     async def _record_end(
-        self, run: Run, state: TaskState, text: str | None, reason: str,
+        self, run: Run, state: TaskState, text: str | Message | None, reason: str,
         *, error_id: str | None = None,
     ) -> None:
         msg = None
-        if text is not None:
+        if isinstance(text, Message):
+            # The agent's own message (an Outcome): kept whole, tied to this task.
+            msg = msgspec.structs.replace(text, task_id=run.task_id, context_id=run.context_id)
+            if state is not TaskState.COMPLETED:
+                msg.metadata = {"reason": reason, **(msg.metadata or {})}
+        elif text is not None:
             msg = agent_message(text, task_id=run.task_id, context_id=run.context_id)
             if state is not TaskState.COMPLETED:
                 msg.metadata = {"reason": reason}

@@ -1,0 +1,178 @@
+"""The event queue an a2a-sdk executor writes to, mapped onto its run (one queue per run).
+
+An executor enqueues protobuf events; each is checked as a2a-sdk's own server checks it, then
+becomes one event of the run's task:
+
+- ``Message`` (message mode): the direct reply; it completes the task with that message.
+- ``Task``: announces the task (its id must be the run's); a state past ``submitted`` and any
+  artifacts it carries are published.
+- ``TaskStatusUpdateEvent``: ``working``/``submitted`` are published; ``input-required`` and
+  ``auth-required`` interrupt the run (it waits for the caller's next message, counted as
+  parked); a terminal state is the run's outcome, recorded by the runner when ``execute``
+  returns.
+- ``TaskArtifactUpdateEvent``: published as is (append and last-chunk kept, any parts).
+
+The rules (a2a-sdk's): one Message at most, and none once in task mode; no task event in message
+mode; a ``Task`` before the first status update of a new task; ids of the run's task and
+context. The first violation is kept, raised into the executor as :class:`InvalidExecutorEvent`
+(an :class:`~scoped_a2a.AgentError`, so its words reach the caller) and, even if the executor
+swallows it, fails the run with reason ``invalid-event``. Events after the end (a terminal state,
+the direct reply, a violation, or the run's cancellation) are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from a2a.server.events import EventQueue
+from a2a.types import a2a_pb2 as pb
+
+from ..protocol.types import (
+    Message,
+    Role,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatusUpdateEvent,
+    utc_timestamp,
+)
+from ..runtime.context import RunContext
+from ..runtime.failures import AgentError
+from ..runtime.outcome import Outcome
+from .a2a_sdk_convert import compat_to_core, to_ours
+
+log = logging.getLogger("scoped_a2a.adapters")
+
+INVALID_EVENT = "invalid-event"
+"""The end reason of a run whose executor broke the event rules."""
+
+
+class InvalidExecutorEvent(AgentError):
+    """The executor enqueued an event that a2a-sdk's rules forbid; the text names the rule."""
+
+
+class RunEventQueue(EventQueue):
+    """The ``EventQueue`` given to ``execute`` and ``cancel`` of one run's executor.
+
+    ``known_task``: the task already exists where the executor can see it (it continues a
+    task), so status updates need no ``Task`` event first.
+    """
+
+    def __init__(self, ctx: RunContext, *, known_task: bool) -> None:
+        self._ctx = ctx
+        self._mode: str | None = None  # "task" or "message" once the first event says which
+        self._task_known = known_task
+        self.outcome: Outcome | None = None
+        """The end the executor chose (terminal status or direct reply), if any yet."""
+        self.violation: str | None = None
+        self.interrupted = False
+        """The last status was input-required or auth-required (the run waits for input)."""
+        self.closed = False
+        self.dropped = 0
+        """Events enqueued after the end, not published."""
+
+    @property
+    def ended(self) -> bool:
+        return self.closed or self.outcome is not None or self.violation is not None
+
+    def close(self) -> None:
+        """Publish nothing more (the run is ending): later events are dropped and counted."""
+        self.closed = True
+
+    def failure(self) -> Outcome | None:
+        """The run's outcome for a broken rule, if one was broken."""
+        if self.violation is None:
+            return None
+        return Outcome(TaskState.FAILED, self.violation, reason=INVALID_EVENT)
+
+    async def enqueue_event(self, event: object) -> None:
+        """Check ``event`` and publish it on the run (see the module docstring).
+
+        Raises InvalidExecutorEvent for a broken rule; publishing may raise what the run's
+        context raises (cancellation of the run, ParkedLimitReached for an interruption past
+        the cap on waiting runs).
+        """
+        if self.ended:
+            self.dropped += 1
+            return
+        event = compat_to_core(event)
+        if isinstance(event, pb.Message):
+            self._expect_mode("message", "a Message", "TaskStatusUpdateEvent or "
+                              "TaskArtifactUpdateEvent (a task's updates)")
+            self.outcome = Outcome(TaskState.COMPLETED, self._reply(event), reason="completed")
+        elif isinstance(event, pb.Task):
+            self._expect_mode("task", "a Task", "a single Message")
+            await self._on_task(to_ours(event, Task))
+        elif isinstance(event, pb.TaskStatusUpdateEvent):
+            self._expect_mode("task", "a TaskStatusUpdateEvent", "a single Message")
+            if not self._task_known:
+                self._break("a TaskStatusUpdateEvent came before the Task: enqueue the Task "
+                            "first (a2a.helpers.new_task_from_user_message(context.message))")
+            await self._on_status(to_ours(event, TaskStatusUpdateEvent))
+        elif isinstance(event, pb.TaskArtifactUpdateEvent):
+            self._expect_mode("task", "a TaskArtifactUpdateEvent", "a single Message")
+            update = to_ours(event, TaskArtifactUpdateEvent)
+            self._check_ids(update.task_id, update.context_id)
+            self.interrupted = False
+            await self._ctx.publish(update)
+        else:
+            self._break(f"{type(event).__name__} is not an A2A event (enqueue a Message, Task, "
+                        "TaskStatusUpdateEvent or TaskArtifactUpdateEvent)")
+
+    # --- the rules ---------------------------------------------------------------------------
+
+    def _break(self, rule: str) -> None:
+        self.violation = self.violation or f"the agent broke an A2A event rule: {rule}"
+        raise InvalidExecutorEvent(self.violation)
+
+    def _expect_mode(self, mode: str, what: str, instead: str) -> None:
+        if self._mode is None:
+            self._mode = mode
+        elif self._mode != mode:
+            self._break(f"{what} in {self._mode} mode; use {instead}")
+        elif mode == "message":
+            self._break("a second Message (message mode answers with one)")
+
+    def _check_ids(self, task_id: str, context_id: str) -> None:
+        if task_id != self._ctx.task_id or context_id != self._ctx.context_id:
+            self._break(f"an event for task {task_id!r} (context {context_id!r}) in the run of "
+                        f"task {self._ctx.task_id!r} (context {self._ctx.context_id!r}); use "
+                        "context.task_id and context.context_id")
+
+    # --- mapping -----------------------------------------------------------------------------
+
+    def _reply(self, message: pb.Message) -> Message:
+        reply = to_ours(message, Message)
+        reply.task_id, reply.context_id = self._ctx.task_id, self._ctx.context_id
+        if reply.role is not Role.AGENT:
+            reply.role = Role.AGENT
+        return reply
+
+    async def _on_task(self, task: Task) -> None:
+        self._check_ids(task.id, task.context_id)
+        self._task_known = True
+        for artifact in task.artifacts or ():
+            await self._ctx.publish(TaskArtifactUpdateEvent(
+                task_id=task.id, context_id=task.context_id, artifact=artifact))
+        if task.status.state not in (TaskState.SUBMITTED, TaskState.UNSPECIFIED):
+            await self._on_status(TaskStatusUpdateEvent(
+                task_id=task.id, context_id=task.context_id, status=task.status))
+
+    async def _on_status(self, update: TaskStatusUpdateEvent) -> None:
+        self._check_ids(update.task_id, update.context_id)
+        status = update.status
+        if status.state is TaskState.UNSPECIFIED:
+            self._break("a status with TASK_STATE_UNSPECIFIED; name the task's state")
+        if status.message is not None:
+            status.message.task_id = update.task_id
+            status.message.context_id = update.context_id
+        if status.timestamp is None:
+            status.timestamp = utc_timestamp()
+        if status.state.terminal:
+            self.outcome = Outcome(status.state, status.message)
+        elif status.state.interrupted:
+            self.interrupted = True
+            await self._ctx.interrupt(update)
+        else:
+            self.interrupted = False
+            await self._ctx.publish(update)
