@@ -7,6 +7,7 @@ the framework did to them (which task ran, whether ``cancel`` was called) so tes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 from a2a.helpers.proto_helpers import (
@@ -126,10 +127,8 @@ class MessageAfterTaskExecutor(AgentExecutor):
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         await event_queue.enqueue_event(new_task_from_user_message(context.message))
-        try:
+        with contextlib.suppress(Exception):
             await event_queue.enqueue_event(new_text_message("a bare message"))
-        except Exception:
-            pass
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
         await updater.complete()
 

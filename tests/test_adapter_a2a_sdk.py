@@ -272,13 +272,12 @@ async def test_the_official_sdk_client_talks_to_an_adapted_executor() -> None:
     from a2a.client import ClientConfig, create_client
     from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
 
+    req = SendMessageRequest(message=Message(
+        message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text="sdk")]))
     async with served(A2AApp(from_executor(StreamingExecutor()))) as url, \
-            httpx.AsyncClient(timeout=10) as h:
-        async with await create_client(url, ClientConfig(streaming=True,
-                                                          httpx_client=h)) as client:
-            req = SendMessageRequest(message=Message(
-                message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text="sdk")]))
-            events = [e async for e in client.send_message(req)]
+            httpx.AsyncClient(timeout=10) as h, \
+            await create_client(url, ClientConfig(streaming=True, httpx_client=h)) as client:
+        events = [e async for e in client.send_message(req)]
     finals = [e.status_update.status.state for e in events if e.HasField("status_update")]
     assert finals[-1] == 3  # TASK_STATE_COMPLETED
     texts = [p.text for e in events if e.HasField("artifact_update")
