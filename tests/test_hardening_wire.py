@@ -111,3 +111,21 @@ async def test_an_unknown_path_answers_a_google_rpc_status() -> None:
             assert error["code"] == 404 and error["status"] == "NOT_FOUND"
             assert error["details"][0]["reason"] == "METHOD_NOT_FOUND"
             assert "no such path" in error["message"]
+
+
+@pytest.mark.parametrize("coding", ["gzip", "gzip, chunked"])
+async def test_a_transfer_coding_other_than_chunked_is_501(coding: str) -> None:
+    """``Transfer-Encoding`` other than plain ``chunked`` (h11 implements no other coding) is
+    answered 501 and the connection closed; docs/connections.md says so."""
+    async with served(A2AApp(demo_agent)) as url:
+        async with await anyio.connect_tcp("127.0.0.1", _port(url)) as stream:
+            await stream.send(f"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              f"Transfer-Encoding: {coding}\r\n\r\n".encode())
+            raw = b""
+            with anyio.fail_after(10):
+                try:
+                    while True:
+                        raw += await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    pass
+        assert raw.startswith(b"HTTP/1.1 501 "), raw[:200]

@@ -23,10 +23,10 @@ version nothing is patched and a warning says so, because these reach into priva
    its HTTP/2 layer (0.18) loses requests and can end the server (docs/connections.md). With
    HTTP/2 off, a prior-knowledge client's connection is closed at once, and an upgrade request is
    answered over HTTP/1.1 as if it had not asked.
-4. **With HTTP/2 on, a DATA frame for a stream already answered raises ``KeyError``** in
-   hypercorn's H2 protocol (a client still sending a body the app refused): asyncio drops the
-   connection with every request on it, trio can end the whole server. Such frames are now
-   dropped (their flow control is still acknowledged).
+4. **With HTTP/2 on, hostile or unlucky frames reach bugs in hypercorn's H2 protocol**: a
+   DATA frame for a stream already answered (``KeyError``), PRIORITY frames for streams never
+   opened (``TooManyStreamsError`` ends a trio server), streams opened and reset at once
+   (rapid reset, CVE-2023-44487). Those patches live in :mod:`.hypercorn_h2`.
 5. **The asyncio worker's noise about connections that are already gone**
    (:func:`quiet_asyncio_worker`, entered by ``serve`` around hypercorn's asyncio worker): an
    ``OSError`` escaping hypercorn's connection close (#361, e.g. ``ETIMEDOUT`` after the kernel
@@ -47,6 +47,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import hypercorn
+
+from . import hypercorn_h2
 
 log = logging.getLogger("scoped_a2a.hypercorn_fixes")
 
@@ -99,7 +101,7 @@ def install() -> bool:
     _patch_http2(protocol.ProtocolWrapper)
     _throttle_accept_errors()
     _skip_retries_on_closed_listeners()
-    _forget_data_for_closed_streams()
+    hypercorn_h2.install()
     _installed = True
     return True
 
@@ -240,35 +242,6 @@ def _patch_http2(wrapper_class: Any) -> None:
 
     wrapper_class.handle = guarded_handle
     H11Protocol._check_protocol = _check_protocol  # type: ignore[method-assign]
-
-
-# --- 4. HTTP/2: DATA for a stream that has been answered -----------------------------------
-
-
-class _GoneStream:
-    """Stands in for an HTTP/2 stream hypercorn has closed: what arrives for it is dropped."""
-
-    async def handle(self, event: Any) -> None:
-        return None
-
-
-class _Streams(dict[int, Any]):
-    """hypercorn's table of open HTTP/2 streams, where a closed stream's id reads as gone."""
-
-    def __missing__(self, stream_id: int) -> Any:
-        return _GoneStream()
-
-
-def _forget_data_for_closed_streams() -> None:
-    from hypercorn.protocol.h2 import H2Protocol
-
-    init: Callable[..., None] = H2Protocol.__init__
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        self.streams = _Streams(self.streams)
-
-    H2Protocol.__init__ = __init__  # type: ignore[method-assign]
 
 
 @contextmanager

@@ -1,0 +1,195 @@
+"""Hostile HTTP/2 clients against a real ``python -m scoped_a2a serve --http2`` process, on both
+backends, speaking raw HTTP/2 (the ``h2`` package hypercorn depends on) over a plain socket.
+
+- A flood of PRIORITY frames for streams never opened ended a trio server
+  (``TooManyStreamsError``); now the connection gets GOAWAY ``ENHANCE_YOUR_CALM``, the server
+  serves on and exits 0 on SIGTERM with no traceback.
+- Rapid reset (CVE-2023-44487): streams opened and reset at once are bounded per connection
+  (GOAWAY ``ENHANCE_YOUR_CALM`` past the budget); a client that resets now and then is served.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import pytest
+from hyperframe.frame import PriorityFrame
+
+from scoped_a2a.server.hypercorn_h2 import CALM_BURST
+
+BACKENDS = ["asyncio", "trio"]
+CARD = "/.well-known/agent-card.json"
+
+
+@contextlib.contextmanager
+def server_process(backend: str, tmp_path: Path, *extra: str) -> Iterator[tuple[Any, int, Path]]:
+    """``python -m scoped_a2a serve --http2 --port 0``: (process, port, its stderr file).
+
+    On exit it gets SIGTERM; the caller checks the exit status and the log."""
+    log = tmp_path / f"server-{backend}.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scoped_a2a", "serve", "--backend", backend, "--port", "0",
+             "--http2", "--log-level", "INFO", *extra],
+            stdout=subprocess.DEVNULL, stderr=err, env=os.environ.copy())
+    try:
+        port = 0
+        deadline = time.monotonic() + 30
+        while not port:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the server did not start"
+            found = re.search(r"serving on http://127\.0\.0\.1:(\d+)/", log.read_text())
+            if found:
+                port = int(found.group(1))
+            else:
+                time.sleep(0.05)
+        yield proc, port, log
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def stop(proc: Any, log: Path) -> str:
+    """SIGTERM the server; it must exit 0 having logged no traceback. Its log."""
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    return text
+
+
+class H2:
+    """A raw HTTP/2 prior-knowledge client on one blocking socket."""
+
+    def __init__(self, port: int, *, window: int | None = None) -> None:
+        settings = {} if window is None else {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        if settings:
+            self.conn.update_settings(settings)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.flush()
+
+    def flush(self) -> None:
+        self.sock.sendall(self.conn.data_to_send())
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def headers(self, path: str, method: str = "GET", *, end_stream: bool = True,
+                extra: list[tuple[str, str]] | None = None) -> int:
+        stream_id: int = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream_id, [(":method", method), (":scheme", "http"),
+                                           (":authority", "127.0.0.1"), (":path", path),
+                                           *(extra or [])], end_stream=end_stream)
+        return stream_id
+
+    def events_until_closed(self, timeout: float = 10.0) -> list[Any]:
+        """Every event until the server closes the connection (or ``timeout``)."""
+        events: list[Any] = []
+        self.sock.settimeout(timeout)
+        with contextlib.suppress(OSError):
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    break
+                events += self.conn.receive_data(data)
+        return events
+
+    def status(self, stream_id: int) -> int:
+        """Read until ``stream_id``'s response has ended; its status."""
+        found = None
+        ended = False
+        while found is None or not ended:
+            data = self.sock.recv(65536)
+            assert data, "the server closed the HTTP/2 connection"
+            for event in self.conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived) and \
+                        event.stream_id == stream_id:
+                    found = int(dict(event.headers)[b":status"])
+                if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)) and \
+                        event.stream_id == stream_id:
+                    ended = True
+                if isinstance(event, h2.events.DataReceived):
+                    self.conn.acknowledge_received_data(event.flow_controlled_length,
+                                                        event.stream_id)
+            self.flush()
+        return found
+
+
+def goaway(events: list[Any]) -> h2.events.ConnectionTerminated:
+    [terminated] = [e for e in events if isinstance(e, h2.events.ConnectionTerminated)]
+    return terminated
+
+
+def card_status(port: int) -> int:
+    client = H2(port)
+    try:
+        stream = client.headers(CARD)
+        client.flush()
+        return client.status(stream)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_priority_flood_gets_goaway_and_the_server_serves_on(backend: str,
+                                                               tmp_path: Path) -> None:
+    """1,100 PRIORITY frames for distinct streams no request opened (15 KB on one connection):
+    hypercorn put each in its priority tree (cap 1,000) and the 1,001st ended a trio server
+    (exit 1) or dropped the connection with an unhandled-exception log on asyncio."""
+    with server_process(backend, tmp_path) as (proc, port, log):
+        client = H2(port)
+        client.sock.sendall(b"".join(
+            PriorityFrame(2 * i + 1, depends_on=0, stream_weight=15).serialize()
+            for i in range(1, 1101)))
+        terminated = goaway(client.events_until_closed())
+        client.close()
+        assert terminated.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        assert proc.poll() is None
+        assert card_status(port) == 200
+        stop(proc, log)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rapid_reset_is_bounded_per_connection(backend: str, tmp_path: Path) -> None:
+    """3,000 streams opened and reset at once: past the connection's budget the server sends
+    GOAWAY ``ENHANCE_YOUR_CALM`` and processes nothing after it (before: every stream started a
+    request, and on both backends the reset streams overflowed hypercorn's priority tree). A
+    client that resets fewer streams than the budget is served on the same connection."""
+    with server_process(backend, tmp_path) as (proc, port, log):
+        client = H2(port)
+        for _ in range(3000):
+            stream = client.headers(CARD)
+            client.conn.reset_stream(stream)
+        with contextlib.suppress(OSError):  # the server may close before reading it all
+            client.flush()
+        terminated = goaway(client.events_until_closed())
+        client.close()
+        assert terminated.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        assert proc.poll() is None
+
+        polite = H2(port)
+        for _ in range(CALM_BURST // 2):
+            polite.conn.reset_stream(polite.headers(CARD))
+        polite.flush()
+        stream = polite.headers(CARD)
+        polite.flush()
+        assert polite.status(stream) == 200
+        polite.close()
+        stop(proc, log)
