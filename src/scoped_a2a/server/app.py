@@ -173,7 +173,10 @@ class A2AApp:
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes
         self.stream_write_timeout = stream_write_timeout
-        self._card_overrides = dict(card or {})
+        # What an adapted agent's framework knows (name, description, skills) first, then
+        # the fields given here: code (or ``serve --card``) wins.
+        agent_card = getattr(agent, "card_fields", None)
+        self._card_overrides = {**(agent_card() if callable(agent_card) else {}), **(card or {})}
         self._card_cache: dict[str, bytes] = {}
         self._extended = dict(extended_card) if extended_card is not None else None
         self._detached = detached
@@ -429,6 +432,11 @@ class A2AApp:
             server = scope.get("server") or ("localhost", 80)
             host = f"{server[0]}:{server[1]}"
         return f"{scope.get('scheme', 'http')}://{host}{_root_path(scope)}/"
+
+    @property
+    def card_overrides(self) -> dict[str, Any]:
+        """The card fields this app sets over the generated card (a copy)."""
+        return dict(self._card_overrides)
 
     def _card(self, scope: Scope) -> bytes:
         url = self._base_url(scope)
