@@ -415,3 +415,42 @@ async def test_trio_refuses_the_run() -> None:
         assert "reply" not in {a.get("name") for a in task.get("artifacts", [])}
         text = status_text(task)
         assert "--backend asyncio" in text or text.startswith("UnsupportedBackend (error id")
+
+
+# --- the example ---------------------------------------------------------------------------------
+
+async def test_the_example_answers_through_its_tool_against_a_fake_endpoint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/pydantic_ai_agent served as its docstring says, its model a fake endpoint."""
+    from .pydantic_ai_fake_llm import tool_then_text
+    from .test_cli import start, stop
+
+    llm = FakeLLM(tool_then_text("get_order_status", {"order_id": "A-1001"},
+                                 ["Order A-1001 ", "has shipped ", "with DHL."]))
+    async with anyio.create_task_group() as tg:
+        await tg.start(llm.serve)
+        monkeypatch.setenv("MODEL_URL", llm.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test")
+        proc, url, log = await anyio.to_thread.run_sync(lambda: start(
+            "--backend", "asyncio", "--agent", "examples.pydantic_ai_agent.agent:agent"))
+        try:
+            async with httpx.AsyncClient(timeout=20) as client:
+                task = await send(client, url, "Where is my order A-1001?")
+                events = await trajectory(client, url, task["id"])
+        finally:
+            err = await anyio.to_thread.run_sync(stop, proc, log)
+        tg.cancel_scope.cancel()
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", err
+    assert status_text(task) == "Order A-1001 has shipped with DHL."
+    assert reply_text(task) == "Order A-1001 has shipped with DHL."
+    assert [(e["type"], e["tool"]) for e in events] == [
+        ("tool_call", "get_order_status"), ("tool_result", "get_order_status")]
+    assert events[0]["args"] == {"order_id": "A-1001"}
+    assert events[1]["content"] == {"status": "shipped", "carrier": "DHL", "eta": "2 days"}
+    # The model's second request carried the tool's result and the agent's instructions.
+    first, second = (c.body for c in llm.connections)
+    assert first is not None and second is not None
+    assert first["model"] == "gpt-4o-mini" and first["stream"] is True
+    assert second["messages"][-1]["role"] == "tool"
+    assert "shipped" in second["messages"][-1]["content"]
+    assert "order" in second["messages"][0]["content"]
