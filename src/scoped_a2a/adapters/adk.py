@@ -1,0 +1,180 @@
+"""Serve an unchanged Google ADK agent: ``A2AApp(from_adk(agent))`` (extra ``adk``).
+
+The agent runs through ADK's own ``Runner`` (``run_async``, SSE streaming), inside the run's
+cancel scope, so every rule of this server applies to it: a hang-up of an interactive run, a
+CancelTask, the caller's deadline or the end of the shutdown grace period cancels the ADK run,
+and with it the model call in flight. Detached runs finish whoever hangs up.
+
+- Sessions: one ADK session per A2A context id and caller (ADK's ``user_id`` is the caller's
+  principal id, ``anonymous`` without authentication), created on first use in the session
+  service given (ADK's ``InMemorySessionService`` by default), so a follow-up in the same
+  context sees the earlier turns and one caller never reads another's session. The turns of one
+  session run one at a time, in the order they arrive (a follow-up sent while a turn runs waits
+  for it, ``working``).
+- What the caller sees: model text streamed as artifact chunks, tool calls and results as
+  live-trajectory events, the last answer as the reply (:mod:`.adk_events`).
+- ADK is built on asyncio: the adapted agent runs on ``--backend asyncio`` only; on trio a run
+  fails with a one-line reason (and ``serve`` refuses to start it).
+
+This module imports ``google.adk`` only when an agent is adapted (:func:`recognises` never does).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing, asynccontextmanager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+
+from .base import AdaptedAgent
+
+if TYPE_CHECKING:
+    from google.adk.agents import BaseAgent
+    from google.adk.artifacts import BaseArtifactService
+    from google.adk.memory import BaseMemoryService
+    from google.adk.sessions import BaseSessionService
+
+    from ..runtime.context import RunContext
+
+ANONYMOUS_USER = "anonymous"
+"""ADK's ``user_id`` for callers without an identity (a server with no authentication)."""
+
+
+def recognises(obj: object) -> bool:
+    """True when ``obj`` is a Google ADK agent (a ``google.adk.agents.BaseAgent`` instance).
+
+    Never imports ADK: an object cannot be an ADK agent unless ADK is already imported.
+    """
+    module = sys.modules.get("google.adk.agents.base_agent")
+    base = getattr(module, "BaseAgent", None)
+    return isinstance(base, type) and isinstance(obj, base)
+
+
+def from_adk(
+    agent: BaseAgent,
+    *,
+    session_service: BaseSessionService | None = None,
+    app_name: str | None = None,
+    artifact_service: BaseArtifactService | None = None,
+    memory_service: BaseMemoryService | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    skills: Sequence[dict[str, Any]] | None = None,
+) -> AdkAgent:
+    """Adapt the ADK ``agent`` (any ``BaseAgent``: an ``LlmAgent``, a workflow agent...) into
+    an agent this server runs.
+
+    ``session_service`` keeps the conversations (ADK's ``InMemorySessionService`` by default:
+    lost on restart); ``app_name`` names the app in it (default: the agent's name);
+    ``artifact_service`` and ``memory_service`` are handed to ADK's ``Runner`` as given.
+    ``name``, ``description`` and ``skills`` (A2A card skill objects: ``id``, ``name``,
+    ``description``, ``tags``) override what the card takes from the agent.
+
+    Raises TypeError when ``agent`` is not an ADK agent.
+    """
+    from google.adk.agents import BaseAgent, RunConfig
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+
+    if not isinstance(agent, BaseAgent):
+        raise TypeError(f"from_adk takes a Google ADK agent (google.adk.agents.BaseAgent), "
+                        f"not {type(agent).__name__}")
+    sessions = session_service if session_service is not None else InMemorySessionService()
+    runner = Runner(app_name=app_name or agent.name, agent=agent, session_service=sessions,
+                    artifact_service=artifact_service, memory_service=memory_service)
+    card: dict[str, Any] = {"name": name or agent.name}
+    if description or agent.description:
+        card["description"] = description or agent.description
+    card["skills"] = list(skills) if skills is not None else default_skills(agent)
+    # By value: StreamingMode moved between ADK versions; "sse" streams the model's text.
+    return AdkAgent(runner, RunConfig.model_validate({"streaming_mode": "sse"}), card)
+
+
+def default_skills(agent: BaseAgent) -> list[dict[str, Any]]:
+    """Card skills of an ADK agent: one per sub-agent, or the agent itself without any."""
+    return [_skill(sub) for sub in agent.sub_agents] or [_skill(agent)]
+
+
+def _skill(agent: BaseAgent) -> dict[str, Any]:
+    kind = type(agent).__name__.removesuffix("Agent").lower() or "agent"
+    return {"id": agent.name, "name": agent.name,
+            "description": agent.description or f"The {agent.name} agent.", "tags": [kind]}
+
+
+class AdkAgent(AdaptedAgent):
+    """A Google ADK agent served through its ``Runner`` (made by :func:`from_adk`)."""
+
+    framework: ClassVar[str] = "Google ADK"
+    backends: ClassVar[frozenset[str]] = frozenset({"asyncio"})
+
+    def __init__(self, runner: Any, run_config: Any, card: dict[str, Any]) -> None:
+        self.runner = runner
+        """ADK's ``Runner`` (its ``session_service`` holds the conversations)."""
+        self.run_config = run_config
+        self._card = card
+        self._turns = _Turns()
+
+    def card_fields(self) -> dict[str, Any]:
+        return dict(self._card)
+
+    async def run(self, ctx: RunContext) -> str | None:
+        """One ADK turn for the run's message; returns the last answer's text.
+
+        Cancellation (hang-up, CancelTask, deadline, shutdown) lands in ADK's event stream,
+        which is closed on the way out: ADK cancels the agent's own task and the model call
+        in flight with it. What ADK recorded in the session until then stays. Errors: what
+        the agent raises fails the run (the caller sees its type and an error id); a model
+        error fails it with the error code (:class:`~scoped_a2a.AgentError`).
+        """
+        from .adk_events import Relay, to_content
+
+        user_id = ctx.principal.id or ANONYMOUS_USER
+        content = to_content(ctx.message)
+        relay = Relay(ctx)
+        async with self._turns.turn((user_id, ctx.context_id)):
+            await self._session(user_id, ctx.context_id)
+            events = self.runner.run_async(user_id=user_id, session_id=ctx.context_id,
+                                           new_message=content, run_config=self.run_config)
+            # aclosing: a run that stops early (cancelled, or a relay error) still closes
+            # ADK's generator here, which cancels the agent's task, instead of leaving it to
+            # the garbage collector.
+            async with aclosing(events):
+                async for event in events:
+                    await relay.feed(event)
+        return await relay.end()
+
+    async def _session(self, user_id: str, session_id: str) -> None:
+        """Create the session on its first turn (ADK's ``auto_create_session`` is newer than
+        the ADK versions supported)."""
+        service = self.runner.session_service
+        app_name = self.runner.app_name
+        if await service.get_session(app_name=app_name, user_id=user_id,
+                                     session_id=session_id) is None:
+            await service.create_session(app_name=app_name, user_id=user_id,
+                                         session_id=session_id)
+
+
+class _Turns:
+    """One turn at a time per session: two turns of one conversation at once would each
+    answer without the other, and ADK's session services do not expect concurrent writers.
+    A lock per session, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, str], tuple[anyio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def turn(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (None, 0))
+        lock = lock or anyio.Lock()
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)

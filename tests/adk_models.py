@@ -1,0 +1,92 @@
+"""Offline Google ADK models for the adapter tests: a ``BaseLlm`` that streams scripted parts.
+
+``ScriptedLlm(script=[[...], [...]])`` answers its n-th call with ``script[n]`` (the last one
+repeats): a ``str`` is a streamed text chunk, :class:`Call` a function call, :data:`GATE` waits
+until the test sets ``probe.gate`` (a run held in flight), :class:`Boom` raises. The shared
+:class:`Probe` records each request and whether a call in flight was cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.genai import types
+
+
+@dataclass
+class Call:
+    name: str
+    args: dict[str, Any]
+    id: str = "call-1"
+
+
+@dataclass
+class Boom:
+    message: str
+
+
+GATE = "<gate>"
+
+
+@dataclass
+class Probe:
+    gate: anyio.Event = field(default_factory=anyio.Event)
+    entered: anyio.Event = field(default_factory=anyio.Event)
+    """Set when a call reaches GATE."""
+    requests: list[LlmRequest] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    """How each call that reached GATE ended: ``released`` or ``cancelled``."""
+
+
+class ScriptedLlm(BaseLlm):
+    model: str = "scripted"
+    script: list[list[Any]]
+    probe: Any = None
+
+    def model_post_init(self, context: Any) -> None:
+        if self.probe is None:
+            self.probe = Probe()
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        probe: Probe = self.probe
+        probe.requests.append(llm_request)
+        items = self.script[min(len(probe.requests), len(self.script)) - 1]
+        text, calls = "", []
+        for item in items:
+            if isinstance(item, str) and item == GATE:
+                probe.entered.set()
+                try:
+                    await probe.gate.wait()
+                except BaseException:
+                    probe.ended.append("cancelled")
+                    raise
+                probe.ended.append("released")
+            elif isinstance(item, str):
+                text += item
+                if stream:
+                    yield LlmResponse(partial=True, content=types.Content(
+                        role="model", parts=[types.Part(text=item)]))
+            elif isinstance(item, Call):
+                calls.append(types.Part(function_call=types.FunctionCall(
+                    name=item.name, args=item.args, id=item.id)))
+            elif isinstance(item, Boom):
+                raise RuntimeError(item.message)
+        parts = ([types.Part(text=text)] if text else []) + calls
+        yield LlmResponse(
+            content=types.Content(role="model", parts=parts), partial=False, turn_complete=True,
+            usage_metadata=types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=1, candidates_token_count=1, total_token_count=2))
+
+
+def request_texts(request: LlmRequest) -> list[tuple[str, str]]:
+    """The conversation a model call saw, as (role, text) pairs (text parts only)."""
+    return [(c.role or "", "".join(p.text for p in c.parts or [] if p.text))
+            for c in request.contents if any(p.text for p in c.parts or [])]

@@ -1,0 +1,377 @@
+"""Google ADK agents served unchanged through ``from_adk``, over real HTTP (hypercorn).
+
+ADK is asyncio-bound (its runner drives the agent in asyncio tasks), so these tests run on
+asyncio only; ``test_trio_refuses_the_run`` shows what happens on trio. Models are offline:
+``ScriptedLlm`` (tests/adk_models.py) streams scripted parts, and for the cancel tests the
+example's ``ChatCompletionsModel`` makes a real HTTP call to a slow fake chat-completions
+endpoint on loopback (tests/adk_fake_llm.py), which sees when its connection is closed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from examples.adk_agent.agent import ChatCompletionsModel
+from google.adk.agents import LlmAgent
+
+from scoped_a2a import A2AApp, A2AClient, follow_trajectory
+from scoped_a2a.adapters.adk import from_adk, recognises
+from scoped_a2a.adapters.base import UnsupportedBackend
+from scoped_a2a.client.pages import LivePage
+
+from .adk_fake_llm import fake_chat_completions, text_deltas, weather_script
+from .adk_models import GATE, Boom, Call, ScriptedLlm, request_texts
+from .helpers import rpc, served, sse_events, text_message
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parent.parent
+ENDED = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # ADK runs on asyncio only (trio: see test_trio_refuses_the_run)
+
+
+def lookup(city: str) -> dict[str, str]:
+    """The weather in a city."""
+    return {"city": city, "sky": "sunny"}
+
+
+def scripted(*script: list[Any], name: str = "helper") -> LlmAgent:
+    return LlmAgent(name=name, description="Helps.", model=ScriptedLlm(script=list(script)),
+                    tools=[lookup])
+
+
+def probe(agent: LlmAgent) -> Any:
+    model = agent.model
+    assert isinstance(model, ScriptedLlm)
+    return model.probe
+
+
+def app_of(agent: Any, **kw: Any) -> A2AApp:
+    return A2AApp(from_adk(agent, **kw), grace=1.0)
+
+
+async def send(client: httpx.AsyncClient, url: str, text: str, **params: Any) -> dict[str, Any]:
+    message = text_message(text, **params.pop("message", {}))
+    body = await rpc(client, url, "SendMessage", {"message": message, **params},
+                     headers=params.pop("headers", None))
+    assert "result" in body, body
+    task: dict[str, Any] = body["result"]["task"]
+    return task
+
+
+async def get(client: httpx.AsyncClient, url: str, task_id: str) -> dict[str, Any]:
+    task: dict[str, Any] = (await rpc(client, url, "GetTask", {"id": task_id}))["result"]
+    return task
+
+
+async def until_ended(client: httpx.AsyncClient, url: str, task_id: str) -> dict[str, Any]:
+    with anyio.fail_after(10):
+        while (task := await get(client, url, task_id))["status"]["state"] not in ENDED:
+            await anyio.sleep(0.02)
+    return task
+
+
+def status_text(task: dict[str, Any]) -> str:
+    return "".join(p.get("text", "") for p in task["status"]["message"]["parts"])
+
+
+def artifact_texts(task: dict[str, Any]) -> list[str]:
+    return ["".join(p.get("text", "") for p in a["parts"]) for a in task.get("artifacts", [])]
+
+
+async def trajectory(client: httpx.AsyncClient, url: str, task_id: str) -> list[dict[str, Any]]:
+    page = (await rpc(client, url, "scoped_a2a/trajectory/read",
+                      {"taskId": task_id, "after": 0}))["result"]
+    assert not page["hasMore"]
+    return [e["event"]["data"] for e in page["events"] if e["kind"] == "trajectory"]
+
+
+STREAM = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage"}
+
+
+# --- what the adapter makes of a run ----------------------------------------------------------
+
+async def test_blocking_send_completes_with_the_agents_answer() -> None:
+    agent = scripted(["Hello", ", ", "world"])
+    async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
+        task = await send(client, url, "hi")
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert status_text(task) == "Hello, world"
+        [artifact] = task["artifacts"]
+        assert artifact["name"] == "helper"
+        assert artifact_texts(task) == ["Hello, world"]
+        assert request_texts(probe(agent).requests[0])[-1] == ("user", "hi")
+
+
+async def test_streamed_text_arrives_as_ordered_chunks_without_repeats() -> None:
+    app = app_of(scripted(["Hel", "lo ", "wor", "ld"]))
+    req = {**STREAM, "params": {"message": text_message("hi")}}
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        async with client.stream("POST", url, json=req, headers={"A2A-Version": "1.0"}) as r:
+            events = [e["result"] async for _, e in sse_events(r)]
+        chunks = [e["artifactUpdate"] for e in events if "artifactUpdate" in e]
+        # Each partial event is a chunk as it comes; ADK's aggregated event at the end of the
+        # model's response closes the artifact with what is left of it (nothing here).
+        assert [c["artifact"]["parts"][0]["text"] for c in chunks] == [
+            "Hel", "lo ", "wor", "ld", ""]
+        assert [c.get("append", False) for c in chunks] == [False, True, True, True, True]
+        assert [c.get("lastChunk", False) for c in chunks] == [False, False, False, False, True]
+        assert len({c["artifact"]["artifactId"] for c in chunks}) == 1
+        final = events[-1]["statusUpdate"]["status"]
+        assert final["state"] == "TASK_STATE_COMPLETED"
+        assert final["message"]["parts"][0]["text"] == "Hello world"
+        task = await get(client, url, events[0]["task"]["id"])
+        assert artifact_texts(task) == ["Hello world"]
+
+
+async def test_tool_calls_are_trajectory_events_read_live() -> None:
+    agent = scripted(["Let me look. ", Call("lookup", {"city": "Paris"}, "c7")],
+                     [GATE, "Sunny ", "in Paris."])
+    seen: list[tuple[str | None, dict[str, Any]]] = []
+
+    async def sink(page: LivePage) -> None:
+        state = page.state.name if page.state else None
+        seen.extend((state, e.event["data"]) for e in page.events if e.kind == "trajectory")
+        if len(seen) == 2:
+            probe(agent).gate.set()  # both seen while the run waits in its second model call
+
+    async with served(app_of(agent)) as url, A2AClient(url) as client, \
+            httpx.AsyncClient(timeout=10) as h:
+        task = await send(h, url, "weather?", configuration={"returnImmediately": True})
+        with anyio.fail_after(10):
+            await follow_trajectory(client, task["id"], sink, poll_interval=0.02)
+        assert [s for s, _ in seen] == ["WORKING", "WORKING"]
+        assert [d for _, d in seen] == [
+            {"type": "tool_call", "tool": "lookup", "args": {"city": "Paris"}, "id": "c7",
+             "agent": "helper"},
+            {"type": "tool_result", "tool": "lookup", "content": {"city": "Paris",
+                                                                  "sky": "sunny"},
+             "id": "c7", "agent": "helper"},
+        ]
+        ended = await until_ended(h, url, task["id"])
+        assert ended["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert status_text(ended) == "Sunny in Paris."
+        # One artifact per model response: the words before the tool call, then the answer.
+        assert artifact_texts(ended) == ["Let me look. ", "Sunny in Paris."]
+        # The model's second call saw the tool's result.
+        [result] = [p.function_response for c in probe(agent).requests[1].contents
+                    for p in c.parts or [] if p.function_response]
+        assert (result.id, result.response) == ("c7", {"city": "Paris", "sky": "sunny"})
+
+
+async def test_one_session_per_context_and_caller(tmp_path: Path) -> None:
+    from scoped_a2a.server.auth import Authenticator
+    from scoped_a2a.server.auth.api_keys import ApiKeys
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text("alice:key-a\nbob:key-b\n")
+    agent = scripted(["Noted."])
+    adapted = from_adk(agent)
+    app = A2AApp(adapted, authenticate=Authenticator([ApiKeys(keys)]), grace=1.0)
+    alice, bob = {"X-API-Key": "key-a"}, {"X-API-Key": "key-b"}
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        first = await send(client, url, "my name is Ada", headers=alice)
+        ctx = first["contextId"]
+        await send(client, url, "what is my name?", message={"contextId": ctx}, headers=alice)
+        await send(client, url, "a new conversation", headers=alice)
+        await send(client, url, "whose context?", message={"contextId": ctx}, headers=bob)
+    requests = [request_texts(r) for r in probe(agent).requests]
+    assert requests[1] == [("user", "my name is Ada"), ("model", "Noted."),
+                           ("user", "what is my name?")]
+    assert requests[2] == [("user", "a new conversation")]
+    assert requests[3] == [("user", "whose context?")]  # Bob cannot read Alice's session
+    listed = await adapted.runner.session_service.list_sessions(app_name="helper", user_id="alice")
+    assert ctx in {s.id for s in listed.sessions}
+
+
+async def test_a_failing_model_fails_the_task_without_leaking_its_text() -> None:
+    agent = scripted(["Starting", Boom("password=hunter2")])
+    async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
+        task = await send(client, url, "go")
+        assert task["status"]["state"] == "TASK_STATE_FAILED"
+        text = status_text(task)
+        assert re.fullmatch(r"RuntimeError \(error id [0-9a-f]+\); the server log has the "
+                            r"details", text), text
+        assert "hunter2" not in str(task)
+
+
+# --- cancellation -------------------------------------------------------------------------------
+
+async def test_a_detached_run_completes_after_its_caller_hangs_up() -> None:
+    agent = scripted([GATE, "done ", "at last"])
+    async with served(app_of(agent)) as url:
+        async with httpx.AsyncClient(timeout=10) as client:
+            task = await send(client, url, "go", configuration={"returnImmediately": True})
+            with anyio.fail_after(5):
+                await probe(agent).entered.wait()
+        # The caller's connection is closed; the run goes on and finishes once released.
+        probe(agent).gate.set()
+        async with httpx.AsyncClient(timeout=10) as client:
+            ended = await until_ended(client, url, task["id"])
+        assert ended["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert status_text(ended) == "done at last"
+        assert probe(agent).ended == ["released"]
+
+
+async def test_cancel_task_cancels_the_model_call() -> None:
+    agent = scripted(["Thinking", GATE, "never"])
+    async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
+        task = await send(client, url, "go", configuration={"returnImmediately": True})
+        with anyio.fail_after(5):
+            await probe(agent).entered.wait()
+        canceled = (await rpc(client, url, "CancelTask", {"id": task["id"]}))["result"]
+        assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+        assert canceled["status"]["message"]["metadata"]["reason"] == "CancelTask"
+        assert probe(agent).ended == ["cancelled"]
+        assert artifact_texts(await get(client, url, task["id"])) == ["Thinking"]
+
+
+def remote_agent(url: str) -> LlmAgent:
+    return LlmAgent(name="remote", model=ChatCompletionsModel(model="fake", base_url=url))
+
+
+@pytest.mark.parametrize("how", ["hang-up", "CancelTask"])
+async def test_cancelling_closes_the_models_http_connection(how: str) -> None:
+    async with fake_chat_completions(lambda body: text_deltas("one ", "two "), hold=True) as llm, \
+            served(app_of(remote_agent(llm.url))) as url, httpx.AsyncClient(timeout=10) as client:
+        req = {**STREAM, "params": {"message": text_message("go")}}
+        async with client.stream("POST", url, json=req, headers={"A2A-Version": "1.0"}) as r:
+            texts = []
+            async for _, event in sse_events(r):
+                if "task" in event["result"]:
+                    task_id = event["result"]["task"]["id"]
+                if "artifactUpdate" in event["result"]:
+                    texts.append(event["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"])
+                    if len(texts) == 2:
+                        break  # "one two " arrived; the model's response is now held open
+            assert llm.streaming.is_set() and not llm.closed
+            if how == "CancelTask":
+                async with httpx.AsyncClient(timeout=10) as other:
+                    await rpc(other, url, "CancelTask", {"id": task_id})
+        # Leaving the stream hangs up (after a CancelTask the run is already over).
+        with anyio.fail_after(1):
+            await llm.closed_event.wait()
+        task = await until_ended(client, url, task_id)
+        assert task["status"]["state"] == "TASK_STATE_CANCELED"
+        assert task["status"]["message"]["metadata"]["reason"] == how
+        assert artifact_texts(task) == ["one two "]
+        assert len(llm.requests) == 1 and llm.requests[0]["stream"] is True
+
+
+async def test_the_a2a_sdk_client_talks_to_the_adapted_agent() -> None:
+    from a2a.client import ClientConfig, ClientFactory
+    from a2a.client.card_resolver import A2ACardResolver
+    from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
+
+    async with served(app_of(scripted(["from ", "ADK"]))) as url, \
+            httpx.AsyncClient(timeout=10) as h:
+        card = await A2ACardResolver(h, url).get_agent_card()
+        sdk = ClientFactory(ClientConfig(streaming=False, httpx_client=h)).create(card)
+        msg = Message(message_id="m1", role=Role.ROLE_USER, parts=[Part(text="hi")])
+        responses = [r async for r in sdk.send_message(SendMessageRequest(message=msg))]
+        [task] = [r.task for r in responses]
+        assert task.status.message.parts[0].text == "from ADK"
+        assert "".join(p.text for p in task.artifacts[0].parts) == "from ADK"
+
+
+# --- the card, recognition, trio -------------------------------------------------------------
+
+def test_card_fields_come_from_the_agent_and_can_be_overridden() -> None:
+    team = LlmAgent(name="team", description="A team.", model=ScriptedLlm(script=[[]]), sub_agents=[
+        scripted(["x"], name="researcher"),
+        LlmAgent(name="writer", description="Writes it up.", model=ScriptedLlm(script=[[]]))])
+    fields = from_adk(team).card_fields()
+    assert (fields["name"], fields["description"]) == ("team", "A team.")
+    assert fields["skills"] == [
+        {"id": "researcher", "name": "researcher", "description": "Helps.", "tags": ["llm"]},
+        {"id": "writer", "name": "writer", "description": "Writes it up.", "tags": ["llm"]},
+    ]
+    alone = from_adk(scripted(["x"])).card_fields()
+    assert [s["id"] for s in alone["skills"]] == ["helper"]
+    over = from_adk(team, name="Team", description="Ours.", skills=[
+        {"id": "s", "name": "S", "description": "d", "tags": []}]).card_fields()
+    assert (over["name"], over["description"], [s["id"] for s in over["skills"]]) == (
+        "Team", "Ours.", ["s"])
+
+
+def test_recognises_adk_agents_only() -> None:
+    assert recognises(scripted(["x"]))
+    assert not recognises(object()) and not recognises(LlmAgent)
+    with pytest.raises(TypeError, match="takes a Google ADK agent"):
+        from_adk(object())  # type: ignore[arg-type]
+
+
+def test_recognising_does_not_import_adk() -> None:
+    code = ("import sys; from scoped_a2a.adapters.adk import recognises; "
+            "print(recognises(object()), 'google.adk' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_refuses_the_run() -> None:
+    adapted = from_adk(scripted(["never"]))
+    with pytest.raises(UnsupportedBackend, match=r"^Google ADK runs on asyncio only, not trio: "
+                                                 r"serve it with --backend asyncio$"):
+        await adapted(None)  # type: ignore[arg-type]
+    async with served(A2AApp(adapted, grace=1.0)) as url, \
+            httpx.AsyncClient(timeout=10) as client:
+        task = await send(client, url, "hi")
+        assert task["status"]["state"] == "TASK_STATE_FAILED"
+        assert not task.get("artifacts")
+        text = status_text(task)
+        assert "--backend asyncio" in text or text.startswith("UnsupportedBackend (error id")
+
+
+# --- the example, end to end ------------------------------------------------------------------
+
+async def test_the_example_serves_its_agent_against_a_fake_endpoint() -> None:
+    async with fake_chat_completions(weather_script("Paris")) as llm:
+        env = {**os.environ, "MODEL_URL": llm.url, "MODEL_NAME": "fake-model",
+               "MODEL_API_KEY": "sk-test",
+               "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        async with await anyio.open_process(
+                [sys.executable, "-m", "scoped_a2a", "serve", "--port", "0", "--backend",
+                 "asyncio", "--agent", "examples.adk_agent.agent:agent"],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL) as proc:
+            assert proc.stderr is not None
+            log = ""
+            try:
+                with anyio.fail_after(60):
+                    while not (found := re.search(r"serving on (http://\S+)", log)):
+                        log += (await proc.stderr.receive()).decode()
+                url = found.group(1)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_drain, proc.stderr)  # the server logs every run
+                    async with httpx.AsyncClient(timeout=30) as client:
+                        task = await send(client, url, "What is the weather in Paris?")
+                    tg.cancel_scope.cancel()
+            finally:
+                proc.terminate()
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+        assert status_text(task) == "In Paris it is sunny, 21 °C."
+        assert artifact_texts(task) == ["Let me check. ", "In Paris it is sunny, 21 °C."]
+        first, second = llm.requests
+        assert [t["function"]["name"] for t in first["tools"]] == ["get_weather"]
+        assert first["messages"][0]["role"] == "system"
+        assert first["messages"][-1] == {"role": "user",
+                                         "content": "What is the weather in Paris?"}
+        assert second["messages"][-1]["role"] == "tool"
+        assert "Authorization: Bearer sk-test".lower() in llm.headers[0].lower()
+
+
+async def _drain(stream: Any) -> None:
+    async for _ in stream:
+        pass
