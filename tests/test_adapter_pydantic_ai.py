@@ -357,6 +357,33 @@ async def test_cancelling_closes_the_models_http_connection(how: str) -> None:
         assert reply_text(task) == "one "
 
 
+async def test_a_deadline_cancels_the_run() -> None:
+    from scoped_a2a.protocol.deadline import BUDGET_KEY
+
+    gate = Gate()
+    async with served(app_of(stalling(gate))) as url, httpx.AsyncClient(timeout=10) as client:
+        task = await send(client, url, "go", metadata={BUDGET_KEY: 300})
+        assert task["status"]["state"] == "TASK_STATE_CANCELED"
+        assert task["status"]["message"]["metadata"]["reason"] == "deadline"
+        assert gate.ended == ["cancelled"]
+
+
+async def test_shutdown_cancels_a_detached_run_after_its_grace_and_closes_the_model_call() -> None:
+    async with slow_llm(stall_after=1) as llm:
+        app = A2AApp(from_pydantic_ai(openai_agent(llm)), grace=0.3)
+        async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+            task = await send(client, url, "go", configuration={"returnImmediately": True})
+            with anyio.fail_after(5):
+                await llm.stalled.wait()
+        # served() has shut the server down: the run outlived the grace period.
+        [conn] = llm.connections
+        assert conn.closed_by_client.is_set()
+    ended, _ = await app.store.get(task["id"])
+    assert ended.status.state.name == "CANCELED"
+    assert ended.status.message is not None
+    assert ended.status.message.metadata == {"reason": "shutdown"}
+
+
 async def test_the_a2a_sdk_client_talks_to_the_adapted_agent() -> None:
     from a2a.client import ClientConfig, ClientFactory
     from a2a.client.card_resolver import A2ACardResolver

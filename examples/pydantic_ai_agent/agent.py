@@ -78,7 +78,6 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
     app = A2AApp(from_pydantic_ai(build(args.model_url, args.model)))
-    print(f"serving on http://{args.host}:{args.port}/ (Ctrl-C drains and stops)")
     # serve() drains on SIGINT/SIGTERM: a second signal stops at once.
     anyio.run(lambda: serve(app, host=args.host, port=args.port), backend="asyncio")
 
