@@ -128,3 +128,13 @@ def with_deps() -> Agent:
         return ctx.deps
 
     return agent
+
+
+def prompt_recorder(seen: list[object]) -> Agent:
+    """Records the user prompt's content as the model receives it; answers "ok"."""
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        seen.extend(p.content for m in messages if isinstance(m, ModelRequest) for p in m.parts
+                    if isinstance(p, UserPromptPart))
+        yield "ok"
+
+    return Agent(FunctionModel(stream_function=stream))

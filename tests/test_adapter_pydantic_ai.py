@@ -30,6 +30,7 @@ from .pydantic_ai_agents import (
     Gate,
     chunked,
     leaky_failure,
+    prompt_recorder,
     remembering,
     stalling,
     structured,
@@ -235,6 +236,33 @@ async def test_structured_output_becomes_a_data_part() -> None:
         v03 = await rpc(client, url, "tasks/get", {"id": task["id"]}, version=None)
         [part] = v03["result"]["artifacts"][0]["parts"]
         assert part == {"kind": "data", "data": {"city": "Paris", "celsius": 21}}
+
+
+async def test_file_and_data_parts_reach_the_model_as_pydantic_ai_content() -> None:
+    import base64
+
+    from pydantic_ai import BinaryContent, DocumentUrl, ImageUrl
+
+    seen: list[object] = []
+    message = text_message("describe these")
+    message["parts"] += [
+        {"raw": base64.b64encode(b"\x89PNG").decode(), "mediaType": "image/png"},
+        {"url": "https://files.example/report.pdf", "mediaType": "application/pdf"},
+        {"url": "https://files.example/cat.jpg", "mediaType": "image/jpeg"},
+        {"data": {"order": "A-1"}},
+    ]
+    async with served(app_of(prompt_recorder(seen))) as url, \
+            httpx.AsyncClient(timeout=10) as client:
+        sent = await rpc(client, url, "SendMessage", {"message": message})
+        assert sent["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    [content] = seen
+    assert isinstance(content, list)
+    text, raw, doc, image, data = content
+    assert text == "describe these" and data == '{"order": "A-1"}'
+    assert isinstance(raw, BinaryContent)
+    assert (raw.data, raw.media_type) == (b"\x89PNG", "image/png")
+    assert isinstance(doc, DocumentUrl) and doc.url == "https://files.example/report.pdf"
+    assert isinstance(image, ImageUrl) and image.media_type == "image/jpeg"
 
 
 async def test_deps_hook_builds_deps_from_the_run_context() -> None:
