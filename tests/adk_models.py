@@ -2,7 +2,8 @@
 
 ``ScriptedLlm(script=[[...], [...]])`` answers its n-th call with ``script[n]`` (the last one
 repeats): a ``str`` is a streamed text chunk, :class:`Call` a function call, :data:`GATE` waits
-until the test sets ``probe.gate`` (a run held in flight), :class:`Boom` raises. The shared
+until the test sets ``probe.gate`` (a run held in flight), :class:`Boom` raises,
+:class:`ModelError` answers with a model error. The shared
 :class:`Probe` records each request and whether a call in flight was cancelled.
 """
 
@@ -28,6 +29,14 @@ class Call:
 
 @dataclass
 class Boom:
+    message: str
+
+
+@dataclass
+class ModelError:
+    """The model answers with an error (as Gemini does for a blocked response)."""
+
+    code: str
     message: str
 
 
@@ -79,6 +88,9 @@ class ScriptedLlm(BaseLlm):
                     name=item.name, args=item.args, id=item.id)))
             elif isinstance(item, Boom):
                 raise RuntimeError(item.message)
+            elif isinstance(item, ModelError):
+                yield LlmResponse(error_code=item.code, error_message=item.message)
+                return
         parts = ([types.Part(text=text)] if text else []) + calls
         yield LlmResponse(
             content=types.Content(role="model", parts=parts), partial=False, turn_complete=True,

@@ -28,7 +28,7 @@ from scoped_a2a.adapters.base import UnsupportedBackend
 from scoped_a2a.client.pages import LivePage
 
 from .adk_fake_llm import fake_chat_completions, text_deltas, weather_script
-from .adk_models import GATE, Boom, Call, ScriptedLlm, request_texts
+from .adk_models import GATE, Boom, Call, ModelError, ScriptedLlm, request_texts
 from .helpers import rpc, served, sse_events, text_message
 
 pytestmark = pytest.mark.anyio
@@ -100,6 +100,12 @@ async def trajectory(client: httpx.AsyncClient, url: str, task_id: str) -> list[
 STREAM = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage"}
 
 
+async def stream_events(client: httpx.AsyncClient, url: str, req: dict[str, Any]
+                        ) -> list[dict[str, Any]]:
+    async with client.stream("POST", url, json=req, headers={"A2A-Version": "1.0"}) as r:
+        return [e["result"] async for _, e in sse_events(r)]
+
+
 # --- what the adapter makes of a run ----------------------------------------------------------
 
 async def test_blocking_send_completes_with_the_agents_answer() -> None:
@@ -133,6 +139,25 @@ async def test_streamed_text_arrives_as_ordered_chunks_without_repeats() -> None
         assert final["message"]["parts"][0]["text"] == "Hello world"
         task = await get(client, url, events[0]["task"]["id"])
         assert artifact_texts(task) == ["Hello world"]
+
+
+async def test_a_run_config_without_streaming_gives_whole_responses() -> None:
+    from google.adk.agents import RunConfig
+    from google.adk.agents.run_config import StreamingMode
+
+    tuned = from_adk(scripted(["a", "b"]), run_config=RunConfig(max_llm_calls=7))
+    assert tuned.run_config.streaming_mode is StreamingMode.SSE  # unless it says otherwise
+    assert tuned.run_config.max_llm_calls == 7
+    with pytest.raises(ValueError, match="BIDI"):
+        from_adk(scripted(["x"]), run_config=RunConfig(streaming_mode=StreamingMode.BIDI))
+    agent = scripted(["Hel", "lo"])
+    whole = from_adk(agent, run_config=RunConfig(streaming_mode=StreamingMode.NONE))
+    req = {**STREAM, "params": {"message": text_message("hi")}}
+    async with served(A2AApp(whole, grace=1.0)) as url, httpx.AsyncClient(timeout=10) as client:
+        events = await stream_events(client, url, req)
+    [chunk] = [e["artifactUpdate"] for e in events if "artifactUpdate" in e]
+    assert chunk["artifact"]["parts"] == [{"text": "Hello"}] and chunk.get("lastChunk")
+    assert events[-1]["statusUpdate"]["status"]["message"]["parts"][0]["text"] == "Hello"
 
 
 async def test_tool_calls_are_trajectory_events_read_live() -> None:
@@ -195,6 +220,57 @@ async def test_one_session_per_context_and_caller(tmp_path: Path) -> None:
     assert ctx in {s.id for s in listed.sessions}
 
 
+async def test_tools_see_the_caller_and_the_request_metadata() -> None:
+    from google.adk.tools import ToolContext
+
+    def whoami(tool_context: ToolContext) -> dict[str, Any]:
+        """Who is asking."""
+        config = tool_context.run_config
+        assert config is not None and config.custom_metadata is not None
+        return {"user": tool_context.user_id, "metadata": config.custom_metadata["a2a_metadata"]}
+
+    agent = LlmAgent(name="helper", model=ScriptedLlm(script=[[Call("whoami", {})], ["ok"]]),
+                     tools=[whoami])
+    async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
+        task = await send(client, url, "who am I?", metadata={"crm": "lead-7"})
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        [_, result] = await trajectory(client, url, task["id"])
+    # Without authentication the caller is anonymous: ADK's own executor's user id for it.
+    assert result["content"] == {"user": f"A2A_USER_{task['contextId']}",
+                                 "metadata": {"crm": "lead-7"}}
+
+
+async def test_a_follow_up_after_a_cancelled_tool_call_continues_the_session() -> None:
+    entered, ended = anyio.Event(), []
+
+    async def stall() -> dict[str, str]:
+        """Takes forever."""
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            ended.append("cancelled")
+        return {}
+
+    agent = LlmAgent(name="helper", model=ScriptedLlm(
+        script=[[Call("stall", {}, "c9")], ["fine"]]), tools=[stall])
+    async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
+        task = await send(client, url, "go", configuration={"returnImmediately": True})
+        with anyio.fail_after(5):
+            await entered.wait()
+        await rpc(client, url, "CancelTask", {"id": task["id"]})
+        assert ended == ["cancelled"]  # the tool's own await was cancelled
+        assert [e["type"] for e in await trajectory(client, url, task["id"])] == ["tool_call"]
+        again = await send(client, url, "again", message={"contextId": task["contextId"]})
+        assert again["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert status_text(again) == "fine"
+    contents = probe(agent).requests[1].contents
+    assert request_texts(probe(agent).requests[1]) == [("user", "go"), ("user", "again")]
+    # The call the cancel left unanswered is not sent to the model again (ADK drops it), so
+    # a provider that insists on an answer to every call does not reject the conversation.
+    assert not any(p.function_call for c in contents for p in c.parts or [])
+
+
 async def test_a_failing_model_fails_the_task_without_leaking_its_text() -> None:
     agent = scripted(["Starting", Boom("password=hunter2")])
     async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
@@ -204,6 +280,16 @@ async def test_a_failing_model_fails_the_task_without_leaking_its_text() -> None
         assert re.fullmatch(r"RuntimeError \(error id [0-9a-f]+\); the server log has the "
                             r"details", text), text
         assert "hunter2" not in str(task)
+
+
+async def test_a_model_error_fails_the_task_with_its_code_only() -> None:
+    agent = scripted(["Partial ", "answer", ModelError("SAFETY", "blocked: user 42's data")])
+    async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
+        task = await send(client, url, "go")
+        assert task["status"]["state"] == "TASK_STATE_FAILED"
+        assert status_text(task) == ("the model answered with an error (SAFETY); the server "
+                                     "log has its message")
+        assert "user 42" not in str(task)
 
 
 # --- cancellation -------------------------------------------------------------------------------

@@ -5,12 +5,15 @@ cancel scope, so every rule of this server applies to it: a hang-up of an intera
 CancelTask, the caller's deadline or the end of the shutdown grace period cancels the ADK run,
 and with it the model call in flight. Detached runs finish whoever hangs up.
 
-- Sessions: one ADK session per A2A context id and caller (ADK's ``user_id`` is the caller's
-  principal id, ``anonymous`` without authentication), created on first use in the session
+- Sessions: one ADK session per A2A context id and caller, created on first use in the session
   service given (ADK's ``InMemorySessionService`` by default), so a follow-up in the same
-  context sees the earlier turns and one caller never reads another's session. The turns of one
-  session run one at a time, in the order they arrive (a follow-up sent while a turn runs waits
-  for it, ``working``).
+  context sees the earlier turns and one caller never reads another's session. ADK's
+  ``user_id`` is the caller's principal id; without authentication it is
+  ``A2A_USER_<context id>``, as ADK's own A2A executor does, so ``user:`` state and memory are
+  never shared between anonymous conversations. The turns of one session run one at a time, in
+  the order they arrive (a follow-up sent while a turn runs waits for it, ``working``).
+- The request's metadata (with the message's) reaches tools and callbacks as
+  ``run_config.custom_metadata["a2a_metadata"]``, where ADK's own executor puts it.
 - What the caller sees: model text streamed as artifact chunks, tool calls and results as
   live-trajectory events, the last answer as the reply (:mod:`.adk_events`).
 - ADK is built on asyncio: the adapted agent runs on ``--backend asyncio`` only; on trio a run
@@ -31,15 +34,21 @@ import anyio
 from .base import AdaptedAgent
 
 if TYPE_CHECKING:
-    from google.adk.agents import BaseAgent
+    from google.adk.agents import BaseAgent, RunConfig
     from google.adk.artifacts import BaseArtifactService
     from google.adk.memory import BaseMemoryService
     from google.adk.sessions import BaseSessionService
 
     from ..runtime.context import RunContext
 
-ANONYMOUS_USER = "anonymous"
-"""ADK's ``user_id`` for callers without an identity (a server with no authentication)."""
+METADATA_KEY = "a2a_metadata"
+"""Where a run's A2A metadata is in ADK's ``RunConfig.custom_metadata`` (ADK's own key)."""
+
+
+def user_id_of(ctx: RunContext) -> str:
+    """ADK's ``user_id`` for the run's caller: its principal id, or, for a caller without one
+    (no authentication), ``A2A_USER_<context id>`` as ADK's own A2A executor uses."""
+    return ctx.principal.id or f"A2A_USER_{ctx.context_id}"
 
 
 def recognises(obj: object) -> bool:
@@ -62,6 +71,7 @@ def from_adk(
     name: str | None = None,
     description: str | None = None,
     skills: Sequence[dict[str, Any]] | None = None,
+    run_config: RunConfig | None = None,
 ) -> AdkAgent:
     """Adapt the ADK ``agent`` (any ``BaseAgent``: an ``LlmAgent``, a workflow agent...) into
     an agent this server runs.
@@ -70,11 +80,15 @@ def from_adk(
     lost on restart); ``app_name`` names the app in it (default: the agent's name);
     ``artifact_service`` and ``memory_service`` are handed to ADK's ``Runner`` as given.
     ``name``, ``description`` and ``skills`` (A2A card skill objects: ``id``, ``name``,
-    ``description``, ``tags``) override what the card takes from the agent.
+    ``description``, ``tags``) override what the card takes from the agent. ``run_config``:
+    ADK's ``RunConfig`` for every run (``max_llm_calls``, ``tool_thread_pool_config``...); its
+    ``streaming_mode`` is SSE unless it sets one (``NONE``: each model response arrives whole).
 
-    Raises TypeError when ``agent`` is not an ADK agent.
+    Raises TypeError when ``agent`` is not an ADK agent, ValueError for a ``run_config`` in
+    live (``BIDI``) streaming mode, which ``run_async`` does not serve.
     """
-    from google.adk.agents import BaseAgent, RunConfig
+    from google.adk.agents import BaseAgent
+    from google.adk.agents import RunConfig as AdkRunConfig
     from google.adk.runners import Runner
     from google.adk.sessions import InMemorySessionService
 
@@ -88,8 +102,15 @@ def from_adk(
     if description or agent.description:
         card["description"] = description or agent.description
     card["skills"] = list(skills) if skills is not None else default_skills(agent)
-    # By value: StreamingMode moved between ADK versions; "sse" streams the model's text.
-    return AdkAgent(runner, RunConfig.model_validate({"streaming_mode": "sse"}), card)
+    config = run_config if run_config is not None else AdkRunConfig()
+    if "streaming_mode" not in config.model_fields_set:
+        # By value: StreamingMode moved between ADK versions; "sse" streams the model's text.
+        config = config.model_copy(update={"streaming_mode": type(
+            config.streaming_mode)("sse")})
+    elif config.streaming_mode.value == "bidi":
+        raise ValueError("from_adk runs agents with run_async: streaming_mode BIDI (live) is "
+                         "not supported; use SSE or NONE")
+    return AdkAgent(runner, config, card)
 
 
 def default_skills(agent: BaseAgent) -> list[dict[str, Any]]:
@@ -130,13 +151,17 @@ class AdkAgent(AdaptedAgent):
         """
         from .adk_events import Relay, to_content
 
-        user_id = ctx.principal.id or ANONYMOUS_USER
+        user_id = user_id_of(ctx)
         content = to_content(ctx.message)
+        run_config = self.run_config
+        if ctx.metadata and "custom_metadata" in type(run_config).model_fields:
+            run_config = run_config.model_copy(update={"custom_metadata": {
+                **(run_config.custom_metadata or {}), METADATA_KEY: ctx.metadata}})
         relay = Relay(ctx)
         async with self._turns.turn((user_id, ctx.context_id)):
             await self._session(user_id, ctx.context_id)
             events = self.runner.run_async(user_id=user_id, session_id=ctx.context_id,
-                                           new_message=content, run_config=self.run_config)
+                                           new_message=content, run_config=run_config)
             # aclosing: a run that stops early (cancelled, or a relay error) still closes
             # ADK's generator here, which cancels the agent's task, instead of leaving it to
             # the garbage collector.
