@@ -70,7 +70,8 @@ def trim(task: Task, history_length: int | None, *, artifacts: bool = True) -> T
         raise InvalidParams("historyLength must not be negative")
     history = task.history
     if history_length is not None and history is not None:
-        history = history[len(history) - history_length :] if history_length else None
+        # The most recent ``history_length`` messages; a length past the history is all of it.
+        history = history[-history_length:] if history_length else None
     if history is task.history and (artifacts or task.artifacts is None):
         return task
     return msgspec.structs.replace(
