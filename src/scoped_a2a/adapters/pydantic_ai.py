@@ -113,7 +113,7 @@ class PydanticAIAgent(AdaptedAgent):
         Errors (the model's, a tool's, the deps hook's, the history store's) fail the task.
         """
         deps = await self._deps_for(ctx)
-        key: HistoryKey = (ctx.principal.id, ctx.context_id)
+        key: HistoryKey = (ctx.owner, ctx.context_id)  # per caller and tenant
         earlier = list(await self.history.load(key))
         reply = ReplyStream(ctx)
         result: Any = None

@@ -147,6 +147,12 @@ class RunContext:
         return {**self.request_metadata, **(self.message.metadata or {})}
 
     @property
+    def owner(self) -> str:
+        """Who owns the task: the caller's principal id within its tenant (an opaque key;
+        equal for two runs exactly when the same caller sent them in the same tenant)."""
+        return self._owner
+
+    @property
     def tenant(self) -> str:
         """The tenant the task was created in (``""`` without one)."""
         return self._owner.partition(TENANT_SEPARATOR)[2]
