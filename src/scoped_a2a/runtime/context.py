@@ -8,7 +8,7 @@ checkpoint ends the agent.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, ExitStack
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -142,6 +142,13 @@ class RunContext:
         return self.message.text
 
     @property
+    def files(self) -> list[Part]:
+        """The current message's file parts: bytes (``part.raw``, decoded) or a URL
+        (``part.url``), each with its ``media_type`` and ``filename`` when the caller gave
+        them. A filename is the caller's: never use it as a path unchecked."""
+        return [p for p in self.message.parts if p.raw is not None or p.url is not None]
+
+    @property
     def metadata(self) -> dict[str, Any]:
         """The request's metadata overlaid with the message's."""
         return {**self.request_metadata, **(self.message.metadata or {})}
@@ -201,20 +208,24 @@ class RunContext:
         append: bool = False,
         last_chunk: bool = True,
         artifact_id: str | None = None,
+        parts: Sequence[Part] | None = None,
     ) -> str:
         """Publish an artifact (or a chunk of one); returns its id.
 
         With ``append=True`` the parts extend the previous artifact (or ``artifact_id``), which
-        is how a reply is streamed in chunks.
+        is how a reply is streamed in chunks. ``parts``: any parts beyond ``text`` and
+        ``data`` (files: ``Part(raw=..., media_type=..., filename=...)`` or ``Part(url=...)``),
+        after them.
         """
-        parts = []
+        all_parts = []
         if text is not None:
             _check_text(text)
-            parts.append(Part(text=text))
+            all_parts.append(Part(text=text))
         if data is not None:
-            parts.append(Part(data=data))
-        if not parts:
-            raise ValueError("an artifact needs text or data")
+            all_parts.append(Part(data=data))
+        all_parts.extend(parts or ())
+        if not all_parts:
+            raise ValueError("an artifact needs text, data or parts")
         if artifact_id is None:
             artifact_id = (
                 self._last_artifact_id if append and self._last_artifact_id else new_id()
@@ -224,7 +235,7 @@ class RunContext:
             TaskArtifactUpdateEvent(
                 task_id=self.task_id,
                 context_id=self.context_id,
-                artifact=Artifact(artifact_id=artifact_id, parts=parts, name=name),
+                artifact=Artifact(artifact_id=artifact_id, parts=all_parts, name=name),
                 append=append,
                 last_chunk=last_chunk,
             )
