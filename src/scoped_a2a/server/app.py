@@ -15,6 +15,7 @@ cancels interactive runs no one else holds; detached runs carry on in the server
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -71,6 +72,7 @@ from .auth import (
     resolve_principal,
 )
 from .card import build_card
+from .card_http import entity_tag, http_date, not_modified
 from .card_signing import JWKS_PATH, CardSigner
 from .dispatch import Responder, run_method
 from .dispatch import extensions as _extensions
@@ -178,6 +180,7 @@ class A2AApp:
         agent_card = getattr(agent, "card_fields", None)
         self._card_overrides = {**(agent_card() if callable(agent_card) else {}), **(card or {})}
         self._card_cache: dict[str, bytes] = {}
+        self._built_at = time.time()  # the card's Last-Modified: it is fixed from here on
         self._extended = dict(extended_card) if extended_card is not None else None
         self._detached = detached
         self._name = str(getattr(agent, "__name__", None) or "scoped-a2a agent")
@@ -309,8 +312,7 @@ class A2AApp:
                 await discard_body(scope, receive)
                 await _plain(send, 405, "use GET for the agent card")
             else:
-                await send_response(send, 200, self._card(scope),
-                                    headers=[(b"cache-control", b"max-age=60")])
+                await self._send_card(scope, send)
             return
         if path == JWKS_PATH and self.card_signer is not None and method in ("GET", "HEAD"):
             await send_response(send, 200, _encode(self.card_signer.jwks()),
@@ -438,6 +440,19 @@ class A2AApp:
         """The card fields this app sets over the generated card (a copy)."""
         return dict(self._card_overrides)
 
+    async def _send_card(self, scope: Scope, send: Send) -> None:
+        """The public card, with an ETag and Last-Modified; 304 when the client holds it."""
+        body = self._card(scope)
+        etag = entity_tag(body)
+        headers = [(b"cache-control", b"max-age=60"), (b"etag", etag),
+                   (b"last-modified", http_date(self._built_at))]
+        request_headers = {k.lower(): v for k, v in scope.get("headers", ())}
+        if not_modified(request_headers, etag, self._built_at):
+            await send({"type": "http.response.start", "status": 304, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+        else:
+            await send_response(send, 200, body, headers=headers)
+
     def _card(self, scope: Scope) -> bytes:
         url = self._base_url(scope)
         cached = self._card_cache.get(url)
@@ -447,7 +462,8 @@ class A2AApp:
                               push_notifications=self.push.enabled,
                               cancel_on_disconnect=self.policy.cancel_on_disconnect,
                               extended=self._extended is not None,
-                              preferred_binding=self.preferred_binding)
+                              preferred_binding=self.preferred_binding,
+                              idempotent_send=self.store.dedupes_sends)
             card = self._signed(card, url)
             cached = self._card_cache[url] = _encode(card)
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
@@ -460,7 +476,8 @@ class A2AApp:
                                 **(self._extended or {})},
                           name=self._name, push_notifications=self.push.enabled,
                           cancel_on_disconnect=self.policy.cancel_on_disconnect, extended=True,
-                          preferred_binding=self.preferred_binding)
+                          preferred_binding=self.preferred_binding,
+                          idempotent_send=self.store.dedupes_sends)
         return _encode(self._signed(card, url))
 
     def _signed(self, card: dict[str, Any], url: str) -> dict[str, Any]:
