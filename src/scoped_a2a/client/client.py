@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import Any
 
@@ -26,8 +26,14 @@ import anyio
 import httpx
 import msgspec
 
-from ..protocol.errors import InvalidAgentResponse, UnsupportedOperation, VersionNotSupported
+from ..protocol.errors import (
+    InvalidAgentResponse,
+    ServerUnavailable,
+    UnsupportedOperation,
+    VersionNotSupported,
+)
 from ..protocol.ids import new_id
+from ..protocol.resend import IDEMPOTENT_SEND_EXTENSION_URI
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD, TrajectoryRead
 from ..protocol.types import (
     ListTasksRequest,
@@ -41,8 +47,10 @@ from ..protocol.types import (
     TaskState,
 )
 from .auth import Auth, as_httpx_auth, missing_credential_text
+from .backoff import Backoff
 from .card import AgentCard, decode_card, select_binding, select_interface
 from .card_verify import CardVerifier
+from .errors import AgentUnreachable
 from .pages import LivePage, WirePage
 from .rest import RestTransport
 from .rpc import RpcTransport, raise_for_http, transport_error
@@ -50,6 +58,9 @@ from .streams import EventStream
 from .wire import CODECS, Codec
 
 CARD_PATH = "/.well-known/agent-card.json"
+
+SEND_BACKOFF = Backoff(initial=0.1, factor=2.0, cap=2.0, jitter=0.5)
+"""How long a send waits before it is resent after a connection error (per attempt)."""
 
 _page_decoder = msgspec.json.Decoder(WirePage)
 _encode = msgspec.json.Encoder().encode
@@ -93,6 +104,11 @@ class A2AClient:
         ``Unauthenticated`` / ``PermissionDenied`` naming the credentials its card accepts.
     :param verify_card: refuse a card none of whose signatures verifies with these trusted
         keys (:class:`~.card_verify.CardVerifier`): ``CardSignatureError`` before any call.
+    :param send_retries: how many times ``send`` and ``stream`` resend a message (same
+        ``messageId``) after a connection error, or -32000 "try again", before the first
+        answer; only to an agent whose card declares idempotent sends (a resend is then the
+        same send, never a second run: docs/exactly-once.md). 0: never.
+    :param send_backoff: the wait before each resend.
     """
 
     def __init__(
@@ -110,6 +126,8 @@ class A2AClient:
         transport: str | None = None,
         auth: Auth | None = None,
         verify_card: CardVerifier | None = None,
+        send_retries: int = 3,
+        send_backoff: Backoff = SEND_BACKOFF,
     ) -> None:
         if version not in (None, "1.0", "0.3"):
             raise ValueError("version must be '1.0', '0.3' or None")
@@ -128,6 +146,12 @@ class A2AClient:
         self._headers = dict(headers or {})
         self._auth = as_httpx_auth(auth)
         self._verify_card = verify_card
+        if send_retries < 0:
+            raise ValueError("send_retries must not be negative")
+        self.send_retries = send_retries
+        self.send_backoff = send_backoff
+        self.resends = 0
+        """How many times a message was resent after a connection error (tests, metrics)."""
         self._transport: RpcTransport | RestTransport | None = None
         self._codec: Codec | None = None
 
@@ -224,6 +248,22 @@ class A2AClient:
                 or any(k.lower() in ("authorization", "x-api-key") for k in self._headers))
         return missing_credential_text(self._card, sent=sent, status=status)
 
+    async def _may_resend(self, exc: BaseException, failures: int) -> bool:
+        """Whether to resend after the ``failures``-th failed attempt (and wait before it).
+
+        Only a connection error or -32000 (shutting down, or "try again") is retried, and only
+        to an agent that declares idempotent sends: elsewhere a resend may run the message twice.
+        """
+        if failures > self.send_retries or not isinstance(
+                exc, AgentUnreachable | ServerUnavailable):
+            return False
+        card = self._card
+        if card is None or not card.offers_extension(IDEMPOTENT_SEND_EXTENSION_URI):
+            return False
+        self.resends += 1
+        await anyio.sleep(self.send_backoff.delay(failures))
+        return True
+
     async def version(self) -> str:
         """The protocol version this client speaks to the agent (``"1.0"`` or ``"0.3"``)."""
         return (await self._rpc())[1].version
@@ -257,9 +297,17 @@ class A2AClient:
         req = self._send_request(
             message, return_immediately=return_immediately, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
-        raw = await transport.call(
-            codec.send_method, codec.send_params(req), bounded=return_immediately)
-        return codec.send_result(raw)
+        params = codec.send_params(req)  # one messageId for every attempt
+        failures = 0
+        while True:
+            try:
+                raw = await transport.call(codec.send_method, params, bounded=return_immediately)
+            except (AgentUnreachable, ServerUnavailable) as exc:
+                failures += 1
+                if not await self._may_resend(exc, failures):
+                    raise
+                continue
+            return codec.send_result(raw)
 
     @asynccontextmanager
     async def stream(
@@ -269,14 +317,27 @@ class A2AClient:
     ) -> AsyncIterator[EventStream]:
         """Send a message as a stream: ``async with client.stream(msg) as events: async for e
         in events``. The first event is the task (or the only one, a direct reply message); the
-        stream ends after the task ends or needs input. Leaving the block hangs up."""
+        stream ends after the task ends or needs input. Leaving the block hangs up.
+
+        Opening the stream is retried like ``send`` (a resend attaches to the same task); once
+        it is open, a broken stream is the caller's to resume (``subscribe``)."""
         transport, codec = await self._rpc()
         req = self._send_request(
             message, return_immediately=False, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
-        async with transport.stream(
-            codec.stream_method, codec.send_params(req), extensions=extensions
-        ) as response:
+        params = codec.send_params(req)  # one messageId for every attempt
+        failures = 0
+        async with AsyncExitStack() as stack:
+            while True:
+                try:
+                    response = await stack.enter_async_context(transport.stream(
+                        codec.stream_method, params, extensions=extensions))
+                except (AgentUnreachable, ServerUnavailable) as exc:
+                    failures += 1
+                    if not await self._may_resend(exc, failures):
+                        raise
+                    continue
+                break
             events = self._events(response, transport, codec)
             try:
                 yield events

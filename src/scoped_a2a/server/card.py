@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..protocol.deadline import CARD_ENTRY as DEADLINE_CARD_ENTRY
+from ..protocol.resend import CARD_ENTRY as IDEMPOTENT_SEND_CARD_ENTRY
 from ..protocol.trajectory import TRAJECTORY_EXTENSION_URI
 from ..runtime.policy import ON_DISCONNECT_EXTENSION_URI, ON_DISCONNECT_KEY
 
@@ -31,13 +32,15 @@ def build_card(
     extended: bool = False,
     cancel_on_disconnect: bool = True,
     preferred_binding: str = "JSONRPC",
+    idempotent_send: bool = False,
 ) -> dict[str, Any]:
     """The card for an agent served at ``url``; ``overrides`` replace top-level fields.
 
     ``capabilities`` in overrides is merged (so our extensions stay advertised).
     ``cancel_on_disconnect``: the server's default for the on-disconnect extension.
     ``preferred_binding``: ``"JSONRPC"`` or ``"HTTP+JSON"``, listed first (clients that take
-    the first interface they speak use it).
+    the first interface they speak use it). ``idempotent_send``: the store deduplicates sends
+    by messageId (docs/exactly-once.md), declared as an extension.
     """
     one_oh = [
         {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
@@ -69,6 +72,7 @@ def build_card(
                 },
             },
             dict(DEADLINE_CARD_ENTRY),
+            *([dict(IDEMPOTENT_SEND_CARD_ENTRY)] if idempotent_send else []),
         ],
     }
     caps.update(overrides.pop("capabilities", {}) or {})

@@ -54,6 +54,7 @@ from ..runtime.runner import Runner
 from ..runtime.tail import ends_stream, tail
 from ..store.base import TaskStore
 from .frames import FrameCache
+from .resend import Resends, fingerprint
 
 _encode = msgspec.json.Encoder().encode
 
@@ -97,6 +98,8 @@ class Methods:
         self.store = store
         self.policy = runner.policy
         self.keepalive_every = keepalive_every
+        self.resends = Resends(store, runner)
+        """The messageId claims that make a resent message the same send (resend.py)."""
         self.frames = FrameCache()
         """Snapshots and events encoded once, shared by every stream that sends them."""
         self.extended_card = extended_card
@@ -174,29 +177,63 @@ class Methods:
             request_metadata=req.metadata,
         )
         push_cfg = await self._accept_push(cfg.task_push_notification_config if cfg else None)
+        fp = fingerprint(msg)  # before the ids are filled in below
         if msg.task_id:
             await self.store.check_owner(msg.task_id, owner)
             task, pos = await self.store.get(msg.task_id)
-            if task.status.state.terminal:
-                raise UnsupportedOperation(
-                    f"task {task.id!r} is {task.status.state.name.lower()}; a terminal task "
-                    "accepts no more messages"
-                )
-            if msg.context_id and msg.context_id != task.context_id:
-                raise InvalidParams(f"task {task.id!r} belongs to another contextId")
-            msg.context_id = task.context_id
-            if push_cfg is not None:
-                await self._set_push(task.id, push_cfg, v1, pos, task.status.state)
-            run = self.runner.get(task.id)
-            if run is not None:
-                self.runner.resume(run, msg, reason)
-            else:
-                run = await self.runner.launch(
-                    task, msg, request_metadata=req.metadata, detach_reason=reason, new=False,
-                    principal=principal, owner=owner,
-                )
-            return task, run, pos
+            # A resent follow-up answers as the first did (its task may have ended since).
+            prior = await self.resends.claim(owner, msg, fp, task.id, pos, follow_up=True)
+            if prior is not None:
+                return prior
+            try:
+                return await self._follow_up(req, v1, principal, owner, task, pos, reason,
+                                             push_cfg)
+            except BaseException:
+                await self.resends.release(owner, msg, task.id)
+                raise
         task_id = new_id()
+        prior = await self.resends.claim(owner, msg, fp, task_id, 0, follow_up=False)
+        if prior is not None:
+            return prior
+        try:
+            return await self._new_task(req, v1, principal, owner, task_id, reason, push_cfg)
+        except BaseException:
+            # Nothing ran (or the run never started, recorded as ended): a resend may run it.
+            await self.resends.release(owner, msg, task_id)
+            raise
+
+    async def _follow_up(
+        self, req: SendMessageRequest, v1: bool, principal: Principal, owner: str, task: Task,
+        pos: int, reason: str | None, push_cfg: TaskPushNotificationConfig | None,
+    ) -> tuple[Task, Run, int]:
+        """Deliver a follow-up message to ``task`` (read at ``pos``): resume or start its run."""
+        msg = req.message
+        if task.status.state.terminal:
+            raise UnsupportedOperation(
+                f"task {task.id!r} is {task.status.state.name.lower()}; a terminal task "
+                "accepts no more messages"
+            )
+        if msg.context_id and msg.context_id != task.context_id:
+            raise InvalidParams(f"task {task.id!r} belongs to another contextId")
+        msg.context_id = task.context_id
+        if push_cfg is not None:
+            await self._set_push(task.id, push_cfg, v1, pos, task.status.state)
+        run = self.runner.get(task.id)
+        if run is not None:
+            self.runner.resume(run, msg, reason)
+        else:
+            run = await self.runner.launch(
+                task, msg, request_metadata=req.metadata, detach_reason=reason, new=False,
+                principal=principal, owner=owner,
+            )
+        return task, run, pos
+
+    async def _new_task(
+        self, req: SendMessageRequest, v1: bool, principal: Principal, owner: str, task_id: str,
+        reason: str | None, push_cfg: TaskPushNotificationConfig | None,
+    ) -> tuple[Task, Run, int]:
+        """Store a new task ``task_id`` for ``req``'s message and start its run."""
+        msg = req.message
         context_id = msg.context_id or new_id()
         msg.task_id, msg.context_id = task_id, context_id
         task = Task(

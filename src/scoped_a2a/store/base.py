@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ..protocol.errors import TaskNotFound
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import ListTasksRequest, Task, TaskPushNotificationConfig
+from .claims import PriorSend
 
 if TYPE_CHECKING:
     from .launcher import RunLauncher
@@ -128,6 +129,40 @@ class TaskStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_push_config(self, task_id: str, config_id: str) -> bool: ...
+
+    # message claims: a resent messageId is the same send (docs/exactly-once.md)
+    @property
+    def dedupes_sends(self) -> bool:
+        """Whether this store keeps message claims (then the card declares idempotent sends)."""
+        return type(self).claim_message is not TaskStore.claim_message
+
+    async def claim_message(
+        self, owner: str, message_id: str, fingerprint: bytes, task_id: str, *,
+        position: int = 0, created: bool = False,
+    ) -> PriorSend | None:
+        """Claim ``message_id`` of ``owner`` for ``task_id``, atomically: None if no earlier
+        send of it is known (this send goes ahead), else what the earlier one claimed.
+
+        ``created``: ``task_id`` is stored already (a follow-up); otherwise the claim is
+        pending until :meth:`create` (or the run queue) stores that task, and a pending claim
+        whose task never comes is dropped after a while (or by :meth:`release_message`).
+        ``position``: the task's log position the message is accepted at. The default keeps
+        no claims (every send is new): stores that deduplicate override all three methods.
+        """
+        return None
+
+    async def reclaim_message(
+        self, owner: str, message_id: str, old_task_id: str, new_task_id: str
+    ) -> PriorSend | None:
+        """Point the claim from ``old_task_id`` to the pending ``new_task_id`` (the message
+        runs again), atomically: None when done, else the claim as it is now (``task_id`` ""
+        if there is none any more)."""
+        return None
+
+    async def release_message(  # noqa: B027  # the default keeps no claims
+        self, owner: str, message_id: str, task_id: str
+    ) -> None:
+        """Drop the claim if it is ``task_id``'s: the send it was made for did not happen."""
 
     async def aclose(self) -> None:  # noqa: B027  # optional hook
         """Release connections; the in-memory store has none."""

@@ -41,6 +41,7 @@ from ..protocol.types import (
 )
 from .base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
 from .batched import InBatch
+from .claims import DEFAULT_CLAIM_WINDOW, MemoryClaims, PriorSend, claim_key
 from .cooling import Cooling
 from .packed import Frozen, Packed
 from .snapshot import apply_event
@@ -203,11 +204,13 @@ class MemoryTaskStore(TaskStore):
     :param max_ended_bytes: about how many bytes of ended tasks are kept: their encoded JSON
         (snapshot plus kept log events) plus a small fixed overhead per task and per event.
     :param max_events_per_task: log events kept per task, running or ended.
+    :param claim_window: seconds a message claim outlives its evicted task (claims.py); the
+        claims count against ``max_ended_bytes`` too.
     """
 
     def __init__(
         self, *, max_ended_tasks: int = 10_000, max_events_per_task: int = 10_000,
-        max_ended_bytes: int = DEFAULT_MAX_ENDED_BYTES,
+        max_ended_bytes: int = DEFAULT_MAX_ENDED_BYTES, claim_window: float = DEFAULT_CLAIM_WINDOW,
     ) -> None:
         if max_ended_tasks < 1 or max_events_per_task < 1 or max_ended_bytes < 1:
             raise ValueError("store bounds must be positive")
@@ -219,6 +222,7 @@ class MemoryTaskStore(TaskStore):
         self._ended_bytes = 0
         self._cooling = Cooling(self._plain)  # ended tasks on their way to being packed
         self._seq = itertools.count(1)
+        self._claims = MemoryClaims(claim_window, self._tasks.__contains__)
         # This class's own methods never wait; a subclass's overrides may (tests gate them).
         self._may_suspend = any(getattr(type(self), name) is not getattr(MemoryTaskStore, name)
                                 for name in _NEVER_WAIT)
@@ -298,7 +302,11 @@ class MemoryTaskStore(TaskStore):
         task's end right after waking; evicting it in between would lose the answer). A skipped
         task is evicted by a later pass.
         """
-        count, size = len(self._ended), self._ended_bytes
+        claims = self._claims
+        claims.expire()
+        # Lingering claims (of tasks already evicted) go before any task is evicted for room.
+        claims.trim(self.max_ended_bytes - self._ended_bytes)
+        count, size = len(self._ended), self._ended_bytes + claims.size
         if count <= self.max_ended_tasks and size <= self.max_ended_bytes:
             return
         victims: list[str] = []
@@ -317,6 +325,26 @@ class MemoryTaskStore(TaskStore):
             self._ended_bytes -= rec.size
             rec.ended = None  # the bytes go now, even if a packing in progress still holds rec
             rec.wake()  # waiters re-read and learn the task is gone
+            claims.task_gone(task_id)
+
+    @property
+    def claim_bytes(self) -> int:
+        """The bytes the message claims count against ``max_ended_bytes`` now."""
+        return self._claims.size
+
+    async def claim_message(
+        self, owner: str, message_id: str, fingerprint: bytes, task_id: str, *,
+        position: int = 0, created: bool = False,
+    ) -> PriorSend | None:
+        return self._claims.claim(claim_key(owner, message_id), fingerprint, task_id, position)
+
+    async def reclaim_message(
+        self, owner: str, message_id: str, old_task_id: str, new_task_id: str
+    ) -> PriorSend | None:
+        return self._claims.replace(claim_key(owner, message_id), old_task_id, new_task_id)
+
+    async def release_message(self, owner: str, message_id: str, task_id: str) -> None:
+        self._claims.release(claim_key(owner, message_id), task_id)
 
     async def read(
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20

@@ -73,6 +73,12 @@ class Keys:
     def lease(self, task_id: str) -> str:  # string: the token of the worker running it
         return f"{self.prefix}:lease:{task_id}"
 
+    def claim(self, digest: bytes) -> str:  # hash: a message claim (fp, task, pos, made, op)
+        return f"{self.prefix}:claim:{digest.hex()}"
+
+    def claims(self, task_id: str) -> str:  # set: the claim keys of a task while it runs
+        return f"{self.prefix}:claims:{task_id}"
+
     @property
     def tasks(self) -> str:  # zset: task id by creation order (ListTasks)
         return f"{self.prefix}:tasks"

@@ -26,7 +26,6 @@ from typing import Any, Protocol
 import msgspec
 from coredis.exceptions import StreamDuplicateConsumerGroupError
 
-from ...protocol.errors import InvalidParams
 from ...protocol.ids import new_id
 from ...protocol.types import Message, Task
 from ..launcher import RunRegistry
@@ -61,6 +60,9 @@ class QueueStore(Protocol):
 
     def create_args(self, task: Task, op: str, owner: str = "") -> tuple[list[str], list[Any]]:
         """Keys and arguments of the CREATE script for ``task`` (the queue adds its own)."""
+
+    def check_created(self, task_id: str, code: Any) -> None:
+        """Raise for a CREATE that did not store the task (its id exists, its claim is lost)."""
 
     def prime(self, task_id: str, snapshot: bytes, position: int) -> Task:
         """Seed the store's cache with a snapshot just read; return a separate copy of it."""
@@ -108,9 +110,7 @@ class RunQueue:
         keys, args = self.store.create_args(task, new_id(), owner)
         keys.append(self.key)
         args += [_encode(message), _encode(request_metadata), detach_reason]
-        created = await self.conn.run(self._create, keys, args)
-        if created != 1:
-            raise InvalidParams(f"task {task.id!r} already exists")
+        self.store.check_created(task.id, await self.conn.run(self._create, keys, args))
 
     async def cancel_elsewhere(self, task_id: str) -> None:
         await self.conn.publish_cancel(task_id)

@@ -23,19 +23,28 @@ _TERMINAL = (
 
 CREATE = """
 -- KEYS: task hash, tasks zset, seq counter, [run queue stream]
--- ARGV: id, snapshot, state, context id, timestamp, op, owner,
---       [message, request metadata, reason]
+-- ARGV: id, snapshot, state, context id, timestamp, op, owner, claim key ('' none), the
+--       task's claims set, [message, request metadata, reason]
+-- Returns 1 created (or a retry of this create), 0 the task exists, -5 the claim is not
+-- this task's any more (it expired while pending and another send took it).
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.call('HGET', KEYS[1], 'op') == ARGV[6] then return 1 end
   return 0
+end
+if ARGV[8] ~= '' then
+  if redis.call('HGET', ARGV[8], 'task') ~= ARGV[1] then return -5 end
+  -- the claim now lives as long as its task (APPEND sets its expiry when the task ends)
+  redis.call('HSET', ARGV[8], 'made', 1)
+  redis.call('PERSIST', ARGV[8])
+  redis.call('SADD', ARGV[9], ARGV[8])
 end
 local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[1], 'snap', ARGV[2], 'last', 0, 'state', ARGV[3], 'ctx', ARGV[4],
            'ts', ARGV[5], 'seq', seq, 'op', ARGV[6], 'attempts', 0, 'owner', ARGV[7])
 redis.call('ZADD', KEYS[2], seq, ARGV[1])
 if #KEYS >= 4 then
-  redis.call('XADD', KEYS[4], '*', 'task', ARGV[1], 'msg', ARGV[8], 'meta', ARGV[9],
-             'why', ARGV[10], 'who', ARGV[7])
+  redis.call('XADD', KEYS[4], '*', 'task', ARGV[1], 'msg', ARGV[10], 'meta', ARGV[11],
+             'why', ARGV[12], 'who', ARGV[7])
 end
 return 1
 """
@@ -44,7 +53,7 @@ APPEND = _TERMINAL + """
 -- KEYS: task hash, log stream, push hash, ended zset, tasks zset, lease
 -- ARGV: expected last position, op, kind, event, snapshot ('' = unchanged), state, timestamp,
 --       max events, ended ttl ms, max ended tasks, now ms, task id, lease token ('' = none),
---       the task's wake-up channel (gets the new position), key prefix
+--       the task's wake-up channel (gets the new position), key prefix, claim keep ms
 -- Returns {code, position}: 1 appended, 2 already appended (retry), -1 no such task,
 -- -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is not ours.
 local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op')
@@ -68,6 +77,12 @@ if TERMINAL[ARGV[6]] then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
+  -- the task's message claims outlive it by at least the claim window (docs/exactly-once.md)
+  local claims = ARGV[15] .. 'claims:' .. ARGV[12]
+  for _, claim in ipairs(redis.call('SMEMBERS', claims)) do
+    redis.call('PEXPIRE', claim, ARGV[16])
+  end
+  redis.call('PEXPIRE', claims, ttl)
   redis.call('ZADD', KEYS[4], now, ARGV[12])
   -- forget ended tasks whose keys expired on their own
   local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - ttl, 'LIMIT', 0, 100)
@@ -81,8 +96,9 @@ if TERMINAL[ARGV[6]] then
     local old = redis.call('ZPOPMIN', KEYS[4], extra)
     for i = 1, #old, 2 do
       local id = old[i]
+      -- (its message claims keep their own expiry: a late resend is told the task is gone)
       redis.call('DEL', ARGV[15] .. 'task:' .. id, ARGV[15] .. 'log:' .. id,
-                 ARGV[15] .. 'push:' .. id)
+                 ARGV[15] .. 'push:' .. id, ARGV[15] .. 'claims:' .. id)
       redis.call('ZREM', KEYS[5], id)
       redis.call('PUBLISH', ARGV[15] .. 'appended:' .. id, 'evicted')
     end
@@ -91,6 +107,54 @@ end
 -- the new position: a listener learns it without asking (store/redis/local.py)
 redis.call('PUBLISH', ARGV[14], pos)
 return {1, pos}
+"""
+
+CLAIM_MESSAGE = _TERMINAL + """
+-- KEYS: claim hash, task hash, the task's claims set
+-- ARGV: fingerprint, task id, position, made (1: the task is stored), op, pending ms, keep ms
+-- Returns false if claimed now (or by this very call, retried), else {fingerprint, task id,
+-- position, made} of the claim that was there first.
+local cur = redis.call('HMGET', KEYS[1], 'fp', 'task', 'pos', 'made', 'op')
+if cur[1] then
+  if cur[5] == ARGV[5] then return false end
+  return {cur[1], cur[2], cur[3], cur[4]}
+end
+redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'task', ARGV[2], 'pos', ARGV[3], 'made', ARGV[4],
+           'op', ARGV[5])
+if ARGV[4] == '1' then
+  local state = redis.call('HGET', KEYS[2], 'state')
+  if state and not TERMINAL[state] then
+    redis.call('SADD', KEYS[3], KEYS[1])  -- expires with the task (APPEND)
+  else
+    redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  end
+else
+  -- pending: CREATE makes it last; a sender that died before storing its task lets it go
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+end
+return false
+"""
+
+RECLAIM_MESSAGE = """
+-- KEYS: claim hash.  ARGV: old task id, new task id, op, pending ms
+-- Returns false if the claim now names the new (pending) task, else {fingerprint, task id,
+-- position, made} as it is ({'', '', 0, 0} if there is no claim any more).
+local cur = redis.call('HMGET', KEYS[1], 'fp', 'task', 'pos', 'made', 'op')
+if not cur[1] then return {'', '', '0', '0'} end
+if cur[2] == ARGV[2] and cur[5] == ARGV[3] then return false end  -- a retry of this call
+if cur[2] ~= ARGV[1] then return {cur[1], cur[2], cur[3], cur[4]} end
+redis.call('HSET', KEYS[1], 'task', ARGV[2], 'pos', 0, 'made', 0, 'op', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return false
+"""
+
+RELEASE_MESSAGE = """
+-- KEYS: claim hash, the task's claims set.  ARGV: task id
+if redis.call('HGET', KEYS[1], 'task') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SREM', KEYS[2], KEYS[1])
+end
+return 1
 """
 
 READ = """

@@ -41,7 +41,7 @@ from typing import Any, cast
 import anyio
 import msgspec
 
-from ...protocol.errors import InvalidParams, TaskNotFound
+from ...protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
 from ...protocol.ids import new_id
 from ...protocol.trajectory import LogEvent, TrajectoryEvent
 from ...protocol.types import (
@@ -52,6 +52,7 @@ from ...protocol.types import (
     TaskStatusUpdateEvent,
 )
 from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
+from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend, claim_key
 from ..launcher import RunLauncher
 from ..snapshot import apply_event
 from . import scripts
@@ -70,6 +71,16 @@ _DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {
     b"t": msgspec.json.Decoder(TrajectoryEvent),
 }
 _CACHE_SIZE = 1024  # snapshots of tasks this process writes to, to skip a read per append
+
+CLAIM_PENDING = 30.0
+"""Seconds a message claim waits for its task to be stored before it lapses (its sender died
+between the claim and the task's CREATE, or took longer than this: then CREATE refuses)."""
+
+
+def _prior(raw: Any) -> PriorSend:
+    fp, task_id, pos, made = raw
+    return PriorSend(bytes(task_id or b"").decode(), bytes(fp or b""), int(pos or 0),
+                     bytes(made or b"") == b"1")
 
 
 def _entry(raw: Any) -> LogEntry:
@@ -93,9 +104,15 @@ class RedisTaskStore(TaskStore):
         ended_ttl: float = 7 * 86400.0,
         poll_interval: float = 5.0,
         durable_runs: bool = True,
+        claim_window: float = DEFAULT_CLAIM_WINDOW,
     ) -> None:
         if max_events_per_task < 1 or max_ended_tasks < 1 or ended_ttl <= 0:
             raise ValueError("store bounds must be positive")
+        if claim_window < 0:
+            raise ValueError("the claim window must not be negative")
+        # An ended task's message claims expire with it, or after the window if that is longer
+        # (eviction by max_ended_tasks leaves them to their expiry).
+        self.claim_keep_ms = int(max(ended_ttl, claim_window) * 1000)
         self.conn = conn
         self.keys = conn.keys
         self.max_events_per_task = max_events_per_task
@@ -111,6 +128,10 @@ class RedisTaskStore(TaskStore):
         self._push_set = conn.script(scripts.PUSH_SET)
         self._push_list = conn.script(scripts.PUSH_LIST)
         self._push_delete = conn.script(scripts.PUSH_DELETE)
+        self._claim = conn.script(scripts.CLAIM_MESSAGE)
+        self._reclaim = conn.script(scripts.RECLAIM_MESSAGE)
+        self._release = conn.script(scripts.RELEASE_MESSAGE)
+        self._pending: dict[str, str] = {}  # new task id -> its pending claim's key (here)
         self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
         self._fences: dict[str, str] = {}
         self.local = conn.local
@@ -141,9 +162,19 @@ class RedisTaskStore(TaskStore):
         keys = [self.keys.task(task.id), self.keys.tasks, self.keys.seq]
         args: list[Any] = [
             task.id, _encode(task), task.status.state.value, task.context_id,
-            task.status.timestamp or "", op, owner,
+            task.status.timestamp or "", op, owner, self._pending.pop(task.id, ""),
+            self.keys.claims(task.id),
         ]
         return keys, args
+
+    def check_created(self, task_id: str, code: Any) -> None:
+        """Raise for a CREATE that did not store the task (its id exists, its claim is lost)."""
+        if code == -5:
+            raise ServerUnavailable(
+                "another send of the same message took over while this one was being set up; "
+                "send it again to get its task")
+        if code != 1:
+            raise InvalidParams(f"task {task_id!r} already exists")
 
     async def create(self, task: Task, *, owner: str = "") -> None:
         # Subscribed first: whoever created a task here follows it here (a blocking send, a
@@ -151,9 +182,7 @@ class RedisTaskStore(TaskStore):
         await self.conn.watch(task.id)
         keys, args = self.create_args(task, new_id(), owner)
         tick = self.conn.tick()
-        created = await self.conn.run(self._create, keys, args)
-        if created != 1:
-            raise InvalidParams(f"task {task.id!r} already exists")
+        self.check_created(task.id, await self.conn.run(self._create, keys, args))
         self.local.snapshot_is(task.id, args[1])
         self.local.saw(task.id, 0, tick)
         # Its runner appends next: a copy of its own to fold into spares that append a read.
@@ -198,6 +227,7 @@ class RedisTaskStore(TaskStore):
                 task.status.timestamp or "", self.max_events_per_task,
                 int(self.ended_ttl * 1000), self.max_ended_tasks, int(time.time() * 1000),
                 task_id, token, self.keys.appended(task_id), self.keys.base,
+                self.claim_keep_ms,
             ]
             tick = self.conn.tick()
             code, pos = await self.conn.run(self._append, keys, args)
@@ -361,6 +391,39 @@ class RedisTaskStore(TaskStore):
         more = bool(page) and matched[-1][1] < page[-1][1]
         token = str(page[-1][1]) if more else ""
         return TaskPage(tasks, token, len(matched), size)
+
+    # --- message claims (docs/exactly-once.md) -------------------------------------------
+
+    async def claim_message(
+        self, owner: str, message_id: str, fingerprint: bytes, task_id: str, *,
+        position: int = 0, created: bool = False,
+    ) -> PriorSend | None:
+        key = self.keys.claim(claim_key(owner, message_id))
+        args: list[Any] = [fingerprint, task_id, position, 1 if created else 0, new_id(),
+                           int(CLAIM_PENDING * 1000), self.claim_keep_ms]
+        raw = await self.conn.run(
+            self._claim, [key, self.keys.task(task_id), self.keys.claims(task_id)], args)
+        if raw is None:
+            if not created:
+                self._pending[task_id] = key  # CREATE makes the claim last (create_args)
+            return None
+        return _prior(raw)
+
+    async def reclaim_message(
+        self, owner: str, message_id: str, old_task_id: str, new_task_id: str
+    ) -> PriorSend | None:
+        key = self.keys.claim(claim_key(owner, message_id))
+        raw = await self.conn.run(
+            self._reclaim, [key], [old_task_id, new_task_id, new_id(), int(CLAIM_PENDING * 1000)])
+        if raw is None:
+            self._pending[new_task_id] = key
+            return None
+        return _prior(raw)
+
+    async def release_message(self, owner: str, message_id: str, task_id: str) -> None:
+        self._pending.pop(task_id, None)
+        key = self.keys.claim(claim_key(owner, message_id))
+        await self.conn.run(self._release, [key, self.keys.claims(task_id)], [task_id])
 
     # --- push configs ---------------------------------------------------------------------
 

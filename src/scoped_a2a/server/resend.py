@@ -1,0 +1,152 @@
+"""Resent messages: a send whose messageId its caller already sent is that send, not a new run.
+
+A client that retries after a dropped connection sends the same message again (same
+``messageId``). Before a send takes effect, the method layer claims its messageId for its owner
+(principal and tenant) in the task store (:meth:`~..store.base.TaskStore.claim_message`, atomic in
+every store, across processes on Redis). A send that finds an earlier claim answers with the task
+that claim names, as the first send would have:
+
+- same message (same fingerprint): a blocking send waits for that task like the first did, a
+  stream attaches to it as a holder, a ``returnImmediately`` send returns it at once; a resent
+  follow-up answers with the state the first one was answered with (it is not delivered again);
+- another message under the same messageId: -32602 saying so (an idempotency key reused with
+  another body), never a second run;
+- the first send of a new task ended ``canceled`` because its caller went away (reason
+  ``hang-up``) or the server shut down (``shutdown``): the resend runs the message again as a new
+  task, since the caller retrying is exactly what running it again means (it was never told an
+  outcome it asked for). Every other outcome, a CancelTask included, is the answer.
+
+docs/exactly-once.md has the rules and why. Cancellation: see :meth:`Resends.claim`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import anyio
+import msgspec
+
+from ..protocol.deadline import BUDGET_KEY, DEADLINE_KEY
+from ..protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
+from ..protocol.types import Message, Task, TaskState
+from ..runtime.run import Run
+from ..runtime.runner import Runner
+from ..store.base import TaskStore
+from ..store.claims import PriorSend
+
+RERUN_REASONS = frozenset({"hang-up", "shutdown"})
+"""End reasons of a new task's run after which a resend of its message runs it again."""
+
+PENDING_WAIT = 10.0
+"""Seconds a resend waits for the first send of its messageId to store its task (a race of two
+identical sends on two replicas); then -32000 "try again"."""
+
+HANGUP_WAIT = 5.0
+"""Seconds a resend waits for a run being cancelled by its caller's hang-up to record its end."""
+
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+_VOLATILE = (BUDGET_KEY, DEADLINE_KEY)  # a retry may carry a shorter budget: not the message
+
+
+def fingerprint(msg: Message) -> bytes:
+    """A 16-byte digest of the message as its caller sent it (before the server fills in ids).
+
+    Keys are sorted, so the same message encoded with its fields in another order matches; the
+    deadline extension's keys are left out (a retry may carry what is left of its budget).
+    """
+    meta = msg.metadata
+    if meta and any(k in meta for k in _VOLATILE):
+        meta = {k: v for k, v in meta.items() if k not in _VOLATILE} or None
+        msg = msgspec.structs.replace(msg, metadata=meta)
+    return hashlib.blake2b(_encode_sorted(msg), digest_size=16).digest()
+
+
+def _reason(task: Task) -> str | None:
+    message = task.status.message
+    meta = message.metadata if message is not None else None
+    reason = meta.get("reason") if meta else None
+    return reason if isinstance(reason, str) else None
+
+
+class Resends:
+    """The claim check of one app's sends (used by :class:`.methods.Methods`)."""
+
+    def __init__(self, store: TaskStore, runner: Runner) -> None:
+        self.store = store
+        self.runner = runner
+
+    async def claim(
+        self, owner: str, msg: Message, fp: bytes, task_id: str, position: int, *,
+        follow_up: bool,
+    ) -> tuple[Task, Run, int] | None:
+        """Claim ``msg``'s messageId for ``task_id``: None if this send goes ahead (the caller
+        must :meth:`release` the claim if the send then fails), else the earlier send's task,
+        a run to hold (a stand-in that holds nothing when the run is not here) and the log
+        position to follow from.
+
+        Raises InvalidParams when the messageId was sent with another message, or when its
+        task is no longer kept; ServerUnavailable when an identical send still being set up
+        (on another replica) has not stored its task within PENDING_WAIT. Cancellation: the
+        claim is either taken (the caller releases it on the way out) or not.
+        """
+        waited = 0
+        deadline = anyio.current_time() + PENDING_WAIT
+        while True:
+            prior = await self.store.claim_message(
+                owner, msg.message_id, fp, task_id, position=position, created=follow_up)
+            if prior is None:
+                return None
+            if prior.fingerprint != fp:
+                raise InvalidParams(
+                    f"messageId {msg.message_id!r} was already sent with another message "
+                    f"(task {prior.task_id!r}); a new message needs a new messageId")
+            try:
+                task, pos = await self.store.get(prior.task_id)
+            except TaskNotFound:
+                if prior.created:
+                    raise InvalidParams(
+                        f"messageId {msg.message_id!r} was already sent (task "
+                        f"{prior.task_id!r}, which is no longer kept); a new message needs a "
+                        "new messageId") from None
+                # The first send is storing its task right now (another replica): wait.
+                if anyio.current_time() >= deadline:
+                    raise ServerUnavailable(
+                        f"an identical send of messageId {msg.message_id!r} is still being "
+                        "set up; try again") from None
+                waited += 1
+                await anyio.sleep(min(0.005 * 2 ** min(waited, 5), 0.1))
+                continue
+            if not follow_up and await self._rerun(task, prior):
+                replaced = await self.store.reclaim_message(
+                    owner, msg.message_id, prior.task_id, task_id)
+                if replaced is None:
+                    return None  # this send runs the message again, as task_id
+                continue  # another resend got there first (or the claim went): look again
+            return self._answer(task, pos, prior)
+
+    async def _rerun(self, task: Task, prior: PriorSend) -> bool:
+        """Whether a resend of the message that created ``task`` runs it again."""
+        run = self.runner.get(task.id)
+        if run is not None and run.cancel_reason in RERUN_REASONS:
+            # Its caller just hung up and the run is being cancelled: wait for the end it
+            # records, then decide on it (holding the run now would only hear "canceled").
+            with anyio.move_on_after(HANGUP_WAIT):
+                await run.done.wait()
+            task, _ = await self.store.get(task.id)
+        state = task.status.state
+        return state is TaskState.CANCELED and _reason(task) in RERUN_REASONS
+
+    def _answer(self, task: Task, pos: int, prior: PriorSend) -> tuple[Task, Run, int]:
+        run = self.runner.get(task.id)
+        if run is None:
+            # Ended, or running in another process: holding a detached stand-in keeps nothing
+            # alive and cancels nothing (as for a queued run).
+            run = Run(task.id, task.context_id, "resent")
+        # Follow from where the first send's caller did: its answer is the first interrupted
+        # or terminal status after that position (the same one, if the task has moved on).
+        return task, run, min(prior.position, pos)
+
+    async def release(self, owner: str, msg: Message, task_id: str) -> None:
+        """Drop this send's claim (it failed before taking effect), shielded and bounded."""
+        with anyio.move_on_after(PENDING_WAIT, shield=True):
+            await self.store.release_message(owner, msg.message_id, task_id)
