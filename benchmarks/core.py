@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +112,9 @@ class Scenario:
     notes: ClassVar[str] = ""
     tables: ClassVar[Sequence[tuple[str, Sequence[str]]]] = ()
     """Split the metrics over several tables: (subtitle, metric keys) each; default one table."""
+    pairs: ClassVar[Mapping[str, str]] = {}
+    """Peer system name -> the subject system its ratios are taken against (on the same server);
+    default: the one subject on the peer's server."""
 
     async def run(self, bench: Bench) -> None:
         raise NotImplementedError

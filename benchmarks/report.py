@@ -58,6 +58,8 @@ def ratios(scenario: Scenario, rows: Sequence[Row]) -> list[tuple[str, str, Metr
         if role in ("subject", "control"):
             continue
         subject = subjects.get(backend)
+        if system in scenario.pairs:
+            subject = by_sys.get((scenario.pairs[system], backend))
         if subject is None:
             continue
         for m in scenario.metrics:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core import Scenario
+from .adapters import Adapters
 from .auth import Auth
 from .chain import Chain
 from .detached import Detached
@@ -21,4 +22,5 @@ from .temporal import Temporal
 
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
-            Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore()]
+            Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore(),
+            Adapters()]

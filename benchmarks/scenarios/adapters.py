@@ -1,0 +1,358 @@
+"""Scenario 15: agents written for other frameworks, on their own servers and on scoped-a2a.
+
+Two pairs, side by side in one run, every server on hypercorn's asyncio worker:
+
+- **an a2a-sdk ``AgentExecutor``**: the a2a-sdk peer's ``BenchExecutor``, the same class on
+  a2a-sdk's own server (``benchmarks/peers/sdk_server.py``) and on scoped-a2a (``serve --agent``
+  given the executor, adapted by ``from_executor``: ``benchmarks/peers/sdk_executor_scoped.py``).
+  Figures: blocking ``SendMessage`` echoes per second (16 callers, closed loop), and hang-up to
+  run cancelled (the executor's ``slow`` command signals ``start`` and, when cancelled,
+  ``cancel`` on the side channel, as in scenario 3; a2a-sdk never cancels on a hang-up: "never").
+- **a pydantic-ai ``Agent``** whose model is an OpenAI-compatible endpoint: a fake one
+  (``scoped_a2a.testing.fake_llm``) that this process runs on loopback, so every run makes a
+  real HTTP model call. Served by fasta2a (``agent_to_a2a``'s ``AgentWorker``) and by scoped-a2a
+  (``serve --agent`` given the bare agent, adapted by ``from_pydantic_ai``):
+  ``benchmarks/peers/pydantic_ai_peer.py``. Figures: blocking sends per second (fasta2a's send
+  does not wait for the agent: n/a) and streamed runs per second (16 callers each); model calls
+  still open 1 s after their caller hung up (the fake holds every reply mid-stream, a model call
+  in flight; a stream is hung up once its model call is in flight, then the fake is asked whether
+  the server closed that call within the second; target 0) and the time to that close; detached
+  runs completed after hang-ups (scoped-a2a serves with ``--detach-metadata``; each caller sends
+  a blocking ``SendMessage`` carrying the rule's metadata and hangs up after 0-50 ms while the
+  model call, about 100 ms, runs; completed = ListTasks' COMPLETED count; target 100%).
+
+The fake model runs in this process, so its work is the load generator's too (the figures per
+second are lower than a remote model's would allow for both systems alike).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from scoped_a2a.testing.fake_llm import FakeChatModel, fake_chat_model
+
+from ..core import Bench, Metric, Scenario, percentile
+from ..loadgen import Loop, RequestTemplate, connect, connect_many, http_request, rpc_body
+from ..systems import DETACH_RULE, ServerProcess, System
+from .hangup import Hangup
+
+CALLERS = 16
+HOLD_KEY = "hold-"
+HOLD_CHUNKS = ["Thinking", " it over"]
+"""What the fake model says to a message carrying HOLD_KEY (before it holds, in the hang-up
+part)."""
+REPLY_CHUNKS = ["A", " short", " answer", "."]
+DETACHED_DELAY = 0.025
+"""Seconds between the fake's reply chunks in the detached part (a model call of ~100 ms)."""
+HANGUP_AFTER = 0.05
+"""A detached part's caller hangs up after a random 0 to this many seconds."""
+OPEN_AFTER = 1.0
+RULE_KEY, RULE_VALUE = DETACH_RULE.split("=")
+MARK = b"TASK_STATE_COMPLETED"
+PROBE_ID, DETACHED_IDS, CONTROL_IDS, HOLD_IDS = (k * 10**9 for k in (9, 8, 7, 6))
+"""Message id counters of each part: a server may take a repeated message id for a resend."""
+
+SDK_SELF = "a2a-sdk (its own server)"
+SDK_SCOPED = "scoped-a2a (from_executor)"
+AI_FASTA2A = "fasta2a (agent_to_a2a)"
+AI_SCOPED = "scoped-a2a (from_pydantic_ai)"
+AI_CONTROL = "scoped-a2a (from_pydantic_ai), metadata the rule does not match"
+
+
+@dataclass(frozen=True, slots=True)
+class Served(System):
+    """One framework's agent on one server: a peer script, or scoped-a2a's ``serve --agent``."""
+
+    title: str = ""
+    target: str = ""
+    """The peer script's module (``python -m``), or scoped-a2a's ``--agent MODULE:ATTR``."""
+
+    @property
+    def name(self) -> str:
+        return self.title
+
+    def argv(self, python: str, port: int, *, detach_rule: str | None = None) -> list[str]:
+        p = str(port)
+        if self.kind == "scoped":
+            rule = ["--detach-metadata", detach_rule] if detach_rule else []
+            return [python, "-m", "scoped_a2a", "serve", "--agent", self.target, "--backend",
+                    "asyncio", "--port", p, "--grace", "1", "--log-level", "WARNING", *rule]
+        return [python, "-m", self.target, "--port", p, "--server", self.server]
+
+
+SERVER = "hypercorn-asyncio"
+SYSTEMS = (
+    Served("sdk", SERVER, title=SDK_SELF, target="benchmarks.peers.sdk_server"),
+    Served("scoped", SERVER, title=SDK_SCOPED,
+           target="benchmarks.peers.sdk_executor_scoped:executor"),
+    Served("fasta2a", SERVER, title=AI_FASTA2A, target="benchmarks.peers.pydantic_ai_peer"),
+    Served("scoped", SERVER, title=AI_SCOPED, target="benchmarks.peers.pydantic_ai_peer:assistant"),
+)
+EXECUTORS = (SDK_SELF, SDK_SCOPED)
+
+
+def completed(status: int, body: bytes) -> bool:
+    return status == 200 and MARK in body
+
+
+class Adapters(Scenario):
+    name = "adapters"
+    number = 15
+    title = "agents of other frameworks, on their own server and on scoped-a2a"
+    metrics = (
+        Metric("sdk_rps", f"sends/s c={CALLERS}", "req/s", "higher", True, "{:.0f}"),
+        Metric("sdk_p99", f"send p99 ms c={CALLERS}", "ms", "lower", False, "{:.1f}"),
+        Metric("send_p50", "hang-up→cancel p50 ms", "ms", "lower", False, "{:.2f}"),
+        Metric("send_p99", "hang-up→cancel p99 ms", "ms", "lower", True, "{:.2f}"),
+        Metric("send_cancelled", "runs cancelled", "fraction", None, False, "{:.0%}"),
+        Metric("ai_send_rps", f"sends/s c={CALLERS}", "req/s", "higher", False, "{:.0f}"),
+        Metric("ai_stream_rps", f"streamed runs/s c={CALLERS}", "req/s", "higher", True,
+               "{:.0f}"),
+        Metric("hangups", "hang-ups", "count", None, False, "{:.0f}"),
+        Metric("open_after", "model calls open 1 s after", "count", None, False, "{:.0f}"),
+        Metric("closed_p99", "hang-up→model call closed p99 ms", "ms", "lower", True, "{:.1f}"),
+        Metric("detached_completed", "detached runs completed", "fraction", None, False,
+               "{:.0%}"),
+        Metric("detached_canceled", "canceled", "fraction", None, False, "{:.0%}"),
+    )
+    tables = (
+        ("an a2a-sdk AgentExecutor (the a2a-sdk peer's BenchExecutor)",
+         ("sdk_rps", "sdk_p99", "send_p50", "send_p99", "send_cancelled")),
+        ("a pydantic-ai Agent, its model a fake OpenAI-compatible endpoint on loopback",
+         ("ai_send_rps", "ai_stream_rps", "hangups", "open_after", "closed_p99",
+          "detached_completed", "detached_canceled")),
+    )
+    pairs: ClassVar[Mapping[str, str]] = {SDK_SELF: SDK_SCOPED, AI_FASTA2A: AI_SCOPED}
+    notes = ("All on hypercorn's asyncio worker. Hang-ups: a blocking SendMessage for the "
+             "executors, a SendStreamingMessage for the pydantic-ai agents (fasta2a's SendMessage "
+             "does not wait for the agent, so it is n/a for sends/s, and a hang-up can only be "
+             "tried on its stream); 'never': no run cancelled / no model call closed by the "
+             "server. Detached: scoped-a2a serves with --detach-metadata " + DETACH_RULE + " (the "
+             "control row's metadata does not match it: those runs are interactive and the "
+             "hang-ups cancel them); fasta2a's runs never wait, each caller reads its "
+             "'submitted' answer, hangs up, and the task is read back with GetTask (fasta2a has "
+             "no ListTasks). The fake model runs in the load generator's process.")
+
+    async def run(self, bench: Bench) -> None:
+        async with fake_chat_model(_respond) as fake:
+            (bench.workdir / "model-url").write_text(fake.url)
+            async with bench.servers(SYSTEMS, detach_rule=DETACH_RULE) as running:
+                for n, (system, proc) in enumerate(running.items()):
+                    if system.name in EXECUTORS:
+                        await self.executor(bench, system, proc, f"a{n}")
+                    else:
+                        await self.pydantic_ai(bench, system, proc, fake, f"a{n}")
+
+    # --- the a2a-sdk executor ---------------------------------------------------------------
+
+    async def executor(self, bench: Bench, system: System, proc: ServerProcess, prefix: str
+                       ) -> None:
+        template = RequestTemplate(proc.port, "SendMessage", "echo hello")
+        rate = await throughput(bench, system, proc, template)
+        if rate is not None:
+            bench.record(system, None, "sdk_rps", rate[0], "req/s")
+            bench.record(system, None, "sdk_p99", rate[1], "ms")
+        await Hangup().measure(bench, system, proc, "send", prefix)
+
+    # --- the pydantic-ai agent ---------------------------------------------------------------
+
+    async def pydantic_ai(self, bench: Bench, system: System, proc: ServerProcess,
+                          fake: FakeChatModel, prefix: str) -> None:
+        fake.hold, fake.delay = False, 0.0
+        if system.kind == "fasta2a":
+            bench.record(system, None, "ai_send_rps", None, "req/s", note="does not wait")
+        else:
+            rate = await throughput(bench, system, proc,
+                                    RequestTemplate(proc.port, "SendMessage", "hello"),
+                                    slow=True)
+            if rate is not None:
+                bench.record(system, None, "ai_send_rps", rate[0], "req/s")
+        rate = await throughput(bench, system, proc, RequestTemplate(
+            proc.port, "SendStreamingMessage", "hello", stream=True), what="streams", slow=True)
+        if rate is not None:
+            bench.record(system, None, "ai_stream_rps", rate[0], "req/s")
+        fake.delay = DETACHED_DELAY
+        await self.detached(bench, system, proc, prefix, RULE_VALUE)
+        if system.kind == "scoped":
+            await self.detached(bench, system, proc, prefix + "x", "chat_message",
+                                control=True)
+        fake.hold, fake.delay = True, 0.0
+        try:
+            await self.hangups(bench, system, proc, fake, prefix)
+        finally:
+            fake.hold = False
+
+    async def hangups(self, bench: Bench, system: System, proc: ServerProcess,
+                      fake: FakeChatModel, prefix: str) -> None:
+        runs = 3 if bench.sizes.quick else 10
+        still_open = 0
+        delays: list[float] = []
+        for i in range(runs):
+            key = f"{HOLD_KEY}{prefix}-{i}"
+            raw = RequestTemplate(proc.port, "SendStreamingMessage", key,
+                                  stream=True).make(HOLD_IDS + i)
+            conn = await connect(proc.port)
+            try:
+                conn.send(raw, lambda status, body: None)
+                model = await _model_call(fake, key, 10.0)
+                if model is None:
+                    bench.fail(f"{system.label}: the model call of {key} never came")
+                    return
+                hung_up = time.monotonic()
+            finally:
+                conn.close()
+            await asyncio.sleep(OPEN_AFTER)
+            if model.closed_by_client.is_set() and model.closed_at is not None:
+                delays.append(model.closed_at - hung_up)
+            else:
+                still_open += 1
+        bench.record(system, None, "hangups", runs, "count")
+        bench.record(system, None, "open_after", still_open, "count")
+        if delays:
+            p99 = percentile(delays, 99) * 1e3
+            bench.record(system, None, "closed_p99", p99, "ms")
+        else:
+            bench.record(system, None, "closed_p99", None, "ms", note="never")
+        bench.progress(f"{system.label:40} {still_open}/{runs} model calls open "
+                       f"{OPEN_AFTER:g} s after the hang-up"
+                       + (f", closed p99 {p99:.1f} ms" if delays else ""))
+        if system.kind == "scoped" and still_open:
+            bench.fail(f"{system.label}: {still_open} of {runs} model calls still open "
+                       f"{OPEN_AFTER:g} s after the hang-up")
+
+    async def detached(self, bench: Bench, system: System, proc: ServerProcess, prefix: str,
+                       value: str, *, control: bool = False) -> None:
+        total = 10 if bench.sizes.quick else 100
+        rng = random.Random(15)
+        context = f"ctx-{prefix}"
+        template = RequestTemplate(proc.port, "SendMessage", f"event {prefix}",
+                                   metadata={RULE_KEY: value}, context_id=context)
+        delays = [rng.uniform(0.0, HANGUP_AFTER) for _ in range(total)]
+        ids = CONTROL_IDS if control else DETACHED_IDS
+        waits_answer = system.kind == "fasta2a"
+        next_event = iter(range(total))
+        task_ids: list[str] = []
+
+        async def caller() -> None:
+            for i in next_event:
+                conn = await connect(proc.port)
+                try:
+                    if waits_answer:  # its send never waits: the answer is the 'submitted' task
+                        _, body = await conn.request(template.make(ids + i))
+                        task_ids.append(json.loads(body)["result"]["task"]["id"])
+                    else:
+                        conn.send(template.make(ids + i), lambda status, body: None)
+                        await asyncio.sleep(delays[i])
+                finally:
+                    conn.close()
+
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(CALLERS):
+                tg.create_task(caller())
+        deadline = time.monotonic() + 10 + total * 0.2 / CALLERS
+        done = canceled = 0
+        while time.monotonic() < deadline:
+            if waits_answer:
+                states = [await _task_state(proc, t) for t in task_ids]
+                done = states.count("TASK_STATE_COMPLETED")
+                canceled = states.count("TASK_STATE_CANCELED")
+            else:
+                done = await _count(proc, context, "TASK_STATE_COMPLETED")
+                canceled = await _count(proc, context, "TASK_STATE_CANCELED")
+            if done + canceled >= total:
+                break
+            await asyncio.sleep(0.1)
+        label: System | str = AI_CONTROL if control else system
+        role = "control" if control else None
+        bench.record(label, SERVER, "detached_completed", done / total, "fraction", role=role)
+        bench.record(label, SERVER, "detached_canceled", canceled / total, "fraction", role=role)
+        name = AI_CONTROL if control else system.label
+        bench.progress(f"{name:40} {done}/{total} completed, {canceled} canceled")
+        if system.kind == "scoped" and not control and done < total:
+            bench.fail(f"{system.label}: only {done} of {total} detached runs completed")
+
+
+async def throughput(bench: Bench, system: System, proc: ServerProcess,
+                     template: RequestTemplate, *, what: str = "sends", slow: bool = False
+                     ) -> tuple[float, float] | None:
+    """(answers/s, p99 ms) of ``CALLERS`` closed loops, or None (after ``bench.fail``).
+
+    ``slow``: answers take hundreds of ms at ``CALLERS``, so the window is at least 2 s, even
+    with ``--quick`` (a window shorter than one answer would time nothing)."""
+    duration = max(bench.sizes.duration, 2.0) if slow else bench.sizes.duration
+    async with await connect(proc.port) as probe:
+        status, body = await probe.request(template.make(PROBE_ID))
+    if not completed(status, body):
+        bench.fail(f"{system.label} {what}: answered {status}: {body[:300]!r}")
+        return None
+    conns = await connect_many(proc.port, CALLERS)
+    loops = [Loop(conn, template, completed, seq_base=(i + 1) * 10**8, port=proc.port)
+             for i, conn in enumerate(conns)]
+    try:
+        await _drive(loops, bench.sizes.warmup, record=False)
+        for lp in loops:
+            lp.latencies.clear()
+        cpu_srv, cpu_gen = proc.cpu(), time.process_time()
+        await _drive(loops, duration, record=True)
+        srv = (proc.cpu() - cpu_srv) / duration
+        gen = (time.process_time() - cpu_gen) / duration
+    finally:
+        for lp in loops:
+            lp.conn.close()
+    latencies = [x for lp in loops for x in lp.latencies]
+    errors = sum(lp.errors for lp in loops)
+    if not latencies:
+        bench.fail(f"{system.label} {what}: no answer completed")
+        return None
+    if errors:
+        bench.fail(f"{system.label} {what}: {errors} wrong answers")
+    rps, p99 = len(latencies) / duration, percentile(latencies, 99) * 1e3
+    bench.progress(f"{system.label:40} {what:7} c={CALLERS} {rps:7.0f}/s  p99 {p99:6.1f} ms  "
+                   f"server CPU {srv:.2f}  generator CPU {gen:.2f}")
+    return rps, p99
+
+
+async def _drive(loops: list[Loop], duration: float, *, record: bool) -> None:
+    start = time.perf_counter()
+    stop = start + duration
+    futures = [lp.start(start if record else stop + 3600, stop) for lp in loops]
+    async with asyncio.timeout(duration + 60):
+        await asyncio.gather(*futures)
+
+
+async def _model_call(fake: FakeChatModel, key: str, timeout: float) -> Any:
+    """The fake's connection whose request carries ``key``, once its reply is held."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for conn in reversed(fake.connections):
+            if (conn.body is not None and conn.chunks_sent >= len(HOLD_CHUNKS)
+                    and key in json.dumps(conn.body)):
+                return conn
+        await asyncio.sleep(0.002)
+    return None
+
+
+async def _rpc(proc: ServerProcess, method: str, params: dict[str, Any]) -> Any:
+    async with await connect(proc.port) as conn:
+        _, answer = await conn.request(http_request(proc.port, rpc_body(method, params)))
+    return json.loads(answer).get("result")
+
+
+async def _count(proc: ServerProcess, context: str, state: str) -> int:
+    result = await _rpc(proc, "ListTasks", {"contextId": context, "status": state, "pageSize": 1})
+    return int((result or {}).get("totalSize", 0))
+
+
+async def _task_state(proc: ServerProcess, task_id: str) -> str:
+    result = await _rpc(proc, "GetTask", {"id": task_id, "historyLength": 0})
+    return str(((result or {}).get("status") or {}).get("state", ""))
+
+
+def _respond(body: dict[str, Any]) -> list[str]:
+    return HOLD_CHUNKS if HOLD_KEY in json.dumps(body) else REPLY_CHUNKS
