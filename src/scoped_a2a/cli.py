@@ -24,11 +24,10 @@ import socket
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from .cli_auth import (
     add_auth_options,
@@ -39,11 +38,18 @@ from .cli_auth import (
     reload_on_sighup,
     tls_from_args,
 )
-from .cli_help import HelpFormatter, add_log_level
+from .cli_help import HelpFormatter, Parser, StartupError, add_log_level, prog_name
 from .client.cli_send import add_send_parser, run_send
+from .client.cli_tasks import add_task_commands, run_task_command
 from .observe.logs import use_json_logs
 from .observe.options import add_observe_options, observers_from
-from .redis_cli import add_store_options, add_worker_command, run_worker, serve_on_redis
+from .redis_cli import (
+    add_store_options,
+    add_worker_command,
+    check_store_url,
+    run_worker,
+    serve_on_redis,
+)
 from .runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS, RunPolicy
 from .store.memory import DEFAULT_MAX_ENDED_BYTES
 
@@ -108,8 +114,7 @@ def _version() -> str:
 
 
 def _prog() -> str:
-    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    return "scoped-a2a" if name.startswith("scoped-a2a") else "python -m scoped_a2a"
+    return prog_name()
 
 
 _SIZE_UNITS = {
@@ -143,10 +148,45 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0 to 65535 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a port: give 1 to 65535, or 0 for a free one")
+    return value
+
+
+def _grace(text: str) -> float:
+    """Seconds, 0 or more (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds")
+    return value
+
+
+def _count(text: str) -> int:
+    """A whole number, 1 or more (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog=_prog(), formatter_class=HelpFormatter,
-        description="Serve an A2A agent, send it a message, or run a Redis worker.",
+        description="Serve an A2A agent; send it a message, look at or cancel its tasks; or "
+                    "run a Redis worker.",
         epilog="Each command has its own options: COMMAND --help.")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -158,19 +198,19 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
                    help="the async library to run on")
     s.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    s.add_argument("--port", type=int, default=8000,
+    s.add_argument("--port", type=_port, default=8000,
                    help="the port to listen on; 0 picks a free one")
     s.add_argument("--detach-metadata", action="append", default=[], metavar="KEY=V1,V2",
                    help="detach runs whose message or request metadata has KEY set to one of "
                         "the values (repeatable; KEY alone matches any value)")
     s.add_argument("--no-cancel-on-disconnect", action="store_true",
                    help="detach every run: no run is cancelled when its caller hangs up")
-    s.add_argument("--grace", type=float, default=10.0,
+    s.add_argument("--grace", type=_grace, default=10.0, metavar="SECONDS",
                    help="seconds runs get to finish on shutdown")
     s.add_argument("--public-url",
                    help="the URL the agent card advertises, behind a proxy (default: the "
                         "request's own URL)")
-    s.add_argument("--max-body-bytes", type=int, default=8 << 20,
+    s.add_argument("--max-body-bytes", type=_count, default=8 << 20, metavar="BYTES",
                    help="larger request bodies are refused with 413")
     s.add_argument("--stream-write-timeout", type=_seconds, default=30.0, metavar="SECONDS",
                    help="close a connection whose client has taken no bytes for this long "
@@ -178,7 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--keepalive", type=_seconds, default=15.0, metavar="SECONDS",
                    help="send a keep-alive comment on a stream with nothing written for this "
                         "long")
-    s.add_argument("--max-ended-tasks", type=int, default=10_000,
+    s.add_argument("--max-ended-tasks", type=_count, default=10_000, metavar="N",
                    help="ended tasks kept in memory (oldest evicted first)")
     s.add_argument("--expose-errors", action="store_true",
                    help="send the full text of an agent's exceptions to callers (development); "
@@ -188,7 +228,7 @@ def _parser() -> argparse.ArgumentParser:
                    metavar="SIZE",
                    help="bytes of ended tasks kept in memory, as encoded JSON (oldest evicted "
                         "first); SIZE is bytes or e.g. 64MiB, 1GiB")
-    s.add_argument("--max-parked-runs", type=int, default=DEFAULT_MAX_PARKED_RUNS,
+    s.add_argument("--max-parked-runs", type=_count, default=DEFAULT_MAX_PARKED_RUNS,
                    metavar="N",
                    help="runs that may wait for input (ctx.ask) at once; once reached, a run "
                         "that asks fails with reason parked-limit")
@@ -196,7 +236,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="leave Python's garbage collector as configured (by default, once "
                         "started, serve freezes the start-up objects and raises the young "
                         "generation's threshold; also off with SCOPED_A2A_GC_TUNING=0)")
-    s.add_argument("--input-timeout", type=float, default=DEFAULT_INPUT_TIMEOUT,
+    s.add_argument("--input-timeout", type=_seconds, default=DEFAULT_INPUT_TIMEOUT,
                    metavar="SECONDS",
                    help="how long a run waits for the answer to ctx.ask; then its task fails "
                         "with reason input-timeout")
@@ -221,6 +261,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--no-push", action="store_true", help="switch push notifications off")
     add_observe_options(s)
     add_send_parser(sub)
+    add_task_commands(sub)  # get, list, cancel, subscribe
     # --- Redis: shared tasks, durable detached runs, the worker command (redis_cli.py) ---
     add_store_options(s)
     add_worker_command(sub)
@@ -234,13 +275,7 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
     from .store.base import TaskStore
     from .store.memory import MemoryTaskStore
 
-    try:
-        policy = RunPolicy.from_rules(
-            args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect,
-            input_timeout=args.input_timeout, max_parked_runs=args.max_parked_runs,
-        )
-    except ValueError as exc:
-        raise SystemExit(f"serve: {exc}") from None
+    policy = _policy(args)
 
     def make_app(store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
         return A2AApp(
@@ -269,11 +304,12 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
     auth = authenticator_from_args(args)
     signer = card_signer_from_args(args)
 
-    async def on_signals(shutdown: anyio.Event, scope: anyio.CancelScope) -> None:
+    async def on_signals(shutdown: anyio.Event, scope: anyio.CancelScope, *,
+                         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as signals:
             if auth is not None:
-                signals.start_soon(reload_on_sighup, auth)
-            await _on_signals(shutdown, scope)
+                await signals.start(reload_on_sighup, auth)
+            await _on_signals(shutdown, scope, task_status=task_status)
             signals.cancel_scope.cancel()
 
     if args.store != "memory":  # Redis (redis_cli.py)
@@ -283,15 +319,40 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
                                    max_ended_bytes=args.max_ended_bytes))
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(on_signals, shutdown, tg.cancel_scope)
+        # Started (the signal handlers installed) before anything listens: a signal sent once
+        # the server says where it listens is never the default action (which kills).
+        await tg.start(on_signals, shutdown, tg.cancel_scope)
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
                     http2=args.http2, gc_tuning=not args.no_gc_tuning, **tls_from_args(args))
         tg.cancel_scope.cancel()
 
 
-async def _on_signals(shutdown: anyio.Event, scope: anyio.CancelScope) -> None:
-    """The first SIGINT/SIGTERM sets ``shutdown`` (graceful); a second cancels ``scope``."""
+def _policy(args: argparse.Namespace) -> RunPolicy:
+    """``serve``'s run policy; SystemExit with one line for a bad ``--detach-metadata``."""
+    try:
+        return RunPolicy.from_rules(
+            args.detach_metadata, cancel_on_disconnect=not args.no_cancel_on_disconnect,
+            input_timeout=args.input_timeout, max_parked_runs=args.max_parked_runs,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"--detach-metadata: {exc}") from None
+
+
+def _check_host(host: str, port: int) -> None:
+    """SystemExit with one line when ``--host`` does not resolve (before the loop starts)."""
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise SystemExit(
+            f"cannot listen on {host}: the name does not resolve; check --host") from None
+
+
+async def _on_signals(shutdown: anyio.Event, scope: anyio.CancelScope, *,
+                      task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    """The first SIGINT/SIGTERM sets ``shutdown`` (graceful); a second cancels ``scope``.
+    Reports started once the handlers are installed."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
         async for signum in signals:
             if shutdown.is_set():
                 log.warning("second signal: stopping now")
@@ -301,10 +362,14 @@ async def _on_signals(shutdown: anyio.Event, scope: anyio.CancelScope) -> None:
             shutdown.set()
 
 
-def _listen_error(exc: BaseException) -> OSError | None:
-    """The socket error that stopped the server from listening, found in ``exc``'s groups."""
+def _listen_error(exc: BaseException) -> OSError | StartupError | None:
+    """The error that stopped the server from starting, found in ``exc``'s groups: a socket
+    error of listening (hypercorn re-raises a failed name lookup as a plain OSError with the
+    lookup's negative errno), or a StartupError."""
+    if isinstance(exc, StartupError):
+        return exc
     if isinstance(exc, OSError) and (
-            isinstance(exc, socket.gaierror)
+            isinstance(exc, socket.gaierror) or (exc.errno or 0) < 0
             or exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)):
         return exc
     if isinstance(exc, BaseExceptionGroup):
@@ -315,8 +380,10 @@ def _listen_error(exc: BaseException) -> OSError | None:
     return None
 
 
-def _listen_message(exc: OSError, host: str, port: int) -> str:
-    if isinstance(exc, socket.gaierror):
+def _listen_message(exc: OSError | StartupError, host: str, port: int) -> str:
+    if isinstance(exc, StartupError):
+        return str(exc)
+    if isinstance(exc, socket.gaierror) or (exc.errno or 0) < 0:
         return f"cannot listen on {host}: the name does not resolve; check --host"
     if exc.errno == errno.EADDRINUSE:
         return f"port {port} on {host} is in use; pick another with --port"
@@ -327,7 +394,8 @@ def _listen_message(exc: OSError, host: str, port: int) -> str:
 
 
 def _run_server(func: Any, *args: Any, backend: str, host: str, port: int) -> int:
-    """``anyio.run`` a server command; a port that cannot be bound is one line and exit 2."""
+    """``anyio.run`` a server command; a port that cannot be bound, or another start-up error,
+    is one line and exit 2."""
     try:
         anyio.run(func, *args, backend=backend)
     except KeyboardInterrupt:
@@ -342,7 +410,22 @@ def _run_server(func: Any, *args: Any, backend: str, host: str, port: int) -> in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    Every start-up error (a bad option value, an agent that cannot be loaded, a missing extra,
+    a port that cannot be bound, a store out of reach) is one line on stderr and exit status 2.
+    """
+    try:
+        return _main(argv)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        message = exc.code if exc.code.startswith("error: ") else f"error: {exc.code}"
+        sys.stderr.write(message + "\n")
+        return 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, args.log_level),
@@ -356,17 +439,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         authenticator_from_args(args)  # a bad key file is one line here, before the loop
         card_signer_from_args(args)
         args.observers = observers_from(args)  # a missing extra is one line too
+        _policy(args)  # a bad --detach-metadata is one line, before the loop
+        if args.store != "memory":
+            check_store_url(args.store)
+        _check_host(args.host, args.port)
         return _run_server(_serve, args, agent, backend=args.backend, host=args.host,
                            port=args.port)
     if args.command == "send":
         return run_send(args)
+    if args.command in ("get", "list", "cancel", "subscribe"):
+        return run_task_command(args)
     if args.command == "worker":  # Redis (redis_cli.py)
-        try:
-            anyio.run(run_worker, args, load_agent(args.agent), _on_signals,
-                      backend=args.backend)
-        except KeyboardInterrupt:
-            return 130
-        return 0
+        agent = load_agent(args.agent)
+        check_store_url(args.store)
+        return _run_server(run_worker, args, agent, _on_signals, backend=args.backend,
+                           host="", port=0)
     return 2
 
 

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import anyio
+from anyio.abc import TaskStatus
 
 from .runtime.limits import CallerLimits
 from .server.auth import Authenticator, Scheme
@@ -100,9 +101,13 @@ def authenticator_from_args(args: argparse.Namespace) -> Authenticator | None:
     return Authenticator(schemes) if schemes else None
 
 
-async def reload_on_sighup(auth: Authenticator) -> None:
-    """Re-read every scheme's keys on each SIGHUP, until cancelled."""
+async def reload_on_sighup(
+    auth: Authenticator, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Re-read every scheme's keys on each SIGHUP, until cancelled; reports started once the
+    handler is installed (before it, SIGHUP's default action ends the process)."""
     with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+        task_status.started()
         async for _ in signals:
             log.info("SIGHUP: reloading credentials")
             auth.reload()

@@ -8,6 +8,10 @@ worker in its own server nursery unless ``--no-worker``. ``worker --store redis:
 only a worker. Both shut down like ``serve``: the first SIGINT/SIGTERM stops taking new work and
 gives runs ``--grace`` seconds; runs still going then are left in the queue for another worker
 (they record nothing); a second signal stops at once.
+
+Both check that Redis answers before they start: if it does not (within ``--store-wait``
+seconds, none by default), they stop with one line and exit status 2 rather than serve a store
+nobody can reach.
 """
 
 from __future__ import annotations
@@ -20,12 +24,17 @@ from typing import Any
 import anyio
 
 from .cli_auth import tls_from_args
-from .cli_help import HelpFormatter, add_log_level
+from .cli_help import HelpFormatter, StartupError, add_log_level
 from .runtime.policy import RunPolicy
 
 log = logging.getLogger("scoped_a2a.cli")
 
-OnSignals = Callable[[anyio.Event, anyio.CancelScope], Coroutine[Any, Any, None]]
+PING_TIMEOUT = 2.0
+"""Seconds one start-up PING of Redis may take."""
+
+OnSignals = Callable[..., Coroutine[Any, Any, None]]
+"""``on_signals(shutdown, scope)``, run with ``TaskGroup.start``: started once its signal
+handlers are installed."""
 
 
 def add_store_options(parser: argparse.ArgumentParser, *, worker: bool = False) -> None:
@@ -39,9 +48,12 @@ def add_store_options(parser: argparse.ArgumentParser, *, worker: bool = False) 
                                  "makes detached runs durable")
         parser.add_argument("--no-worker", action="store_true",
                             help="with a Redis store: do not execute queued runs in this process")
-    parser.add_argument("--concurrency", type=int, default=16,
+    parser.add_argument("--store-wait", type=_wait, default=0.0, metavar="SECONDS",
+                        help="with a Redis store: wait up to this long for Redis to answer at "
+                             "start-up (0: it must answer at once); then stop with exit status 2")
+    parser.add_argument("--concurrency", type=_positive, default=16, metavar="N",
                         help="queued runs one worker executes at a time")
-    parser.add_argument("--claim-idle", type=float, default=30.0, metavar="SECONDS",
+    parser.add_argument("--claim-idle", type=_seconds, default=30.0, metavar="SECONDS",
                         help="a queued run whose worker is silent this long goes to another "
                              "worker")
     parser.add_argument("--redis-prefix", default="scoped_a2a",
@@ -62,10 +74,10 @@ def add_worker_command(sub: Any) -> None:
                         "built-in demo agent)")
     w.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
                    help="the async library to run on")
-    w.add_argument("--grace", type=float, default=10.0,
+    w.add_argument("--grace", type=_wait, default=10.0, metavar="SECONDS",
                    help="seconds runs get to finish on shutdown before they are left for "
                         "another worker")
-    w.add_argument("--max-ended-tasks", type=int, default=10_000,
+    w.add_argument("--max-ended-tasks", type=_positive, default=10_000, metavar="N",
                    help="ended tasks kept in Redis (oldest evicted first)")
     w.add_argument("--expose-errors", action="store_true",
                    help="send the full text of an agent's exceptions to callers (development)")
@@ -73,7 +85,39 @@ def add_worker_command(sub: Any) -> None:
     add_store_options(w, worker=True)
 
 
-def _check_url(url: str) -> None:
+def _wait(text: str) -> float:
+    """Seconds, 0 or more (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """Seconds, more than 0 (argparse type)."""
+    value = _wait(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give more than 0 seconds")
+    return value
+
+
+def _positive(text: str) -> int:
+    """A whole number, 1 or more (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
+    return value
+
+
+def check_store_url(url: str) -> None:
+    """SystemExit with one line unless ``url`` is a Redis URL and the redis extra is installed
+    (called before the event loop starts)."""
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise SystemExit(f"--store must be 'memory' or a redis:// URL, not {url!r}")
     # coredis logs each (expected) script reload at INFO: keep the run log readable.
@@ -86,53 +130,84 @@ def _check_url(url: str) -> None:
         ) from None
 
 
+async def wait_for_redis(store: Any, wait: float) -> None:
+    """Return once Redis answers a PING; StartupError if it has not within ``wait`` seconds
+    (one try when ``wait`` is 0). Cancellation ends the wait at once."""
+    from coredis.exceptions import RedisError
+
+    conn = store.conn
+    deadline = anyio.current_time() + wait
+    while True:
+        try:
+            with anyio.fail_after(PING_TIMEOUT):
+                await conn.client.ping()
+            return
+        except (RedisError, OSError, TimeoutError) as exc:
+            reason = str(exc) or type(exc).__name__
+        left = deadline - anyio.current_time()
+        if left <= 0:
+            break
+        await anyio.sleep(min(0.25, left))
+    waited = f" within --store-wait {wait:g}s" if wait else ""
+    raise StartupError(
+        f"Redis at {conn.url} does not answer{waited} ({reason}); start it, check --store, or "
+        "give --store-wait SECONDS to wait for it")
+
+
 async def serve_on_redis(
     args: argparse.Namespace, make_app: Callable[..., Any], on_signals: OnSignals
 ) -> None:
     """``serve`` with tasks in Redis, plus a worker unless ``--no-worker``.
 
-    ``make_app(store, detached)`` builds the app as ``serve`` configured it.
+    ``make_app(store, detached)`` builds the app as ``serve`` configured it. Raises StartupError
+    when Redis does not answer within ``--store-wait`` (before anything listens).
     """
-    _check_url(args.store)
+    check_store_url(args.store)
     from .server.serve import serve
     from .store.redis import Worker, open_redis_store
 
     async with open_redis_store(
         args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
-    ) as store, anyio.create_task_group() as nursery:
-        # The server nursery is opened here so the worker can start runs in it from the start.
-        app = make_app(store, nursery)
-        shutdown = anyio.Event()
-        nursery.start_soon(on_signals, shutdown, nursery.cancel_scope)
-        if not args.no_worker:
-            worker = Worker(store.queue, app.runner, concurrency=args.concurrency,
-                            claim_idle=args.claim_idle)
-            nursery.start_soon(worker.run)
-        await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
-                    http2=args.http2, gc_tuning=not args.no_gc_tuning, **tls_from_args(args))
-        nursery.cancel_scope.cancel()
+    ) as store:
+        await wait_for_redis(store, args.store_wait)
+        async with anyio.create_task_group() as nursery:
+            # The server nursery is opened here so the worker can start runs in it at once.
+            app = make_app(store, nursery)
+            shutdown = anyio.Event()
+            await nursery.start(on_signals, shutdown, nursery.cancel_scope)
+            if not args.no_worker:
+                worker = Worker(store.queue, app.runner, concurrency=args.concurrency,
+                                claim_idle=args.claim_idle)
+                nursery.start_soon(worker.run)
+            await serve(app, host=args.host, port=args.port, shutdown=shutdown,
+                        grace=args.grace, http2=args.http2, gc_tuning=not args.no_gc_tuning,
+                        **tls_from_args(args))
+            nursery.cancel_scope.cancel()
 
 
 async def run_worker(args: argparse.Namespace, agent: Any, on_signals: OnSignals) -> None:
-    """The ``worker`` command: execute queued runs until a signal, then drain."""
-    _check_url(args.store)
+    """The ``worker`` command: execute queued runs until a signal, then drain. Raises
+    StartupError when Redis does not answer within ``--store-wait``."""
+    check_store_url(args.store)
     from .runtime.runner import Runner
     from .store.redis import Worker, open_redis_store
 
     async with open_redis_store(
         args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
-    ) as store, anyio.create_task_group() as nursery:
-        runner = Runner(agent, store, RunPolicy(), launcher=store.run_launcher(),
-                        expose_errors=args.expose_errors)
-        runner.attach(nursery)
-        shutdown = anyio.Event()
-        nursery.start_soon(on_signals, shutdown, nursery.cancel_scope)
-        worker = Worker(store.queue, runner, concurrency=args.concurrency,
-                        claim_idle=args.claim_idle)
-        nursery.start_soon(worker.run)
-        await shutdown.wait()
-        try:
-            await runner.shutdown(args.grace)
-        finally:
-            runner.cancel_all("shutdown")
-            nursery.cancel_scope.cancel()
+    ) as store:
+        await wait_for_redis(store, args.store_wait)
+        async with anyio.create_task_group() as nursery:
+            runner = Runner(agent, store, RunPolicy(), launcher=store.run_launcher(),
+                            expose_errors=args.expose_errors)
+            runner.attach(nursery)
+            shutdown = anyio.Event()
+            await nursery.start(on_signals, shutdown, nursery.cancel_scope)
+            worker = Worker(store.queue, runner, concurrency=args.concurrency,
+                            claim_idle=args.claim_idle)
+            nursery.start_soon(worker.run)
+            await shutdown.wait()
+            try:
+                await runner.shutdown(args.grace)
+            finally:
+                runner.cancel_all("shutdown")
+                nursery.cancel_scope.cancel()

@@ -3,6 +3,7 @@
 from .auth import ApiKey, BearerToken
 from .backoff import Backoff
 from .card import AgentCard
+from .card_verify import CardSignatureError, CardVerifier
 from .client import A2AClient, user_message
 from .errors import AgentHTTPError, AgentTimeout, AgentUnreachable, TransportError
 from .follower import Follower, follow_trajectory, live_followers
@@ -21,6 +22,8 @@ __all__ = [
     "ApiKey",
     "Backoff",
     "BearerToken",
+    "CardSignatureError",
+    "CardVerifier",
     "DirectorySink",
     "EventStream",
     "Follower",

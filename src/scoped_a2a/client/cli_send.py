@@ -16,48 +16,51 @@ Human-readable lines by default; ``--json`` prints one JSON object per line inst
 card's order decides.
 
 A task that needs input is answered by a second ``send`` with ``--task-id`` (and
-``--context-id``), which the first one prints.
+``--context-id``): the first one prints that command. A failure is said once, on stderr.
+``--timeout`` bounds the whole turn: when it passes the turn hangs up (which cancels an
+interactive run) and the exit status is 124 (:mod:`.cli_common` has the options and statuses
+every client command shares).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
+import shlex
 from typing import Any, TextIO
 
-import anyio
 import msgspec
 
-from ..cli_help import HelpFormatter, add_log_level
-from ..protocol.errors import A2AError
+from ..cli_help import HelpFormatter, prog_name
 from ..protocol.types import Message, Task, TaskState
-from .auth import ApiKey, BearerToken
+from .cli_common import (
+    EXIT_OK,
+    EXIT_TASK_FAILED,
+    EXIT_USAGE,
+    UsageError,
+    add_client_options,
+    call_agent,
+    exit_status,
+    http_url,
+    parse_metadata,
+    run_client_command,
+)
 from .client import A2AClient, user_message
-from .errors import TransportError
 from .pages import LivePage, PageSink
 from .sinks import DirectorySink, MemorySink, StepSink
 from .step import Step
 from .wire import StreamEvent
-
-EXIT_TASK_FAILED = 1
-EXIT_USAGE = 2
-EXIT_AGENT_ERROR = 3
 
 SEND_DESCRIPTION = """\
 Send one message to an A2A agent and print the task as it runs: by default its final state and
 reply; --stream: every event of the turn's stream; --follow: every event of the task's live
 trajectory (the agent's own tool and model calls too). --json prints JSON lines instead."""
 
-SEND_EPILOG = """\
-exit status:
-  0    the task completed, needs input, or the agent replied with a message
-  1    the task failed, was canceled or was rejected
-  2    bad command line (also: --out DIR already holds a trajectory)
-  3    the agent is unreachable or answered with an error
-  130  interrupted (Ctrl-C)
+SEND_EPILOG = exit_status(
+    ok="the task completed, needs input, or the agent replied with a message",
+    usage=", or --out DIR already holds a trajectory",
+) + """
 
-A task that needs input prints its ids; answer it with
+A task that needs input prints the command that answers it:
   send URL TEXT --task-id ID --context-id CONTEXT"""
 
 
@@ -66,7 +69,8 @@ def add_send_parser(sub: Any) -> None:
     s = sub.add_parser(
         "send", help="send one message to an A2A agent and print the task as it runs",
         description=SEND_DESCRIPTION, epilog=SEND_EPILOG, formatter_class=HelpFormatter)
-    s.add_argument("url", help="the agent's base URL (where its agent card is served)")
+    s.add_argument("url", type=http_url,
+                   help="the agent's base URL (where its agent card is served)")
     s.add_argument("text", help="the message text")
     s.add_argument("--stream", action="store_true", help="print the turn's stream events live")
     s.add_argument("--follow", action="store_true",
@@ -74,26 +78,15 @@ def add_send_parser(sub: Any) -> None:
                         "includes what --stream prints, so the two are not combined")
     s.add_argument("--out", metavar="DIR",
                    help="write the trajectory to DIR, a new or empty folder")
-    s.add_argument("--json", action="store_true", help="print JSON lines instead of text")
     s.add_argument("--task-id", metavar="ID",
                    help="continue this task (one that needs input) with the message")
     s.add_argument("--context-id", metavar="CONTEXT",
                    help="the conversation (context) the message belongs to")
-    s.add_argument("--a2a-version", choices=["1.0", "0.3"],
-                   help="protocol version to speak (default: the card's choice)")
-    s.add_argument("--transport", choices=["jsonrpc", "rest"],
-                   help="the binding to call: JSON-RPC or HTTP+JSON (REST, 1.0 only) "
-                        "(default: the first one the agent card lists)")
-    s.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds to wait for the agent to answer a call")
-    s.add_argument("--token", default=os.environ.get("SCOPED_A2A_TOKEN"),
-                   help="send 'Authorization: Bearer TOKEN' (a JWT or an API key) "
-                        "(default: $SCOPED_A2A_TOKEN)")
-    s.add_argument("--api-key", default=os.environ.get("SCOPED_A2A_API_KEY"), metavar="KEY",
-                   help="send 'X-API-Key: KEY' (default: $SCOPED_A2A_API_KEY)")
-    s.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio",
-                   help="the async library to run on")
-    add_log_level(s, "WARNING")
+    s.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
+                   help="put KEY in the message's metadata (repeatable); VALUE is JSON when it "
+                        "parses as JSON, else a string. E.g. onDisconnect=continue, a "
+                        "deadline's budgetMs, or the key of a serve --detach-metadata rule")
+    add_client_options(s)
 
 
 class _Printer:
@@ -173,12 +166,25 @@ async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write("error: the HTTP+JSON (REST) binding is A2A 1.0 only; use --transport "
                   "jsonrpc with --a2a-version 0.3\n")
         return EXIT_USAGE
-    printer = _Printer(out, args.json)
     try:
+        metadata = parse_metadata(args.metadata)
         inner: StepSink = DirectorySink(args.out) if args.out else MemorySink()
-    except FileExistsError as exc:
+    except (FileExistsError, UsageError) as exc:
         err.write(f"error: {exc}\n")
         return EXIT_USAGE
+    message = user_message(args.text, task_id=args.task_id, context_id=args.context_id,
+                           metadata=metadata)
+
+    async def body(client: A2AClient, out: TextIO, err: TextIO) -> int:
+        return await _turn(args, client, message, inner, out, err)
+
+    return await call_agent(args, body, out, err)
+
+
+async def _turn(args: argparse.Namespace, client: A2AClient, message: Message, inner: StepSink,
+                out: TextIO, err: TextIO) -> int:
+    """One turn with the agent; prints what ``args`` asks for; returns the exit status."""
+    printer = _Printer(out, args.json)
     sink: StepSink = _PrintingSink(printer, inner) if args.follow else inner
     follow = bool(args.follow or args.out)
     streamed_message = False
@@ -189,46 +195,40 @@ async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             streamed_message = streamed_message or item.kind == "message"
             printer.emit("stream", item.position, item.kind, msgspec.to_builtins(item.event))
 
-    message = user_message(args.text, task_id=args.task_id, context_id=args.context_id)
-    try:
-        auth = (BearerToken(args.token) if args.token
-                else ApiKey(args.api_key) if args.api_key else None)
-        client = A2AClient(args.url, version=args.a2a_version, timeout=args.timeout,
-                           auth=auth, transport=args.transport)
-        async with client, Step(client, sink=sink, follow=follow) as step:
-            result = await step.turn(message, on_event=on_event)
-    except TransportError as exc:
-        err.write(f"error: {exc}\n")
-        return EXIT_AGENT_ERROR
-    except A2AError as exc:
-        err.write(f"error: the agent answered {exc.code}: {exc.message}\n")
-        return EXIT_AGENT_ERROR
+    async with Step(client, sink=sink, follow=follow) as step:
+        result = await step.turn(message, on_event=on_event)
+    failed = isinstance(result, Task) and result.status.state in (
+        TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
     kind = "task" if isinstance(result, Task) else "message"
     if args.json:
         printer.emit("result", None, kind, msgspec.to_builtins(result))
     elif isinstance(result, Message):
         if not streamed_message:  # --stream has printed the reply already
             printer.emit("result", None, "message", msgspec.to_builtins(result))
-    else:
+    elif not failed:  # a failure is said once, on stderr (below)
         reply = _text(msgspec.to_builtins(result.status.message)) if result.status.message else ""
         out.write(f"task {result.id} {_state(result.status.state)}"
                   + (f": {reply}" if reply else "") + "\n")
         if result.status.state.interrupted:
-            err.write(f"answer with: send {args.url} TEXT --task-id {result.id} "
-                      f"--context-id {result.context_id}\n")
-    if isinstance(result, Task) and result.status.state in (
-        TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED
-    ):
+            err.write(f"answer with: {answer_command(args, result)}\n")
+    if isinstance(result, Task) and failed:
         reply = result.status.message.text if result.status.message else ""
         err.write(f"error: task {result.id} {_state(result.status.state)}"
                   + (f": {reply}" if reply else "") + "\n")
         return EXIT_TASK_FAILED
-    return 0
+    return EXIT_OK
+
+
+def answer_command(args: argparse.Namespace, task: Task) -> str:
+    """The command line that answers ``task`` (it needs input), ready to run but for TEXT."""
+    words = [prog_name(), "send", shlex.quote(args.url), "'YOUR ANSWER'", "--task-id", task.id,
+             "--context-id", task.context_id]
+    for flag, value in (("--transport", args.transport), ("--a2a-version", args.a2a_version)):
+        if value:
+            words += [flag, value]
+    return " ".join(words)
 
 
 def run_send(args: argparse.Namespace) -> int:
     """Run ``send``; returns the exit status."""
-    try:
-        return anyio.run(_send, args, sys.stdout, sys.stderr, backend=args.backend)
-    except KeyboardInterrupt:
-        return 130
+    return run_client_command(_send, args)

@@ -101,11 +101,14 @@ class ApiKeys:
             return self._keys
 
     def reload(self) -> None:
-        """Re-read the key file now (a bad file keeps the previous keys, and says why)."""
+        """Re-read the key file now (a bad file keeps the previous keys, and says why: then
+        only that is logged, not a reload)."""
         self._mtime = self._stat()
+        before = self._keys
         self._keys = self._load(strict=False)
         self.reloads += 1
-        log.info("API keys reloaded from %s (%d keys)", self.path, len(self._keys))
+        if self._keys is not before:
+            log.info("API keys reloaded from %s (%d keys)", self.path, len(self._keys))
 
     def _maybe_reload(self) -> None:
         now = time.monotonic()
