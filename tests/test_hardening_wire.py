@@ -129,3 +129,57 @@ async def test_a_transfer_coding_other_than_chunked_is_501(coding: str) -> None:
                 except (anyio.EndOfStream, anyio.BrokenResourceError):
                     pass
         assert raw.startswith(b"HTTP/1.1 501 "), raw[:200]
+
+
+LIBRARY_SERVER = """
+import sys
+import anyio
+from scoped_a2a import A2AApp, serve
+from scoped_a2a.agents.demo import demo_agent
+
+anyio.run(lambda: serve(A2AApp(demo_agent, grace=5.0), port=0), backend=sys.argv[1])
+"""
+
+
+async def test_library_serve_drains_on_sigint_and_says_where_it_listens(
+        anyio_backend: str) -> None:
+    """A child process running ``anyio.run(lambda: serve(app))`` (logging not configured) says
+    where it listens on stderr; SIGINT while a blocking send is in flight answers that send with
+    its finished task and the process exits 0 with no traceback. Before, nothing was printed
+    and Ctrl-C ended in a KeyboardInterrupt traceback with no answer."""
+    import os
+    import re
+    import signal
+    import sys
+
+    from .test_shutdown_process import ServerLog
+
+    log = ServerLog()
+    async with anyio.create_task_group() as tg:
+        proc = await anyio.open_process([sys.executable, "-c", LIBRARY_SERVER, anyio_backend],
+                                        stdin=None, stdout=None, env=os.environ.copy())
+        assert proc.stderr is not None
+        tg.start_soon(log.collect, proc.stderr)
+        try:
+            url = (await log.wait_for(r"serving on (http://\S+)")).group(1)
+            answer: dict[str, Any] = {}
+
+            async def blocking_send() -> None:
+                async with httpx.AsyncClient(timeout=30) as http:
+                    answer.update(await _rpc(http, url, "SendMessage",
+                                             {"message": text_message("slow 1")}))
+
+            tg.start_soon(blocking_send)
+            async with httpx.AsyncClient(timeout=10) as http:
+                with anyio.fail_after(10):  # the run is in flight before the signal
+                    while not (await _rpc(http, url, "ListTasks", {}))["result"]["tasks"]:
+                        await anyio.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(30):
+                assert await proc.wait() == 0, log.text
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    assert "Traceback" not in log.text and "KeyboardInterrupt" not in log.text, log.text
+    assert re.search(r"SIGINT: shutting down gracefully", log.text), log.text

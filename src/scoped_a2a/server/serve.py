@@ -10,6 +10,10 @@ finish (``ANSWER_SECONDS`` at most), and runs the lifespan shutdown, which drain
 deliveries. Told first, hypercorn would drop busy connections when its ``graceful_timeout``
 expired, before the lifespan shutdown even started, and the callers would get no answer.
 
+Run on its own (``anyio.run(lambda: serve(app))``, no ``shutdown`` event), it drains on SIGINT or
+SIGTERM as the CLI does (:func:`shut_down_on_signals`): the first signal is a graceful shutdown,
+a second one stops at once; either way ``serve`` returns normally (no KeyboardInterrupt).
+
 Cancelling ``serve`` itself (the CLI's second signal) is a shutdown with no grace: runs are
 cancelled at once and recorded with reason ``shutdown``, their callers are answered, hypercorn
 gets ``STOP_NOW_SECONDS`` to stop, then the cancellation propagates. hypercorn runs shielded
@@ -22,7 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import socket
+import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -107,6 +115,7 @@ async def serve(
     keyfile: str | None = None,
     ca_certs: str | None = None,
     gc_tuning: bool = True,
+    handle_signals: bool | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
@@ -132,6 +141,12 @@ async def serve(
     :param gc_tuning: once the app has started, freeze the start-up objects and raise the
         collector's young threshold (:mod:`.gc_tuning`, once per process; also off with
         ``SCOPED_A2A_GC_TUNING=0``).
+    :param handle_signals: drain on SIGINT/SIGTERM (:func:`shut_down_on_signals`: the first
+        signal is a graceful shutdown, a second stops at once; ``serve`` then returns normally).
+        Default: when no ``shutdown`` event is given, since nothing else could stop the server
+        gracefully; a caller that passes ``shutdown`` is taken to handle signals itself. Only
+        in the main thread (elsewhere Python delivers no signals); the previous handlers are
+        restored when ``serve`` returns.
     Raises ValueError before listening when the TLS files cannot be loaded.
     """
     backend = sniffio.current_async_library()
@@ -170,6 +185,10 @@ async def serve(
         config.keep_alive_max_requests = 1 << 62
     hypercorn_fixes.install()
 
+    if handle_signals is None:
+        handle_signals = shutdown is None
+    if threading.current_thread() is not threading.main_thread():
+        handle_signals = False
     stopping = anyio.Event()  # shutdown has begun (the deadline counts from here)
     hurry = anyio.Event()  # serve was cancelled from outside: skip the grace periods
     drained = anyio.Event()  # the app's runs have ended (hypercorn is told to stop now)
@@ -244,6 +263,8 @@ async def serve(
 
     async with anyio.create_task_group() as outside:
         outside.start_soon(on_cancel)
+        if handle_signals:
+            outside.start_soon(shut_down_on_signals, shutdown, lambda: stop(now=True))
         with anyio.CancelScope(shield=True) as server_scope:
             async with anyio.create_task_group() as tg:
 
@@ -267,9 +288,39 @@ async def serve(
                 tg.start_soon(deadline)
                 tg.start_soon(stop_now_deadline)
                 tg.start_soon(_announce, app, bound_port, gc_tuning, task_status)
-                log.info("serving on %s://%s:%d/ (%s)", scheme, host, bound_port, backend)
+                announce("serving on %s://%s:%d/ (%s)", scheme, host, bound_port, backend)
                 tg.start_soon(hypercorn_serve)
         outside.cancel_scope.cancel()
+
+
+def announce(message: str, *args: object, level: int = logging.INFO) -> None:
+    """Log a line about the server's life (listening, stopping) on ``scoped_a2a.serve``.
+
+    When logging is not configured at all (no handler anywhere, as in a bare
+    ``anyio.run(lambda: serve(app))``), Python would drop an INFO record: the line goes to
+    stderr instead, so a user always sees where the server listens."""
+    if log.hasHandlers():
+        log.log(level, message, *args)
+    else:
+        print(f"scoped_a2a: {message % args}", file=sys.stderr, flush=True)
+
+
+async def shut_down_on_signals(shutdown: anyio.Event, stop_now: Callable[[], object]) -> None:
+    """The first SIGINT or SIGTERM sets ``shutdown`` (graceful), a second calls ``stop_now``.
+
+    ``serve`` runs this when it handles signals itself; the CLI runs it with the cancel of its
+    own scope as ``stop_now``. Returns after the second signal. While it runs the signals do
+    not raise KeyboardInterrupt or end the process; cancelling it restores the previous
+    handlers. Call it from the main thread (Python delivers signals nowhere else).
+    """
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            if shutdown.is_set():
+                announce("second signal: stopping now", level=logging.WARNING)
+                stop_now()
+                return
+            announce("%s: shutting down gracefully", signal.Signals(signum).name)
+            shutdown.set()
 
 
 async def _announce(app: Any, port: int, tune_gc: bool, task_status: TaskStatus[int]) -> None:
