@@ -220,14 +220,14 @@ def plot(path: Path, scenarios: Sequence[Scenario], rows: Sequence[Row]) -> None
                 if system != "bare ASGI" and r not in ("n/a", "-"):
                     words[len(peers)] = r
                     peers.append((f"{sc.number}. {m.label}  vs {short(system)} / {backend}", None,
-                                  palette.get(system, "#1f77b4")))
+                                  palette.get(short(system), "#1f77b4")))
                 continue
             if system == "bare ASGI":
                 if m.better == "higher":  # throughput only: the share of what the stack can do
                     ceiling.append((f"{sc.number}. {m.label}  on {backend}", r, "#7f7f7f"))
             else:
                 peers.append((f"{sc.number}. {m.label}  vs {short(system)} / {backend}", r,
-                              palette.get(system, "#1f77b4")))
+                              palette.get(short(system), "#1f77b4")))
     if not peers and not ceiling:
         return
     height = 0.3 * (len(peers) + len(ceiling)) + 2.5
