@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,10 +42,16 @@ def rpc_body(method: str, params: Any, *, rpc_id: int | str = 1) -> bytes:
     ).encode()
 
 
-def message_params(text: str, *, message_id: str = "m-0", metadata: dict[str, Any] | None = None,
-                   return_immediately: bool = False, context_id: str | None = None
-                   ) -> dict[str, Any]:
-    """``SendMessage`` params (A2A 1.0) for a one-part text message."""
+def message_params(text: str, *, message_id: str | None = None,
+                   metadata: dict[str, Any] | None = None, return_immediately: bool = False,
+                   context_id: str | None = None) -> dict[str, Any]:
+    """``SendMessage`` params (A2A 1.0) for a one-part text message.
+
+    Message ids are unique unless given: a server that deduplicates sends by message id
+    (scoped-a2a does, per caller) answers a repeated id with the first send's task.
+    """
+    if message_id is None:
+        message_id = f"m-{secrets.token_hex(8)}"
     msg: dict[str, Any] = {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}
     if context_id:
         msg["contextId"] = context_id
@@ -83,7 +90,9 @@ class RequestTemplate:
         """``rest``: the HTTP+JSON binding (the params alone POSTed to ``/message:send`` or
         ``/message:stream``) instead of a JSON-RPC call to ``/``."""
         marker = "#" * self.WIDTH
-        params = message_params(text, message_id=f"m-{marker}", metadata=metadata,
+        # A token per template: two templates (a scenario's phases, say) never share an id.
+        params = message_params(text, message_id=f"m-{secrets.token_hex(6)}-{marker}",
+                                metadata=metadata,
                                 return_immediately=return_immediately, context_id=context_id)
         if rest:
             body = json.dumps(params, separators=(",", ":")).encode()
