@@ -1,0 +1,251 @@
+"""``get``, ``list``, ``cancel``, ``subscribe`` and ``send --metadata``: real ``python -m
+scoped_a2a`` processes against a server served by hypercorn in the test process, on both
+backends (the CLI process runs on its own default backend, asyncio; ``--backend`` is tested by
+the send tests).
+
+Each command's output (text and ``--json``), its filters and paging, and its bad input: an
+unknown task, another caller's task with API keys, a bad ``--state``, a server that is down.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from scoped_a2a import A2AApp
+from scoped_a2a.agents.demo import demo_agent
+from scoped_a2a.server.auth import Authenticator
+from scoped_a2a.server.auth.api_keys import ApiKeys
+
+from .helpers import rpc, served, text_message
+from .test_cli_newcomer import ENV, arun
+
+pytestmark = pytest.mark.anyio
+
+
+async def start_task(url: str, text: str, *, key: str | None = None,
+                     context_id: str | None = None) -> dict[str, Any]:
+    """A detached task (returnImmediately), as the server recorded it when it answered."""
+    extra = {"contextId": context_id} if context_id else {}
+    async with httpx.AsyncClient(timeout=10) as client:
+        body = await rpc(client, url, "SendMessage", {
+            "message": text_message(text, **extra), "configuration": {"returnImmediately": True}},
+            headers={"X-API-Key": key} if key else None)
+    task: dict[str, Any] = body["result"]["task"]
+    return task
+
+
+async def get_task(url: str, task_id: str, *, key: str | None = None,
+                   history: int | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"id": task_id}
+    if history is not None:
+        params["historyLength"] = history
+    async with httpx.AsyncClient(timeout=10) as client:
+        body = await rpc(client, url, "GetTask", params,
+                         headers={"X-API-Key": key} if key else None)
+    task: dict[str, Any] = body["result"]
+    return task
+
+
+async def ended(url: str, task_id: str, *, key: str | None = None) -> dict[str, Any]:
+    with anyio.fail_after(20):
+        while True:
+            task = await get_task(url, task_id, key=key)
+            if task["status"]["state"] in ("TASK_STATE_COMPLETED", "TASK_STATE_CANCELED",
+                                           "TASK_STATE_FAILED"):
+                return task
+            await anyio.sleep(0.05)
+
+
+async def arun_all(*commands: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """Run independent CLI commands at once (each is a process start); results in order."""
+    results: list[tuple[int, str, str]] = [(-1, "", "")] * len(commands)
+
+    async def one(i: int, command: tuple[str, ...]) -> None:
+        results[i] = await arun(*command)
+
+    async with anyio.create_task_group() as tg:
+        for i, command in enumerate(commands):
+            tg.start_soon(one, i, command)
+    return results
+
+
+def one_line(err: str) -> str:
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert "Traceback" not in err and "-320" not in err
+    return err
+
+
+async def test_get_and_list_with_filters_and_pages(anyio_backend: str) -> None:
+    async with served(A2AApp(demo_agent, grace=1.0)) as url:
+        first = await start_task(url, "one", context_id="ctx-a")
+        second = await start_task(url, "two", context_id="ctx-a")
+        slow = await start_task(url, "slow 30", context_id="ctx-b")
+        for t in (first, second):
+            await ended(url, t["id"])
+
+        code, out, err = await arun("get", url, first["id"])
+        assert code == 0, err
+        assert out.splitlines() == [f"task {first['id']} completed: You said: one",
+                                    "  context ctx-a",
+                                    "  [artifact reply] 'You said: one'"]
+        code, out, err = await arun("get", url, first["id"], "--json", "--history-length", "0")
+        assert code == 0, err
+        task = json.loads(out)
+        assert task["id"] == first["id"] and task["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert not task.get("history")
+
+        code, out, err = await arun("list", url)
+        assert code == 0, err
+        rows = [line.split() for line in out.splitlines()]
+        assert [r[0] for r in rows] == [slow["id"], second["id"], first["id"]]  # newest first
+        assert [r[1] for r in rows] == ["working", "completed", "completed"]
+
+        code, out, err = await arun("list", url, "--context", "ctx-a", "--json")
+        assert code == 0, err
+        assert [t["id"] for t in json.loads(out)["tasks"]] == [second["id"], first["id"]]
+        code, out, err = await arun("list", url, "--state", "working")
+        assert code == 0, err
+        assert [line.split()[0] for line in out.splitlines()] == [slow["id"]]
+        code, out, err = await arun("list", url, "--state", "TASK_STATE_COMPLETED", "--json",
+                                    "--include-artifacts")
+        page = json.loads(out)
+        assert [t["id"] for t in page["tasks"]] == [second["id"], first["id"]]
+        assert all(t["artifacts"] for t in page["tasks"])
+
+        # Paging: the next page's token on stderr, followed until the last page.
+        seen: list[str] = []
+        token: list[str] = []
+        for _ in range(5):
+            code, out, err = await arun("list", url, "--page-size", "2", *token)
+            assert code == 0, err
+            seen += [line.split()[0] for line in out.splitlines()]
+            if not err:
+                break
+            assert err.startswith("more: --page-token "), err
+            token = ["--page-token", err.split()[-1]]
+        assert seen == [slow["id"], second["id"], first["id"]]
+
+        code, out, err = await arun("cancel", url, slow["id"])
+        assert code == 0, err
+        assert out.startswith(f"task {slow['id']} canceled"), out
+
+
+async def test_bad_input_is_one_line(anyio_backend: str) -> None:
+    async with served(A2AApp(demo_agent, grace=1.0)) as url:
+        done = await start_task(url, "hi")
+        await ended(url, done["id"])
+        unknown = await arun_all(*((c, url, "no-such-task") for c in ("get", "cancel",
+                                                                        "subscribe")))
+        for code, out, err in unknown:
+            assert (code, out) == (3, ""), err
+            assert "has no task by that id" in one_line(err), err
+        code, out, err = await arun("cancel", url, done["id"])
+        assert (code, out) == (3, ""), err
+        assert "terminal tasks cannot be canceled" in one_line(err)
+        code, out, err = await arun("subscribe", url, done["id"])
+        assert (code, out) == (3, ""), err
+        assert "is completed" in one_line(err)
+        code, out, err = await arun("list", url, "--state", "sleeping")
+        assert (code, out) == (2, ""), err
+        assert "'sleeping' is not a task state; one of: submitted, working" in one_line(err)
+        code, out, err = await arun("list", url, "--page-size", "0")
+        assert code == 2 and "--page-size" in one_line(err)
+        code, out, err = await arun("list", url, "--page-token", "not-a-token")
+        assert (code, out) == (3, "")
+        assert one_line(err).startswith("error: the agent refused the call: "), err
+    # The server is gone.
+    down = await arun_all(("get", url, "t1"), ("list", url), ("cancel", url, "t1"),
+                          ("subscribe", url, "t1"))
+    for code, out, err in down:
+        assert (code, out) == (3, ""), err
+        assert one_line(err).startswith(f"error: cannot reach the agent at {url}"), err
+
+
+async def test_subscribe_prints_events_until_the_end_and_resumes(anyio_backend: str) -> None:
+    async with served(A2AApp(demo_agent, grace=1.0)) as url:
+        task = await start_task(url, "slow 30")
+        async with await anyio.open_process(
+                [sys.executable, "-m", "scoped_a2a", "subscribe", url, task["id"], "--json"],
+                env=ENV) as proc:
+            assert proc.stdout is not None
+            lines: list[dict[str, Any]] = []
+            buffer = b""
+            with anyio.fail_after(30):
+                async for chunk in proc.stdout:
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        lines.append(json.loads(line))
+                    if len(lines) == 1:  # subscribed: now end the task under it
+                        code, out, err = await arun("cancel", url, task["id"])
+                        assert code == 0, err
+                await proc.wait()
+        assert proc.returncode == 1  # the task it followed was canceled
+        assert lines[0]["kind"] == "task" and lines[0]["source"] == "stream"
+        assert lines[-1]["kind"] == "statusUpdate"
+        assert lines[-1]["event"]["status"]["state"] == "TASK_STATE_CANCELED"
+        positions = [line["position"] for line in lines]
+        assert positions == sorted(positions) and positions[0] is not None
+
+        # Resume after the first event: only what came after it.
+        after = positions[0]
+        code, out, err = await arun("subscribe", url, task["id"], "--last-event-id", str(after))
+        assert code == 1, err
+        text = out.splitlines()
+        assert text and all(int(line.split()[0]) > after for line in text), out
+        assert text[-1].split()[1] == "[canceled]", out
+
+
+async def test_another_callers_tasks_are_not_found(tmp_path: Path, anyio_backend: str) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("alice:token-alice-1\nbob:token-bob-1\n")
+    app = A2AApp(demo_agent, authenticate=Authenticator([ApiKeys(keys)]), grace=1.0)
+    async with served(app) as url:
+        task = await start_task(url, "slow 30", key="token-alice-1")
+        bob = ("--api-key", "token-bob-1")
+        refused = await arun_all(*((c, url, task["id"], *bob) for c in ("get", "cancel",
+                                                                          "subscribe")))
+        for code, out, err in refused:
+            assert (code, out) == (3, ""), err
+            assert "has no task by that id" in one_line(err), err
+        code, out, err = await arun("list", url, "--token", "token-bob-1")
+        assert (code, out, err) == (0, "", "")
+        code, out, err = await arun("get", url, task["id"])
+        assert (code, out) == (3, "")
+        assert "the agent needs a credential and none was sent" in one_line(err), err
+        code, out, err = await arun("list", url, "--api-key", "token-alice-1")
+        assert code == 0 and out.split()[:2] == [task["id"], "working"], (out, err)
+        code, out, err = await arun("cancel", url, task["id"], "--api-key", "token-alice-1",
+                                    "--json")
+        assert code == 0, err
+        assert json.loads(out)["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+async def test_send_metadata_reaches_the_server(anyio_backend: str) -> None:
+    async with served(A2AApp(demo_agent, grace=1.0)) as url:
+        # onDisconnect=continue: the run outlives the send that --timeout abandons.
+        code, out, err = await arun("send", url, "slow 30", "--timeout", "1.5",
+                                    "--metadata", "onDisconnect=continue",
+                                    "--metadata", 'crm={"rule": 7}', "--metadata", "n=5",
+                                    "--metadata", "note=not json")
+        assert code == 124, err
+        code, out, err = await arun("list", url, "--json", "--history-length", "1")
+        assert code == 0, err
+        (task,) = json.loads(out)["tasks"]
+        assert task["status"]["state"] == "TASK_STATE_WORKING"  # not cancelled by the hang-up
+        full = await get_task(url, task["id"], history=10)
+        sent = next(m for m in full["history"] if m["role"] == "ROLE_USER")
+        assert sent["metadata"] == {"onDisconnect": "continue", "crm": {"rule": 7}, "n": 5,
+                                    "note": "not json"}
+        code, out, err = await arun("cancel", url, task["id"])
+        assert code == 0, err
+        code, out, err = await arun("send", url, "hi", "--metadata", "no-equals-sign")
+        assert (code, out) == (2, "")
+        assert one_line(err) == "error: --metadata takes KEY=VALUE, not 'no-equals-sign'\n"
