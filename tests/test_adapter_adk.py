@@ -211,11 +211,14 @@ async def test_one_session_per_context_and_caller(tmp_path: Path) -> None:
         await send(client, url, "what is my name?", message={"contextId": ctx}, headers=alice)
         await send(client, url, "a new conversation", headers=alice)
         await send(client, url, "whose context?", message={"contextId": ctx}, headers=bob)
+        await send(client, url, "in a tenant", message={"contextId": ctx}, headers=alice,
+                   tenant="acme")
     requests = [request_texts(r) for r in probe(agent).requests]
     assert requests[1] == [("user", "my name is Ada"), ("model", "Noted."),
                            ("user", "what is my name?")]
     assert requests[2] == [("user", "a new conversation")]
     assert requests[3] == [("user", "whose context?")]  # Bob cannot read Alice's session
+    assert requests[4] == [("user", "in a tenant")]  # nor Alice hers from another tenant
     listed = await adapted.runner.session_service.list_sessions(app_name="helper", user_id="alice")
     assert ctx in {s.id for s in listed.sessions}
 

@@ -8,10 +8,11 @@ and with it the model call in flight. Detached runs finish whoever hangs up.
 - Sessions: one ADK session per A2A context id and caller, created on first use in the session
   service given (ADK's ``InMemorySessionService`` by default), so a follow-up in the same
   context sees the earlier turns and one caller never reads another's session. ADK's
-  ``user_id`` is the caller's principal id; without authentication it is
-  ``A2A_USER_<context id>``, as ADK's own A2A executor does, so ``user:`` state and memory are
-  never shared between anonymous conversations. The turns of one session run one at a time, in
-  the order they arrive (a follow-up sent while a turn runs waits for it, ``working``).
+  ``user_id`` is the caller's principal id (and tenant, if any: :func:`user_id_of`); without
+  authentication it is ``A2A_USER_<context id>``, as ADK's own A2A executor does, so ``user:``
+  state and memory are never shared between anonymous conversations. The turns of one session
+  run one at a time, in the order they arrive (a follow-up sent while a turn runs waits for
+  it, ``working``).
 - The request's metadata (with the message's) reaches tools and callbacks as
   ``run_config.custom_metadata["a2a_metadata"]``, where ADK's own executor puts it.
 - What the caller sees: model text streamed as artifact chunks, tool calls and results as
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
+from ..protocol.principal import TENANT_SEPARATOR
 from .base import AdaptedAgent
 
 if TYPE_CHECKING:
@@ -47,8 +49,10 @@ METADATA_KEY = "a2a_metadata"
 
 def user_id_of(ctx: RunContext) -> str:
     """ADK's ``user_id`` for the run's caller: its principal id, or, for a caller without one
-    (no authentication), ``A2A_USER_<context id>`` as ADK's own A2A executor uses."""
-    return ctx.principal.id or f"A2A_USER_{ctx.context_id}"
+    (no authentication), ``A2A_USER_<context id>`` as ADK's own A2A executor uses; within a
+    tenant, followed by the tenant as in the task's owner key (so tenants never share)."""
+    user = ctx.principal.id or f"A2A_USER_{ctx.context_id}"
+    return f"{user}{TENANT_SEPARATOR}{ctx.tenant}" if ctx.tenant else user
 
 
 def recognises(obj: object) -> bool:
