@@ -25,6 +25,7 @@ from scoped_a2a.protocol.deadline import BUDGET_KEY
 from scoped_a2a.protocol.resend import IDEMPOTENT_SEND_EXTENSION_URI
 from scoped_a2a.server.auth import Authenticator
 from scoped_a2a.server.auth.api_keys import ApiKeys
+from scoped_a2a.store.memory import MemoryTaskStore
 from scoped_a2a.testing.proxy import FaultyProxy
 
 from .helpers import rpc, served, sse_events, text_message
@@ -346,3 +347,42 @@ async def test_opening_a_stream_is_retried_by_the_client_too() -> None:
             proxy.vanish()
     assert kinds[0] == "task"
     assert agent.starts["streamed once"] == 1
+
+
+@pytest.mark.parametrize("window", [600.0, 0.0])
+async def test_a_claim_outlives_its_evicted_task_for_the_window(window: float) -> None:
+    """Once its task is evicted, a claim lingers for the window: a late resend is told the task
+    is no longer kept (no second run); after the window the messageId is free again."""
+    agent = Counting()
+    store = MemoryTaskStore(max_ended_tasks=1, claim_window=window)
+    first, second = text_message("first"), text_message("second")
+    async with served(A2AApp(agent, store=store)) as url, httpx.AsyncClient(timeout=30) as c:
+        task = (await rpc(c, url, "SendMessage", send_params(first)))["result"]["task"]
+        await rpc(c, url, "SendMessage", send_params(second))  # evicts the first task
+        gone = await rpc(c, url, "GetTask", {"id": task["id"]})
+        assert gone["error"]["code"] == -32001
+        body = await rpc(c, url, "SendMessage", send_params(first))
+        if window:
+            assert body["error"]["code"] == -32602
+            assert "no longer kept" in body["error"]["message"]
+            assert task["id"] in body["error"]["message"]
+            assert agent.starts["first"] == 1
+        else:
+            assert body["result"]["task"]["id"] != task["id"]
+            assert agent.starts["first"] == 2
+
+
+async def test_lingering_claims_give_way_to_the_byte_budget() -> None:
+    """Claims count against max_ended_bytes; lingering ones (their task evicted) are dropped
+    first, oldest first, before any kept task is evicted for room."""
+    from scoped_a2a.store.claims import CLAIM_BYTES
+
+    agent = Counting()
+    budget = 64 << 10
+    store = MemoryTaskStore(max_ended_tasks=2, max_ended_bytes=budget, claim_window=600)
+    async with served(A2AApp(agent, store=store)) as url, httpx.AsyncClient(timeout=30) as c:
+        for i in range(400):
+            await rpc(c, url, "SendMessage", send_params(text_message(f"m{i}")))
+        assert store.ended_bytes + store.claim_bytes <= budget + CLAIM_BYTES
+        assert len(store) == 2  # the count cap, not the claims, decided what stays
+        assert store.claim_bytes < 400 * CLAIM_BYTES  # the oldest lingering claims went
