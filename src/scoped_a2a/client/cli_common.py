@@ -81,8 +81,15 @@ def seconds(text: str) -> float:
     return value
 
 
-def add_client_options(p: argparse.ArgumentParser, *, timeout: float = 30.0) -> None:
-    """The options every client command takes, after its own."""
+CALL_TIMEOUT = 30.0
+"""Seconds connecting, the card fetch and each quick call may take when ``--timeout`` is not
+given (a blocking send and a stream's events have no deadline then)."""
+
+
+def add_client_options(p: argparse.ArgumentParser, *, timeout: float | None = CALL_TIMEOUT
+                       ) -> None:
+    """The options every client command takes, after its own. ``timeout=None``: by default
+    the command has no overall deadline (a turn or a subscription may last long)."""
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--a2a-version", choices=["1.0", "0.3"],
                    help="protocol version to speak (default: the card's choice)")
@@ -92,7 +99,9 @@ def add_client_options(p: argparse.ArgumentParser, *, timeout: float = 30.0) -> 
     p.add_argument("--timeout", type=seconds, default=timeout, metavar="SECONDS",
                    help="seconds the whole command may take; then the call is abandoned (an "
                         "interactive run is cancelled by the hang-up) and the exit status is "
-                        "124")
+                        "124" + ("" if timeout is not None else
+                                 " (default: no limit; connecting and the card fetch still "
+                                 f"give up after {CALL_TIMEOUT:g}s)"))
     g = p.add_argument_group("credentials and TLS")
     g.add_argument("--token", default=os.environ.get("SCOPED_A2A_TOKEN"),
                    help="send 'Authorization: Bearer TOKEN' (a JWT or an API key) "
@@ -146,7 +155,8 @@ def _os_reason(exc: BaseException) -> str:
 def open_client(args: argparse.Namespace, http: httpx.AsyncClient) -> A2AClient:
     auth = (BearerToken(args.token) if args.token
             else ApiKey(args.api_key) if args.api_key else None)
-    return A2AClient(args.url, http=http, version=args.a2a_version, timeout=args.timeout,
+    timeout = args.timeout if args.timeout is not None else CALL_TIMEOUT
+    return A2AClient(args.url, http=http, version=args.a2a_version, timeout=timeout,
                      auth=auth, transport=args.transport)
 
 
@@ -180,7 +190,7 @@ def describe(exc: BaseException, url: str) -> tuple[str, int]:
     if isinstance(exc, CardProblem):
         exc = exc.error
     if isinstance(exc, AgentTimeout):
-        return f"the agent at {url} did not answer within --timeout", EXIT_TIMEOUT
+        return f"the agent at {url} did not answer in time", EXIT_TIMEOUT
     if isinstance(exc, AgentUnreachable):
         text = str(exc)
         if any(isinstance(e, ssl.SSLCertVerificationError) for e in _causes(exc)):

@@ -86,7 +86,7 @@ def add_send_parser(sub: Any) -> None:
                    help="put KEY in the message's metadata (repeatable); VALUE is JSON when it "
                         "parses as JSON, else a string. E.g. onDisconnect=continue, a "
                         "deadline's budgetMs, or the key of a serve --detach-metadata rule")
-    add_client_options(s)
+    add_client_options(s, timeout=None)  # a turn may last long: no limit unless asked
 
 
 class _Printer:

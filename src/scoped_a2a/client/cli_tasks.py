@@ -41,8 +41,6 @@ STATE_NAMES = {s.name.lower().replace("_", "-"): s for s in TaskState
                if s is not TaskState.UNSPECIFIED}
 """``--state`` values: ``working``, ``input-required``, ... (the wire name works too)."""
 
-SUBSCRIBE_TIMEOUT = 24 * 3600.0
-
 
 def task_state(text: str) -> TaskState:
     """A task state from ``working``, ``input_required`` or ``TASK_STATE_WORKING``."""
@@ -138,7 +136,7 @@ def add_task_commands(sub: Any) -> None:
     s.add_argument("task_id", metavar="TASK_ID", help="the task's id")
     s.add_argument("--last-event-id", type=_count, metavar="N",
                    help="resume after the event at position N (the agent keeps positions)")
-    add_client_options(s, timeout=SUBSCRIBE_TIMEOUT)
+    add_client_options(s, timeout=None)
 
 
 async def _get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
