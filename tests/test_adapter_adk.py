@@ -195,6 +195,22 @@ async def test_tool_calls_are_trajectory_events_read_live() -> None:
         assert (result.id, result.response) == ("c7", {"city": "Paris", "sky": "sunny"})
 
 
+def test_tool_data_on_the_trajectory_is_json_and_bounded() -> None:
+    from datetime import datetime
+
+    from scoped_a2a.adapters.adk_events import MAX_EVENT_CHARS, jsonable
+
+    class Thing:
+        def __repr__(self) -> str:
+            return "<thing>"
+
+    assert jsonable({"when": datetime(2026, 1, 2), "thing": Thing()}) == {
+        "when": "2026-01-02T00:00:00", "thing": "<thing>"}
+    big = jsonable({"text": "x" * 9000})
+    assert big == {"truncated": True, "chars": 9012,
+                   "preview": '{"text": "' + "x" * (MAX_EVENT_CHARS - 10)}
+
+
 async def test_one_session_per_context_and_caller(tmp_path: Path) -> None:
     from scoped_a2a.server.auth import Authenticator
     from scoped_a2a.server.auth.api_keys import ApiKeys

@@ -10,7 +10,8 @@ Out, event by event (:class:`Relay`):
   (``last_chunk``) with only what the chunks did not already carry, so no text is sent twice.
   A model that does not stream gives one whole artifact per response.
 - Function calls and function responses become live-trajectory events (``tool_call``,
-  ``tool_result``), recorded from the aggregated event, once each.
+  ``tool_result``), recorded from the aggregated event, once each; arguments or results over
+  :data:`MAX_EVENT_CHARS` of JSON are cut to a preview.
 - The reply (the task's status message) is the text of the last final response.
 - An event carrying a model error (``error_code``) fails the run once ADK has finished, with the
   code only (the model's message goes to the log: it may hold internals).
@@ -56,10 +57,20 @@ def to_content(message: Message) -> types.Content:
     return types.Content(role="user", parts=parts)
 
 
+MAX_EVENT_CHARS = 8000
+"""A tool's arguments or result longer than this (as JSON) is cut in its trajectory event, so
+one large result cannot swell the task's log; the model still sees the whole of it. (The same
+bound and shape as the pydantic-ai adapter's.)"""
+
+
 def jsonable(value: Any) -> Any:
-    """``value`` as JSON-able data (tool arguments and results may hold any Python object:
-    what JSON cannot carry becomes its ``repr``), so a trajectory event always encodes."""
-    return to_jsonable_python(value, fallback=repr)
+    """``value`` as JSON data (tool arguments and results may hold any Python object: what
+    JSON cannot carry becomes its ``repr``), or a cut preview of its JSON text when too long."""
+    data = to_jsonable_python(value, fallback=repr)
+    text = json.dumps(data, ensure_ascii=False)
+    if len(text) <= MAX_EVENT_CHARS:
+        return data
+    return {"truncated": True, "chars": len(text), "preview": text[:MAX_EVENT_CHARS]}
 
 
 def response_text(event: Event) -> str:
