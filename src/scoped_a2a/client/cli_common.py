@@ -62,7 +62,10 @@ class UsageError(Exception):
 
 def http_url(text: str) -> str:
     """An http(s) URL with a host (argparse type)."""
-    parts = urllib.parse.urlsplit(text)
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError:  # e.g. an unclosed [ of an IPv6 address
+        parts = urllib.parse.SplitResult("", "", "", "", "")
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an http(s) URL: give the agent's base URL, such as "
