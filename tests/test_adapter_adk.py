@@ -239,6 +239,26 @@ async def test_one_session_per_context_and_caller(tmp_path: Path) -> None:
     assert ctx in {s.id for s in listed.sessions}
 
 
+async def test_the_turns_of_one_session_run_in_order() -> None:
+    agent = scripted([GATE, "first"], ["second"])
+    async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
+        one = await send(client, url, "one", configuration={"returnImmediately": True})
+        with anyio.fail_after(5):
+            await probe(agent).entered.wait()
+        two = await send(client, url, "two", message={"contextId": one["contextId"]},
+                         configuration={"returnImmediately": True})
+        with anyio.fail_after(5):
+            while (await get(client, url, two["id"]))["status"]["state"] != "TASK_STATE_WORKING":
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.3)  # unordered, the second turn's model call would be made by now
+        assert len(probe(agent).requests) == 1
+        probe(agent).gate.set()
+        assert status_text(await until_ended(client, url, one["id"])) == "first"
+        assert status_text(await until_ended(client, url, two["id"])) == "second"
+    assert request_texts(probe(agent).requests[1]) == [
+        ("user", "one"), ("model", "first"), ("user", "two")]
+
+
 async def test_tools_see_the_caller_and_the_request_metadata() -> None:
     from google.adk.tools import ToolContext
 
@@ -372,6 +392,38 @@ async def test_cancelling_closes_the_models_http_connection(how: str) -> None:
         assert task["status"]["message"]["metadata"]["reason"] == how
         assert artifact_texts(task) == ["one two "]
         assert len(llm.requests) == 1 and llm.requests[0]["stream"] is True
+
+
+async def test_a_deadline_cancels_the_run() -> None:
+    from scoped_a2a.protocol.deadline import BUDGET_KEY
+
+    agent = scripted(["Ready."], ["Thinking", GATE, "never"])
+    async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
+        # A first run pays for ADK's lazy imports (near a second here), which must not eat
+        # the budget of the run under test.
+        assert status_text(await send(client, url, "warm up")) == "Ready."
+        task = await send(client, url, "go", metadata={BUDGET_KEY: 500})
+        assert probe(agent).entered.is_set()
+        assert task["status"]["state"] == "TASK_STATE_CANCELED"
+        assert task["status"]["message"]["metadata"]["reason"] == "deadline"
+        assert probe(agent).ended == ["cancelled"]
+
+
+async def test_shutdown_cancels_a_detached_run_after_its_grace_and_closes_the_model_call(
+) -> None:
+    async with fake_chat_completions(lambda body: text_deltas("one "), hold=True) as llm:
+        app = app_of(remote_agent(llm.url))
+        app.grace = 0.3
+        async with served(app, grace=0.3) as url, httpx.AsyncClient(timeout=10) as client:
+            task = await send(client, url, "go", configuration={"returnImmediately": True})
+            with anyio.fail_after(5):
+                await llm.streaming.wait()
+        # served() has shut the server down: the run outlived the grace period.
+        assert len(llm.closed) == 1
+    ended, _ = await app.store.get(task["id"])
+    assert ended.status.state.name == "CANCELED"
+    assert ended.status.message is not None
+    assert ended.status.message.metadata == {"reason": "shutdown"}
 
 
 async def test_the_a2a_sdk_client_talks_to_the_adapted_agent() -> None:
