@@ -272,6 +272,16 @@ def test_unusable_tls_files_are_one_line(args: list[str], says: str) -> None:
     assert line.startswith(says), line
 
 
+def test_an_out_folder_that_cannot_be_written_is_said_before_sending(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    line = one_error_line(run("send", "http://127.0.0.1:9/", "hi", "--out", str(a_file)))
+    assert line == f"error: --out {a_file} is a file, not a folder"
+    line = one_error_line(run("send", "http://127.0.0.1:9/", "hi", "--out",
+                              str(a_file / "below")))
+    assert line.startswith(f"error: cannot write the trajectory to --out {a_file / 'below'}: ")
+
+
 # --- item 13: a bad API-key file on SIGHUP ------------------------------------------------------
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
+from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
@@ -229,6 +231,23 @@ def answer_command(args: argparse.Namespace, task: Task) -> str:
     return " ".join(words)
 
 
+def _out_problem(out: str) -> str | None:
+    """Why the folder ``--out`` names cannot take a trajectory (it is created if missing)."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        return f"--out {out} is a file, not a folder"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot write the trajectory to --out {out}: {exc.strerror or exc}"
+    return None
+
+
 def run_send(args: argparse.Namespace) -> int:
-    """Run ``send``; returns the exit status."""
+    """Run ``send``; returns the exit status. A folder ``--out`` cannot be written to is said
+    before anything is sent (not after the turn, as a traceback)."""
+    problem = _out_problem(args.out) if args.out else None
+    if problem is not None:
+        sys.stderr.write(f"error: {problem}\n")
+        return EXIT_USAGE
     return run_client_command(_send, args)
