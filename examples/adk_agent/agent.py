@@ -210,7 +210,6 @@ def main() -> None:
     args = parser.parse_args()
     key = os.environ.get("MODEL_API_KEY") or os.environ.get("OPENAI_API_KEY")
     app = A2AApp(from_adk(build(args.model_url, args.model, key)))
-    print(f"serving on http://{args.host}:{args.port}/")
     anyio.run(partial(serve, app, host=args.host, port=args.port), backend="asyncio")
 
 
