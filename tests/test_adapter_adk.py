@@ -462,11 +462,33 @@ def test_card_fields_come_from_the_agent_and_can_be_overridden() -> None:
         "Team", "Ours.", ["s"])
 
 
+async def test_the_served_card_is_the_agents() -> None:
+    async with served(app_of(scripted(["x"]))) as url, httpx.AsyncClient(timeout=10) as client:
+        card = (await client.get(url + ".well-known/agent-card.json")).json()
+    assert (card["name"], card["description"]) == ("helper", "Helps.")
+    assert card["skills"] == [
+        {"id": "helper", "name": "helper", "description": "Helps.", "tags": ["llm"]}]
+    assert card["capabilities"]["streaming"] is True  # the server's own fields stay
+
+
 def test_recognises_adk_agents_only() -> None:
     assert recognises(scripted(["x"]))
     assert not recognises(object()) and not recognises(LlmAgent)
     with pytest.raises(TypeError, match="takes a Google ADK agent"):
         from_adk(object())  # type: ignore[arg-type]
+
+
+def test_serve_agent_adapts_the_examples_bare_adk_agent() -> None:
+    from scoped_a2a.adapters.adk import AdkAgent
+    from scoped_a2a.agent_loading import load_agent
+
+    loaded = load_agent("examples.adk_agent.agent:root_agent", backend="asyncio")
+    assert isinstance(loaded.agent, AdkAgent)
+    assert loaded.card["name"] == "weather_agent"
+    assert [s["id"] for s in loaded.card["skills"]] == ["weather_agent"]
+    with pytest.raises(SystemExit, match=r"^Google ADK runs on asyncio only, not trio: serve "
+                                         r"it with --backend asyncio$"):
+        load_agent("examples.adk_agent.agent:root_agent", backend="trio")
 
 
 def test_recognising_does_not_import_adk() -> None:
