@@ -9,24 +9,49 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from scoped_a2a.store.claims import claim_key
+from scoped_a2a.client import A2AClient
+from scoped_a2a.protocol.errors import TaskNotFound
+from scoped_a2a.protocol.types import Task
+from scoped_a2a.store.claims import PriorSend, claim_key
+from scoped_a2a.testing.proxy import FaultyProxy
 
 from ..helpers import rpc, text_message
 from .conftest import Proc, RedisServer
 
 pytestmark = pytest.mark.anyio
 ROUNDS = 200
+AGENT = "tests.redis.resend_agents:agent"
 
 
 def runs_started(*procs: Proc) -> list[str]:
     """The task id of every run any of ``procs`` started (one log line per run)."""
     return [m for p in procs for m in re.findall(r"run start task=(\S+)", p.text())]
+
+
+def agent_runs(*procs: Proc) -> list[str]:
+    """The task id of every run of the test agent (resend_agents.py) in ``procs``' logs."""
+    return [m for p in procs for m in re.findall(r"agent run task=(\S+)", p.text())]
+
+
+class CutSends(FaultyProxy):
+    """Forwards everything, but cuts the answer of the first ``n`` sends halfway."""
+
+    def __init__(self, upstream_port: int, n: int) -> None:
+        super().__init__(upstream_port, "close", methods=())
+        self.left = n
+
+    async def _action(self, method: str | None, task_id: str | None) -> str:
+        if method == "SendMessage" and self.left > 0:
+            self.left -= 1
+            return "cut"
+        return "forward"
 
 
 def params(msg: dict[str, Any], *, detached: bool = False) -> dict[str, Any]:
@@ -49,24 +74,33 @@ async def wait_ended(client: httpx.AsyncClient, url: str, task_id: str) -> dict[
 async def test_two_replicas_racing_the_same_send_run_it_once(
     redis_server: RedisServer, spawn: Callable[..., Proc],
 ) -> None:
-    """200 rounds of one message sent to two replicas at once (blocking and returnImmediately,
-    two replicas and one replica twice): one run each, and both callers get its task."""
-    a = spawn("serve", "--store", redis_server.url, "--port", "0")
+    """200 rounds of one message sent twice at once (blocking and returnImmediately): to two
+    replicas, twice to one replica on two connections, and as two streams of one HTTP/2
+    connection. One run each, and both callers get its task."""
+    a = spawn("serve", "--store", redis_server.url, "--port", "0", "--http2")
     b = spawn("serve", "--store", redis_server.url, "--port", "0")
     url_a, url_b = await a.url(), await b.url()
     answers: dict[int, list[dict[str, Any]]] = {}
-    async with httpx.AsyncClient(timeout=30) as one, httpx.AsyncClient(timeout=30) as two:
+    async with httpx.AsyncClient(timeout=30) as one, httpx.AsyncClient(timeout=30) as two, \
+            httpx.AsyncClient(timeout=30, http1=False, http2=True) as h2:
 
         async def send(client: httpx.AsyncClient, url: str, i: int, msg: dict[str, Any]) -> None:
             body = await rpc(client, url, "SendMessage", params(msg, detached=i % 2 == 1))
             answers.setdefault(i, []).append(body)
 
-        for i in range(ROUNDS):
+        async def round_(i: int) -> None:
             msg = text_message(f"round {i}")
-            second = url_b if i % 4 < 2 else url_a
+            way = i % 6
+            first, second = ((one, url_a), (two, url_b)) if way < 2 else (
+                ((one, url_a), (two, url_a)) if way < 4 else ((h2, url_a), (h2, url_a)))
             async with anyio.create_task_group() as tg:
-                tg.start_soon(send, one, url_a, i, msg)
-                tg.start_soon(send, two, second, i, msg)
+                tg.start_soon(send, *first, i, msg)
+                tg.start_soon(send, *second, i, msg)
+
+        for batch in range(0, ROUNDS, 10):  # ten rounds at a time: seconds, not minutes
+            async with anyio.create_task_group() as tg:
+                for i in range(batch, batch + 10):
+                    tg.start_soon(round_, i)
         task_ids = []
         for i in range(ROUNDS):
             pair = answers[i]
@@ -145,3 +179,144 @@ async def test_claims_expire_with_their_task(
         assert fields[b"task"] == task["id"].encode() and fields[b"made"] == b"1"
         ttl = await redis.pttl(key)
         assert 6 * 86400 * 1000 < ttl <= 7 * 86400 * 1000  # the default ended-task TTL
+
+
+async def test_a_resend_after_a_hang_up_runs_it_again_on_another_replica(
+    redis_server: RedisServer, spawn: Callable[..., Proc],
+) -> None:
+    """The caller of an interactive send on A hangs up (its run is cancelled, reason hang-up);
+    its resend, to B, runs the message again as a new task; a third send answers with that."""
+    a = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
+    b = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
+    url_a, url_b = await a.url(), await b.url()
+    msg = text_message("sleep 1")
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with httpx.AsyncClient(timeout=30) as doomed, anyio.create_task_group() as tg:
+            tg.start_soon(rpc, doomed, url_a, "SendMessage", params(msg))
+            first = (await a.wait_for(r"agent run task=(\S+) text=sleep 1")).group(1)
+            tg.cancel_scope.cancel()  # the caller hangs up
+        hung = await wait_ended(client, url_a, first)
+        assert hung["status"]["state"] == "TASK_STATE_CANCELED"
+        assert hung["status"]["message"]["metadata"]["reason"] == "hang-up"
+        again = (await rpc(client, url_b, "SendMessage", params(msg)))["result"]["task"]
+        assert again["id"] != first
+        assert again["status"]["state"] == "TASK_STATE_COMPLETED"
+        third = (await rpc(client, url_a, "SendMessage", params(msg)))["result"]["task"]
+        assert third["id"] == again["id"]
+    assert sorted(agent_runs(a, b)) == sorted([first, again["id"]])
+
+
+async def test_a_resent_follow_up_is_delivered_once(
+    redis_server: RedisServer, spawn: Callable[..., Proc],
+) -> None:
+    """The answer to input-required sent twice at once to the replica holding the run, then
+    again to the other replica after the end: delivered once, every copy answered with the
+    completed task; its claim then expires with the task."""
+    import coredis
+
+    a = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
+    b = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
+    url_a, url_b = await a.url(), await b.url()
+    async with httpx.AsyncClient(timeout=30) as one, httpx.AsyncClient(timeout=30) as two:
+        asked = (await rpc(one, url_a, "SendMessage", params(text_message("ask"))))["result"][
+            "task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        answer = text_message("Ann", taskId=asked["id"])
+        bodies: list[dict[str, Any]] = []
+
+        async def answer_on(client: httpx.AsyncClient, url: str) -> None:
+            bodies.append(await rpc(client, url, "SendMessage", params(answer)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(answer_on, one, url_a)
+            tg.start_soon(answer_on, two, url_a)
+        await answer_on(one, url_b)
+        for body in bodies:
+            assert body["result"]["task"]["id"] == asked["id"], body
+            assert body["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", body
+    assert len(re.findall(r"agent answer task=\S+ text=Ann", a.text() + b.text())) == 1
+    redis = coredis.Redis.from_url(redis_server.url)
+    async with redis:
+        key = f"scoped_a2a:claim:{claim_key('', answer['messageId']).hex()}"
+        assert (await redis.hget(key, "task")) == asked["id"].encode()
+        assert await redis.pttl(key) > 0
+
+
+async def test_another_callers_same_message_id_is_its_own_send(
+    redis_server: RedisServer, spawn: Callable[..., Proc], tmp_path: Path,
+) -> None:
+    """With --api-keys, bob's send of alice's messageId (on another replica) is a run of its
+    own; each one's resend answers with its own task."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text("alice:alice-secret\nbob:bob-secret\n")
+    a = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT,
+              "--api-keys", str(keys))
+    b = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT,
+              "--api-keys", str(keys))
+    url_a, url_b = await a.url(), await b.url()
+    msg = text_message("mine")
+    ids: dict[str, str] = {}
+    async with httpx.AsyncClient(timeout=30) as client:
+        for who, url in (("alice", url_a), ("bob", url_b), ("alice", url_b), ("bob", url_a)):
+            headers = {"X-API-Key": f"{who}-secret"}
+            task = (await rpc(client, url, "SendMessage", params(msg), headers=headers))[
+                "result"]["task"]
+            assert ids.setdefault(who, task["id"]) == task["id"]
+    assert ids["alice"] != ids["bob"]
+    assert sorted(agent_runs(a, b)) == sorted(ids.values())
+
+
+async def test_the_client_resends_through_a_dropped_answer(
+    redis_server: RedisServer, spawn: Callable[..., Proc],
+) -> None:
+    """A fault proxy cuts the answer of a detached send the server accepted (queued durably):
+    the client resends, gets the same task, and the message runs once."""
+    a = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
+    url = await a.url()
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    proxy = CutSends(port, n=2)
+    async with anyio.create_task_group() as tg:
+        proxy_port = await tg.start(proxy.serve)
+        proxy_url = f"http://127.0.0.1:{proxy_port}/"
+        async with A2AClient(proxy_url, rpc_url=proxy_url) as client:
+            await client.card()
+            task = await client.send("through the proxy", return_immediately=True)
+            assert client.resends == 2
+            assert isinstance(task, Task)
+            ended = await wait_ended(client.http, url, task.id)
+        proxy.vanish()
+    assert ended["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert agent_runs(a) == [task.id]
+
+
+async def test_a_pending_claim_is_seen_elsewhere_until_create_makes_it(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two processes' stores: a claim taken in one is seen pending in the other until the task's
+    CREATE makes it; a pending claim whose sender never stored its task lapses, and that
+    sender's late CREATE is refused (no second run), while the new claimant's succeeds."""
+    from scoped_a2a.protocol.errors import ServerUnavailable
+    from scoped_a2a.store.redis import claims as redis_claims
+    from scoped_a2a.store.redis import open_redis_store
+
+    from .test_redis_store import new_task
+
+    fp = b"f" * 16
+    async with open_redis_store(redis_server.url) as a, open_redis_store(redis_server.url) as b:
+        task = new_task()
+        assert await a.claim_message("o", "m1", fp, task.id) is None
+        assert await b.claim_message("o", "m1", fp, "other") == PriorSend(task.id, fp, 0, False)
+        await a.create(task, owner="o")
+        assert await b.claim_message("o", "m1", fp, "other") == PriorSend(task.id, fp, 0, True)
+
+        monkeypatch.setattr(redis_claims, "CLAIM_PENDING", 0.05)
+        late, taker = new_task(), new_task()
+        assert await a.claim_message("o", "m2", fp, late.id) is None
+        await anyio.sleep(0.2)  # the claim lapses: its sender stalled past the pending time
+        assert await b.claim_message("o", "m2", fp, taker.id) is None
+        with pytest.raises(ServerUnavailable):
+            await a.create(late, owner="o")
+        await b.create(taker, owner="o")
+        with pytest.raises(TaskNotFound):
+            await a.get(late.id)
+        assert (await a.claim_message("o", "m2", fp, "x")) == PriorSend(taker.id, fp, 0, True)

@@ -28,7 +28,7 @@ import msgspec
 
 from ..protocol.deadline import BUDGET_KEY, DEADLINE_KEY
 from ..protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
-from ..protocol.types import Message, Task, TaskState
+from ..protocol.types import Message, Role, Task, TaskState
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
@@ -116,7 +116,7 @@ class Resends:
                 waited += 1
                 await anyio.sleep(min(0.005 * 2 ** min(waited, 5), 0.1))
                 continue
-            if not follow_up and await self._rerun(task, prior):
+            if not follow_up and await self._rerun(task, msg.message_id):
                 replaced = await self.store.reclaim_message(
                     owner, msg.message_id, prior.task_id, task_id)
                 if replaced is None:
@@ -124,8 +124,12 @@ class Resends:
                 continue  # another resend got there first (or the claim went): look again
             return self._answer(task, pos, prior)
 
-    async def _rerun(self, task: Task, prior: PriorSend) -> bool:
+    async def _rerun(self, task: Task, message_id: str) -> bool:
         """Whether a resend of the message that created ``task`` runs it again."""
+        if any(m.role is Role.USER and m.message_id != message_id for m in task.history or ()):
+            # The task went on with follow-ups (its first answer reached the caller), so the
+            # hang-up ended a later turn: this message's own turn is not what was cut off.
+            return False
         run = self.runner.get(task.id)
         if run is not None and run.cancel_reason in RERUN_REASONS:
             # Its caller just hung up and the run is being cancelled: wait for the end it

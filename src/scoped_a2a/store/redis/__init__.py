@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from ..claims import DEFAULT_CLAIM_WINDOW
 from .connection import RedisConnection
 from .queue import RunQueue
 from .store import RedisTaskStore
@@ -32,15 +33,18 @@ async def open_redis_store(
     max_ended_tasks: int = 10_000,
     ended_ttl: float = 7 * 86400.0,
     durable_runs: bool = True,
+    claim_window: float = DEFAULT_CLAIM_WINDOW,
 ) -> AsyncIterator[RedisTaskStore]:
     """A Redis task store connected to ``url`` for the ``async with`` body.
 
     Does not wait for Redis: until it is reachable, store calls raise ServerUnavailable.
+    ``claim_window``: seconds a message claim outlives its ended task at least
+    (docs/exactly-once.md).
     """
     async with RedisConnection.open(url, prefix=prefix) as conn:
         yield RedisTaskStore(
             conn, max_events_per_task=max_events_per_task, max_ended_tasks=max_ended_tasks,
-            ended_ttl=ended_ttl, durable_runs=durable_runs,
+            ended_ttl=ended_ttl, durable_runs=durable_runs, claim_window=claim_window,
         )
 
 

@@ -52,10 +52,11 @@ from ...protocol.types import (
     TaskStatusUpdateEvent,
 )
 from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
-from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend, claim_key
+from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend
 from ..launcher import RunLauncher
 from ..snapshot import apply_event
 from . import scripts
+from .claims import RedisClaims
 from .connection import RedisConnection
 from .queue import RunQueue
 
@@ -71,17 +72,6 @@ _DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {
     b"t": msgspec.json.Decoder(TrajectoryEvent),
 }
 _CACHE_SIZE = 1024  # snapshots of tasks this process writes to, to skip a read per append
-
-CLAIM_PENDING = 30.0
-"""Seconds a message claim waits for its task to be stored before it lapses (its sender died
-between the claim and the task's CREATE, or took longer than this: then CREATE refuses)."""
-
-
-def _prior(raw: Any) -> PriorSend:
-    fp, task_id, pos, made = raw
-    return PriorSend(bytes(task_id or b"").decode(), bytes(fp or b""), int(pos or 0),
-                     bytes(made or b"") == b"1")
-
 
 def _entry(raw: Any) -> LogEntry:
     """A stream entry ``[b"<pos>-0", [b"k", kind, b"e", json]]`` as a LogEntry."""
@@ -128,10 +118,8 @@ class RedisTaskStore(TaskStore):
         self._push_set = conn.script(scripts.PUSH_SET)
         self._push_list = conn.script(scripts.PUSH_LIST)
         self._push_delete = conn.script(scripts.PUSH_DELETE)
-        self._claim = conn.script(scripts.CLAIM_MESSAGE)
-        self._reclaim = conn.script(scripts.RECLAIM_MESSAGE)
-        self._release = conn.script(scripts.RELEASE_MESSAGE)
-        self._pending: dict[str, str] = {}  # new task id -> its pending claim's key (here)
+        self.claims = RedisClaims(conn, self.claim_keep_ms)
+        """The message claims (docs/exactly-once.md)."""
         self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
         self._fences: dict[str, str] = {}
         self.local = conn.local
@@ -162,7 +150,7 @@ class RedisTaskStore(TaskStore):
         keys = [self.keys.task(task.id), self.keys.tasks, self.keys.seq]
         args: list[Any] = [
             task.id, _encode(task), task.status.state.value, task.context_id,
-            task.status.timestamp or "", op, owner, self._pending.pop(task.id, ""),
+            task.status.timestamp or "", op, owner, self.claims.take_pending(task.id),
             self.keys.claims(task.id),
         ]
         return keys, args
@@ -398,32 +386,15 @@ class RedisTaskStore(TaskStore):
         self, owner: str, message_id: str, fingerprint: bytes, task_id: str, *,
         position: int = 0, created: bool = False,
     ) -> PriorSend | None:
-        key = self.keys.claim(claim_key(owner, message_id))
-        args: list[Any] = [fingerprint, task_id, position, 1 if created else 0, new_id(),
-                           int(CLAIM_PENDING * 1000), self.claim_keep_ms]
-        raw = await self.conn.run(
-            self._claim, [key, self.keys.task(task_id), self.keys.claims(task_id)], args)
-        if raw is None:
-            if not created:
-                self._pending[task_id] = key  # CREATE makes the claim last (create_args)
-            return None
-        return _prior(raw)
+        return await self.claims.claim(owner, message_id, fingerprint, task_id, position, created)
 
     async def reclaim_message(
         self, owner: str, message_id: str, old_task_id: str, new_task_id: str
     ) -> PriorSend | None:
-        key = self.keys.claim(claim_key(owner, message_id))
-        raw = await self.conn.run(
-            self._reclaim, [key], [old_task_id, new_task_id, new_id(), int(CLAIM_PENDING * 1000)])
-        if raw is None:
-            self._pending[new_task_id] = key
-            return None
-        return _prior(raw)
+        return await self.claims.reclaim(owner, message_id, old_task_id, new_task_id)
 
     async def release_message(self, owner: str, message_id: str, task_id: str) -> None:
-        self._pending.pop(task_id, None)
-        key = self.keys.claim(claim_key(owner, message_id))
-        await self.conn.run(self._release, [key, self.keys.claims(task_id)], [task_id])
+        await self.claims.release(owner, message_id, task_id)
 
     # --- push configs ---------------------------------------------------------------------
 
