@@ -267,6 +267,28 @@ async def test_a_resent_follow_up_answers_once() -> None:
     assert agent.starts["ask"] == 1
 
 
+async def test_every_binding_and_dialect_shares_the_claims() -> None:
+    """One message sent over JSON-RPC 1.0, JSON-RPC 0.3 (message/send) and HTTP+JSON: one run,
+    one task; another message under its id is refused on HTTP+JSON too (400 INVALID_PARAMS)."""
+    agent = Counting()
+    msg = text_message("everywhere")
+    v03 = {"kind": "message", "messageId": msg["messageId"], "role": "user",
+           "parts": [{"kind": "text", "text": "everywhere"}]}
+    async with served(A2AApp(agent)) as url, httpx.AsyncClient(timeout=30) as client:
+        first = (await rpc(client, url, "SendMessage", send_params(msg)))["result"]["task"]
+        old = await rpc(client, url, "message/send", {"message": v03}, version=None)
+        assert old["result"]["id"] == first["id"]
+        rest = await client.post(url + "message:send", json=send_params(msg),
+                                 headers={"A2A-Version": "1.0"})
+        assert rest.json()["task"]["id"] == first["id"]
+        other = {**msg, "parts": [{"text": "not the same"}]}
+        refused = await client.post(url + "message:send", json=send_params(other),
+                                    headers={"A2A-Version": "1.0"})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["details"][0]["reason"] == "INVALID_PARAMS"
+    assert agent.starts["everywhere"] == 1
+
+
 class _CutFirstSend(FaultyProxy):
     """Forwards everything, but cuts the answer of the first ``n`` sends halfway (the agent
     has accepted each of them, and its answer never reaches the client whole); or, with
