@@ -3,7 +3,7 @@
 ``ScriptedLlm(script=[[...], [...]])`` answers its n-th call with ``script[n]`` (the last one
 repeats): a ``str`` is a streamed text chunk, :class:`Call` a function call, :data:`GATE` waits
 until the test sets ``probe.gate`` (a run held in flight), :class:`Boom` raises,
-:class:`ModelError` answers with a model error. The shared
+:class:`ModelError` answers with a model error, :class:`Final` sets the aggregated text. The shared
 :class:`Probe` records each request and whether a call in flight was cancelled.
 """
 
@@ -40,6 +40,14 @@ class ModelError:
     message: str
 
 
+@dataclass
+class Final:
+    """The aggregated response's text, other than the chunks joined (a model that rewrites
+    its stream)."""
+
+    text: str
+
+
 GATE = "<gate>"
 
 
@@ -68,7 +76,7 @@ class ScriptedLlm(BaseLlm):
         probe: Probe = self.probe
         probe.requests.append(llm_request)
         items = self.script[min(len(probe.requests), len(self.script)) - 1]
-        text, calls = "", []
+        text, calls, final = "", [], None
         for item in items:
             if isinstance(item, str) and item == GATE:
                 probe.entered.set()
@@ -88,9 +96,12 @@ class ScriptedLlm(BaseLlm):
                     name=item.name, args=item.args, id=item.id)))
             elif isinstance(item, Boom):
                 raise RuntimeError(item.message)
+            elif isinstance(item, Final):
+                final = item.text
             elif isinstance(item, ModelError):
                 yield LlmResponse(error_code=item.code, error_message=item.message)
                 return
+        text = text if final is None else final
         parts = ([types.Part(text=text)] if text else []) + calls
         yield LlmResponse(
             content=types.Content(role="model", parts=parts), partial=False, turn_complete=True,

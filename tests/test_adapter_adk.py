@@ -28,7 +28,7 @@ from scoped_a2a.adapters.base import UnsupportedBackend
 from scoped_a2a.client.pages import LivePage
 
 from .adk_fake_llm import fake_chat_completions, text_deltas, weather_script
-from .adk_models import GATE, Boom, Call, ModelError, ScriptedLlm, request_texts
+from .adk_models import GATE, Boom, Call, Final, ModelError, ScriptedLlm, request_texts
 from .helpers import rpc, served, sse_events, text_message
 
 pytestmark = pytest.mark.anyio
@@ -139,6 +139,22 @@ async def test_streamed_text_arrives_as_ordered_chunks_without_repeats() -> None
         assert final["message"]["parts"][0]["text"] == "Hello world"
         task = await get(client, url, events[0]["task"]["id"])
         assert artifact_texts(task) == ["Hello world"]
+
+
+async def test_an_aggregate_that_differs_from_its_chunks_replaces_them() -> None:
+    agent = scripted(["Hel", "lo", Final("Hi, rewritten.")], ["Hel", Final("Hello!")])
+    req = {**STREAM, "params": {"message": text_message("hi")}}
+    async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:
+        events = await stream_events(client, url, req)
+        chunks = [e["artifactUpdate"] for e in events if "artifactUpdate" in e]
+        assert [(c["artifact"]["parts"][0]["text"], c.get("append", False)) for c in chunks] == [
+            ("Hel", False), ("lo", True), ("Hi, rewritten.", False)]
+        task = await get(client, url, events[0]["task"]["id"])
+        assert artifact_texts(task) == ["Hi, rewritten."]  # replaced, not appended to
+        assert chunks[-1]["lastChunk"] and len({c["artifact"]["artifactId"] for c in chunks}) == 1
+        # An aggregate that extends its chunks sends only the rest.
+        extended = await send(client, url, "again")
+        assert artifact_texts(extended) == ["Hello!"]
 
 
 async def test_a_run_config_without_streaming_gives_whole_responses() -> None:
