@@ -37,21 +37,29 @@ ROUNDS = 200
 class Counting:
     """An agent that counts its runs by the text of the message that started them.
 
-    ``hang-once X``: the first run sleeps until cancelled, later runs end at once; ``ask``:
-    asks for a name and records each answer; anything else: a short run.
+    ``hang-once X``: the first run sleeps until cancelled, later runs end at once (with
+    ``slow-cancel`` in X, the first run takes 0.3 s to end once cancelled); ``ask``: asks for a
+    name and records each answer; anything else: a short run.
     """
 
     def __init__(self) -> None:
         self.starts: Counter[str] = Counter()
         self.tasks: dict[str, list[str]] = {}
         self.answers: list[str] = []
+        self.cancelling = anyio.Event()
 
     async def __call__(self, ctx: RunContext) -> str:
         text = ctx.text
         self.starts[text] += 1
         self.tasks.setdefault(text, []).append(ctx.task_id)
         if text.startswith("hang-once") and self.starts[text] == 1:
-            await anyio.sleep_forever()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self.cancelling.set()
+                if "slow-cancel" in text:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.sleep(0.3)
         if text == "ask":
             answer = await ctx.ask("your name?")
             self.answers.append(answer)
@@ -173,6 +181,30 @@ async def test_a_resend_after_the_caller_hung_up_runs_it_again() -> None:
         third = (await rpc(client, url, "SendMessage", send_params(msg)))["result"]["task"]
         assert third["id"] == again["id"]
         assert agent.starts["hang-once h"] == 2
+
+
+async def test_a_resend_while_the_hang_up_is_being_recorded_runs_it_again() -> None:
+    """The resend arrives after the first caller hung up but before its run has recorded the
+    end (the agent takes 0.3 s to stop): it waits for that end and runs the message again,
+    instead of holding a run that is being cancelled and answering "canceled"."""
+    agent = Counting()
+    msg = text_message("hang-once slow-cancel")
+    async with served(A2AApp(agent)) as url, httpx.AsyncClient(timeout=30) as client:
+        async with httpx.AsyncClient(timeout=30) as doomed, anyio.create_task_group() as tg:
+            tg.start_soon(rpc, doomed, url, "SendMessage", send_params(msg))
+            with anyio.fail_after(5):
+                while not agent.starts["hang-once slow-cancel"]:
+                    await anyio.sleep(0.005)
+            tg.cancel_scope.cancel()  # the caller hangs up
+        with anyio.fail_after(5):
+            await agent.cancelling.wait()
+        first = agent.tasks["hang-once slow-cancel"][0]
+        still = (await rpc(client, url, "GetTask", {"id": first}))["result"]
+        assert still["status"]["state"] == "TASK_STATE_WORKING"  # its end is not recorded yet
+        again = (await rpc(client, url, "SendMessage", send_params(msg)))["result"]["task"]
+        assert again["id"] != first
+        assert again["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert agent.starts["hang-once slow-cancel"] == 2
 
 
 async def test_a_canceled_task_is_the_answer_to_its_resend() -> None:
