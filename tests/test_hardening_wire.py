@@ -9,6 +9,7 @@ the server, each over real sockets against real hypercorn on both backends.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import anyio
@@ -183,3 +184,57 @@ async def test_library_serve_drains_on_sigint_and_says_where_it_listens(
     assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
     assert "Traceback" not in log.text and "KeyboardInterrupt" not in log.text, log.text
     assert re.search(r"SIGINT: shutting down gracefully", log.text), log.text
+
+
+class _Count(logging.Handler):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.count += 1
+
+
+async def test_writes_stop_once_a_hung_up_subscriber_is_known_gone() -> None:
+    """20 subscribers of a task whose snapshot is 1 MiB read nothing, then hang up mid-event.
+    hypercorn went on handing every remaining 8 KiB slice to the closed socket: the asyncio
+    worker logged one ``socket.send() raised exception`` warning per slice (about 100 per
+    client). Now no write is made to a transport already gone. The symptom is the asyncio
+    worker's; on trio the same hang-ups are run to show nothing else changes."""
+    import socket
+
+    counter = _Count("socket.send() raised exception")
+    logging.getLogger("asyncio").addHandler(counter)
+    app = A2AApp(demo_agent)
+    try:
+        async with served(app) as url, httpx.AsyncClient(timeout=20) as http:
+            sent = await _rpc(http, url, "SendMessage", {
+                "message": text_message("slow 30 " + "x" * (1 << 20)),
+                "configuration": {"returnImmediately": True}})
+            task_id = sent["result"]["task"]["id"]
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask",
+                               "params": {"id": task_id}}).encode()
+            request = (f"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       f"A2A-Version: 1.0\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+            clients = []
+            for _ in range(20):
+                client = socket.socket()
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                client.connect(("127.0.0.1", _port(url)))
+                client.sendall(request)
+                clients.append(client)
+            with anyio.fail_after(10):  # every stream is writing its snapshot, none is read
+                while app.open_requests < 20:
+                    await anyio.sleep(0.05)
+            await anyio.sleep(0.5)  # the server's writes are stuck on full buffers
+            for client in clients:
+                client.close()  # unread data: the kernel resets the connection
+            with anyio.fail_after(20):
+                while app.open_requests > 0:
+                    await anyio.sleep(0.05)
+            await _rpc(http, url, "CancelTask", {"id": task_id})
+    finally:
+        logging.getLogger("asyncio").removeHandler(counter)
+    assert counter.count <= 20, f"{counter.count} 'socket.send() raised exception' warnings"

@@ -33,6 +33,14 @@ version nothing is patched and a warning says so, because these reach into priva
    aborted a client that stopped reading), and CPython 3.11's ``CancelledError`` traceback for a
    connection task hypercorn cancelled on purpose. Nothing failed in either case; exactly those
    records are dropped, nothing else.
+6. **The asyncio worker writes on to a connection already gone.** Once the transport has
+   failed (the client reset it, the kernel aborted it), every later write is dropped by
+   asyncio with a "socket.send() raised exception" warning from the sixth on, and hypercorn
+   keeps handing it the app's writes until the app notices the hang-up. A stream writing a
+   1 MiB event in 8 KiB slices logged one warning per slice (20,800 lines for 200
+   subscribers that hung up mid-event). Now a write to a closing transport is not made; the
+   connection is treated as closed, as hypercorn does when a write fails. (A half-closed
+   client is not affected: its transport stays open for our answer.)
 """
 
 from __future__ import annotations
@@ -102,6 +110,7 @@ def install() -> bool:
     _throttle_accept_errors()
     _skip_retries_on_closed_listeners()
     hypercorn_h2.install()
+    _skip_writes_to_closing_transports(asyncio_tcp.TCPServer)
     _installed = True
     return True
 
@@ -242,6 +251,26 @@ def _patch_http2(wrapper_class: Any) -> None:
 
     wrapper_class.handle = guarded_handle
     H11Protocol._check_protocol = _check_protocol  # type: ignore[method-assign]
+
+
+# --- 6. asyncio: no writes to a transport already gone -----------------------------------
+
+
+def _skip_writes_to_closing_transports(server_class: Any) -> None:
+    from hypercorn.events import Closed, RawData
+
+    protocol_send: Callable[[Any, Any], Awaitable[None]] = server_class.protocol_send
+
+    async def guarded_protocol_send(self: Any, event: Any) -> None:
+        if isinstance(event, RawData) and self.writer.is_closing():
+            # The transport failed or was closed: asyncio would drop the bytes (and log).
+            # What hypercorn does when a write fails: the protocol learns the connection is
+            # gone, which ends its streams and tells the app (http.disconnect).
+            await self.protocol.handle(Closed())
+            return
+        await protocol_send(self, event)
+
+    server_class.protocol_send = guarded_protocol_send
 
 
 @contextmanager
