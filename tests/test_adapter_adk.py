@@ -378,6 +378,41 @@ async def test_cancel_task_cancels_the_model_call() -> None:
         assert artifact_texts(await get(client, url, task["id"])) == ["Thinking"]
 
 
+async def test_a_tool_that_ignores_cancellation_is_abandoned_after_the_grace() -> None:
+    import asyncio
+
+    entered, release, ended = anyio.Event(), anyio.Event(), []
+
+    async def stubborn() -> dict[str, str]:
+        """Will not stop."""
+        entered.set()
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:  # swallowed, every time it comes
+                if not ended:
+                    ended.append("ignored a cancel")
+        ended.append("returned")
+        return {}
+
+    agent = LlmAgent(name="helper", model=ScriptedLlm(script=[[Call("stubborn", {})], ["x"]]),
+                     tools=[stubborn])
+    app = A2AApp(from_adk(agent, cancel_grace=0.2), grace=1.0)
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        task = await send(client, url, "go", configuration={"returnImmediately": True})
+        with anyio.fail_after(5):
+            await entered.wait()
+        canceled = (await rpc(client, url, "CancelTask", {"id": task["id"]}))["result"]
+        # Recorded and its slot freed although ADK's task still runs the tool.
+        assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+        assert ended == ["ignored a cancel"] and app.runner.active == 0
+        release.set()
+        with anyio.fail_after(5):
+            while ended[-1] != "returned":
+                await anyio.sleep(0.01)
+        assert (await get(client, url, task["id"]))["status"]["state"] == "TASK_STATE_CANCELED"
+
+
 def remote_agent(url: str) -> LlmAgent:
     return LlmAgent(name="remote", model=ChatCompletionsModel(model="fake", base_url=url))
 

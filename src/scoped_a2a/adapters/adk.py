@@ -25,6 +25,7 @@ This module imports ``google.adk`` only when an agent is adapted (:func:`recogni
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 
 from ..protocol.principal import TENANT_SEPARATOR
+from ..runtime.abandon import run_abandonable
 from .base import AdaptedAgent
 
 if TYPE_CHECKING:
@@ -42,6 +44,11 @@ if TYPE_CHECKING:
     from google.adk.sessions import BaseSessionService
 
     from ..runtime.context import RunContext
+    from .adk_events import Relay
+
+CANCEL_GRACE = 2.0
+"""Seconds a cancelled ADK run may take to end (a tool that ignores cancellation) before it is
+abandoned: the task is recorded canceled and the run's slot freed."""
 
 METADATA_KEY = "a2a_metadata"
 """Where a run's A2A metadata is in ADK's ``RunConfig.custom_metadata`` (ADK's own key)."""
@@ -76,6 +83,7 @@ def from_adk(
     description: str | None = None,
     skills: Sequence[dict[str, Any]] | None = None,
     run_config: RunConfig | None = None,
+    cancel_grace: float = CANCEL_GRACE,
 ) -> AdkAgent:
     """Adapt the ADK ``agent`` (any ``BaseAgent``: an ``LlmAgent``, a workflow agent...) into
     an agent this server runs.
@@ -87,6 +95,8 @@ def from_adk(
     ``description``, ``tags``) override what the card takes from the agent. ``run_config``:
     ADK's ``RunConfig`` for every run (``max_llm_calls``, ``tool_thread_pool_config``...); its
     ``streaming_mode`` is SSE unless it sets one (``NONE``: each model response arrives whole).
+    ``cancel_grace``: seconds a cancelled run may take to end before it is abandoned (left
+    running in the server nursery, logged; the task is recorded canceled meanwhile).
 
     Raises TypeError when ``agent`` is not an ADK agent, ValueError for a ``run_config`` in
     live (``BIDI``) streaming mode, which ``run_async`` does not serve.
@@ -114,7 +124,7 @@ def from_adk(
     elif config.streaming_mode.value == "bidi":
         raise ValueError("from_adk runs agents with run_async: streaming_mode BIDI (live) is "
                          "not supported; use SSE or NONE")
-    return AdkAgent(runner, config, card)
+    return AdkAgent(runner, config, card, cancel_grace=cancel_grace)
 
 
 def default_skills(agent: BaseAgent) -> list[dict[str, Any]]:
@@ -134,11 +144,13 @@ class AdkAgent(AdaptedAgent):
     framework: ClassVar[str] = "Google ADK"
     backends: ClassVar[frozenset[str]] = frozenset({"asyncio"})
 
-    def __init__(self, runner: Any, run_config: Any, card: dict[str, Any]) -> None:
+    def __init__(self, runner: Any, run_config: Any, card: dict[str, Any], *,
+                 cancel_grace: float = CANCEL_GRACE) -> None:
         self.runner = runner
         """ADK's ``Runner`` (its ``session_service`` holds the conversations)."""
         self.run_config = run_config
         self._card = card
+        self.cancel_grace = cancel_grace
         self._turns = _Turns()
 
     def card_fields(self) -> dict[str, Any]:
@@ -149,7 +161,9 @@ class AdkAgent(AdaptedAgent):
 
         Cancellation (hang-up, CancelTask, deadline, shutdown) lands in ADK's event stream,
         which is closed on the way out: ADK cancels the agent's own task and the model call
-        in flight with it. What ADK recorded in the session until then stays. Errors: what
+        in flight with it. A run that has not ended ``cancel_grace`` seconds later (a tool
+        that ignores cancellation) is abandoned in the server nursery, logged, and the
+        cancellation goes on. What ADK recorded in the session until then stays. Errors: what
         the agent raises fails the run (the caller sees its type and an error id); a model
         error fails it with the error code (:class:`~scoped_a2a.AgentError`).
         """
@@ -164,15 +178,25 @@ class AdkAgent(AdaptedAgent):
         relay = Relay(ctx)
         async with self._turns.turn((user_id, ctx.context_id)):
             await self._session(user_id, ctx.context_id)
-            events = self.runner.run_async(user_id=user_id, session_id=ctx.context_id,
-                                           new_message=content, run_config=run_config)
-            # aclosing: a run that stops early (cancelled, or a relay error) still closes
-            # ADK's generator here, which cancels the agent's task, instead of leaving it to
-            # the garbage collector.
-            async with aclosing(events):
-                async for event in events:
-                    await relay.feed(event)
+            # ADK waits for its own task when its stream closes: a tool that ignores
+            # cancellation would hold the run, so the stream is driven from the server
+            # nursery and abandoned after cancel_grace (runtime/abandon.py).
+            await run_abandonable(
+                ctx._nursery, functools.partial(
+                    self._drive, relay, user_id, ctx.context_id, content, run_config),
+                cancel_grace=self.cancel_grace, name=f"Google ADK run of task {ctx.task_id}")
         return await relay.end()
+
+    async def _drive(self, relay: Relay, user_id: str, session_id: str, content: Any,
+                     run_config: Any) -> None:
+        events = self.runner.run_async(user_id=user_id, session_id=session_id,
+                                       new_message=content, run_config=run_config)
+        # aclosing: a run that stops early (cancelled, or a relay error) still closes ADK's
+        # generator here, which cancels the agent's task, instead of leaving it to the
+        # garbage collector.
+        async with aclosing(events):
+            async for event in events:
+                await relay.feed(event)
 
     async def _session(self, user_id: str, session_id: str) -> None:
         """Create the session on its first turn (ADK's ``auto_create_session`` is newer than
