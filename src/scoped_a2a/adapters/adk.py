@@ -1,9 +1,10 @@
 """Serve an unchanged Google ADK agent: ``A2AApp(from_adk(agent))`` (extra ``adk``).
 
-The agent runs through ADK's own ``Runner`` (``run_async``, SSE streaming), inside the run's
-cancel scope, so every rule of this server applies to it: a hang-up of an interactive run, a
-CancelTask, the caller's deadline or the end of the shutdown grace period cancels the ADK run,
-and with it the model call in flight. Detached runs finish whoever hangs up.
+The agent runs through ADK's own ``Runner`` (``run_async``, SSE streaming), cancelled with the
+run, so every rule of this server applies to it: a hang-up of an interactive run, a CancelTask,
+the caller's deadline or the end of the shutdown grace period cancels the ADK run, and with it
+the model call in flight. Detached runs finish whoever hangs up. A run whose tool ignores
+cancellation is abandoned after ``cancel_grace`` (see :meth:`AdkAgent.run`).
 
 - Sessions: one ADK session per A2A context id and caller, created on first use in the session
   service given (ADK's ``InMemorySessionService`` by default), so a follow-up in the same
