@@ -155,8 +155,9 @@ class Relay:
             if text:
                 await self._ctx.artifact(text, name=author)
         elif not text or text.startswith(streaming.sent):
-            # No text in the aggregate (end() closing a stream, or a model that leaves its
-            # chunks out of it): the chunks stand as they are.
+            # The aggregate repeats the chunks (perhaps with more): only the rest is sent. No
+            # text (end() closing a stream, a model that leaves text out of its aggregate):
+            # the chunks stand as they are.
             await self._ctx.artifact(text[len(streaming.sent):] if text else "", append=True,
                                      artifact_id=streaming.artifact_id)
         else:
