@@ -365,6 +365,31 @@ async def test_a_detached_run_completes_after_its_caller_hangs_up() -> None:
         assert probe(agent).ended == ["released"]
 
 
+async def test_a_crm_event_survives_its_callers_hang_up() -> None:
+    """The failure this project exists for: a CRM fires a system event as a blocking send and
+    hangs up at once; a metadata rule detaches the run, so the ADK agent still writes its
+    message (instead of being cancelled with the hang-up)."""
+    from scoped_a2a import RunPolicy
+
+    agent = scripted([GATE, "Hi Ada, ", "still interested?"])
+    policy = RunPolicy({"evoai_crm_event": frozenset({"inactivity_action"})})
+    app = A2AApp(from_adk(agent), policy=policy, grace=1.0)
+    req = {**STREAM, "params": {"message": text_message(
+        "write a re-engagement message", metadata={"evoai_crm_event": "inactivity_action"})}}
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        async with client.stream("POST", url, json=req, headers={"A2A-Version": "1.0"}) as r:
+            async for _, event in sse_events(r):
+                task_id = event["result"]["task"]["id"]
+                break  # hang up as soon as the task exists
+        with anyio.fail_after(5):
+            await probe(agent).entered.wait()
+        probe(agent).gate.set()
+        ended = await until_ended(client, url, task_id)
+    assert ended["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert status_text(ended) == "Hi Ada, still interested?"
+    assert probe(agent).ended == ["released"]
+
+
 async def test_cancel_task_cancels_the_model_call() -> None:
     agent = scripted(["Thinking", GATE, "never"])
     async with served(app_of(agent)) as url, httpx.AsyncClient(timeout=10) as client:

@@ -107,7 +107,7 @@ async def test_an_unknown_path_answers_a_google_rpc_status() -> None:
     async with served(A2AApp(demo_agent)) as url, httpx.AsyncClient(timeout=20) as http:
         for r in (await http.get(url + "nope"), await http.post(url + "rpc", json={})):
             assert r.status_code == 404, r.text
-            assert r.headers["content-type"] == "application/a2a+json"
+            assert r.headers["content-type"] == "application/json"
             error = r.json()["error"]
             assert error["code"] == 404 and error["status"] == "NOT_FOUND"
             assert error["details"][0]["reason"] == "METHOD_NOT_FOUND"

@@ -35,7 +35,7 @@ def send_body(text: str, **extra: Any) -> dict[str, Any]:
 
 def assert_error(r: httpx.Response, status: int, reason: str, grpc: str) -> dict[str, Any]:
     assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/a2a+json"
+    assert r.headers["content-type"] == "application/json"  # spec §11.1 and §11.6
     err: dict[str, Any] = r.json()["error"]
     assert err["code"] == status and err["status"] == grpc and err["message"]
     [info] = err["details"]
@@ -63,7 +63,7 @@ async def test_error_statuses_and_body() -> None:
         assert_error(await http.get("/tasks/nope/pushNotificationConfigs/x"), 404,
                      "TASK_NOT_FOUND", "NOT_FOUND")
         done = (await http.post("/message:send", json=send_body("hi"))).json()["task"]
-        assert_error(await http.post(f"/tasks/{done['id']}:cancel"), 400,
+        assert_error(await http.post(f"/tasks/{done['id']}:cancel"), 409,  # spec §5.4
                      "TASK_NOT_CANCELABLE", "FAILED_PRECONDITION")
         assert_error(await http.post(f"/tasks/{done['id']}:subscribe"), 400,
                      "UNSUPPORTED_OPERATION", "FAILED_PRECONDITION")
@@ -117,10 +117,11 @@ async def test_error_statuses_and_body() -> None:
 async def test_query_names_delete_answer_and_extended_card() -> None:
     app = A2AApp(demo_agent, extended_card={"description": "the extended card"})
     async with served(app) as url, httpx.AsyncClient(base_url=url, headers=V1) as http:
-        # The spec's media type is accepted on requests and used on answers.
+        # The spec's other media type is accepted on requests; answers are application/json
+        # (§11.1: "application/json for requests and responses").
         r = await http.post("/message:send", content=json.dumps(send_body("hi")),
                             headers={"content-type": "application/a2a+json"})
-        assert r.headers["content-type"] == "application/a2a+json"
+        assert r.headers["content-type"] == "application/json"
         done = r.json()["task"]
         # Proto field names work in the query too; unknown parameters are ignored.
         r = await http.get(f"/tasks/{done['id']}", params={"history_length": 1, "x": "y"})

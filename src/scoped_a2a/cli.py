@@ -210,6 +210,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--public-url",
                    help="the URL the agent card advertises, behind a proxy (default: the "
                         "request's own URL)")
+    s.add_argument("--card-1-0-only", action="store_true",
+                   help="serve an agent card without the 0.3 fields (url, preferredTransport, "
+                        "protocolVersion), which the 1.0 card schema refuses; 0.3 clients "
+                        "then cannot use the card (docs/conformance.md)")
     s.add_argument("--max-body-bytes", type=_count, default=8 << 20, metavar="BYTES",
                    help="larger request bodies are refused with 413")
     s.add_argument("--stream-write-timeout", type=_seconds, default=30.0, metavar="SECONDS",
@@ -283,6 +287,7 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
             policy=policy,
             grace=args.grace,
             public_url=args.public_url,
+            card_1_0_only=args.card_1_0_only,
             max_body_bytes=args.max_body_bytes,
             stream_write_timeout=args.stream_write_timeout,
             keepalive=args.keepalive,

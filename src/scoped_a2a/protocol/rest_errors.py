@@ -8,8 +8,11 @@ An :class:`A2AError` is answered on REST as an HTTP status plus the JSON form of
                             "reason": "TASK_NOT_FOUND", "domain": "a2a-protocol.org",
                             "metadata": {}}]}}
 
-The mapping is the one the official a2a-sdk 1.3 uses (so its REST client raises the right error
-class), plus 503 for a server that refuses new work. The ``reason`` is the same ErrorInfo reason
+The statuses are the specification's table (§5.4, "MUST be mapped"): 409 for
+TaskNotCancelableError, 415 for ContentTypeNotSupportedError and 502 for InvalidAgentResponseError,
+where the official a2a-sdk 1.3 answers 400, 400 and 500 (its REST client, like ours, picks the
+error class by the ErrorInfo reason, so either works with it); plus 503 for a server that
+refuses new work. The ``reason`` is the same ErrorInfo reason
 JSON-RPC 1.0 puts in ``error.data``, so a client maps a REST error back to the same
 :class:`A2AError` subclass it would get over JSON-RPC (:func:`error_from_rest`).
 """
@@ -50,7 +53,7 @@ DOMAIN = "a2a-protocol.org"
 REST_STATUS: dict[int, tuple[int, str]] = {
     TASK_NOT_FOUND: (404, "NOT_FOUND"),
     METHOD_NOT_FOUND: (404, "NOT_FOUND"),
-    TASK_NOT_CANCELABLE: (400, "FAILED_PRECONDITION"),
+    TASK_NOT_CANCELABLE: (409, "FAILED_PRECONDITION"),
     PUSH_NOT_SUPPORTED: (400, "FAILED_PRECONDITION"),
     UNSUPPORTED_OPERATION: (400, "FAILED_PRECONDITION"),
     EXTENDED_CARD_NOT_CONFIGURED: (400, "FAILED_PRECONDITION"),
@@ -59,8 +62,8 @@ REST_STATUS: dict[int, tuple[int, str]] = {
     INVALID_PARAMS: (400, "INVALID_ARGUMENT"),
     INVALID_REQUEST: (400, "INVALID_ARGUMENT"),
     PARSE_ERROR: (400, "INVALID_ARGUMENT"),
-    CONTENT_TYPE_NOT_SUPPORTED: (400, "INVALID_ARGUMENT"),
-    INVALID_AGENT_RESPONSE: (500, "INTERNAL"),
+    CONTENT_TYPE_NOT_SUPPORTED: (415, "INVALID_ARGUMENT"),
+    INVALID_AGENT_RESPONSE: (502, "INTERNAL"),
     INTERNAL_ERROR: (500, "INTERNAL"),
     SERVER_UNAVAILABLE: (503, "UNAVAILABLE"),
     UNAUTHENTICATED: (401, "UNAUTHENTICATED"),

@@ -69,10 +69,12 @@ class Agent(Protocol):
 
     Its return value (a string or None) completes the task with that reply; an
     :class:`~scoped_a2a.runtime.outcome.Outcome` ends it in the state it names (rejected, say);
-    an exception fails it with a message; cancellation cancels it.
+    a :class:`~scoped_a2a.protocol.types.Message` is a direct reply (the blocking caller gets
+    the message instead of a task: :func:`~scoped_a2a.runtime.outcome.direct_reply`); an
+    exception fails it with a message; cancellation cancels it.
     """
 
-    def __call__(self, ctx: RunContext, /) -> Awaitable[str | Outcome | None]: ...
+    def __call__(self, ctx: RunContext, /) -> Awaitable[str | Outcome | Message | None]: ...
 
 
 def _check_text(text: object) -> None:

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..protocol.types import Message, TaskState
+from ..protocol.types import Message, Task, TaskState
+
+DIRECT_REPLY = "direct-reply"
+"""The end reason of a run whose agent returned a :class:`Message` (a direct reply)."""
 
 ENDING_STATES = frozenset(
     {TaskState.COMPLETED, TaskState.FAILED, TaskState.REJECTED, TaskState.CANCELED})
@@ -52,3 +55,18 @@ class Outcome:
     def failed(cls, message: Message | str | None = None) -> Outcome:
         """A failure the agent reports itself (its message is sent to the caller as is)."""
         return cls(TaskState.FAILED, message)
+
+
+def direct_reply(task: Task) -> Message | None:
+    """The agent's direct reply, if ``task`` ended with one; else None.
+
+    An agent that returns a ``Message`` answers with that message and no task (the
+    specification lets an agent answer a SendMessage with either). The run still has a task
+    record (it was stored before the agent ran): it is completed, and its status message is the
+    reply, recorded without a ``taskId`` (the reply belongs to no task). That missing id is
+    what marks it: every other status message the runner records carries its task's id.
+    """
+    msg = task.status.message
+    if task.status.state is TaskState.COMPLETED and msg is not None and msg.task_id is None:
+        return msg
+    return None

@@ -42,7 +42,7 @@ from ..store.launcher import RunLauncher
 from .context import Agent, AskFailed, RunContext, agent_message
 from .failures import AgentError, failure_text, new_error_id
 from .limits import CallerLimits, CallerRuns
-from .outcome import Outcome
+from .outcome import DIRECT_REPLY, Outcome
 from .policy import RunPolicy
 from .run import ParkedRuns, Run
 
@@ -347,10 +347,14 @@ class Runner:
                     if isinstance(reply, Outcome):
                         state, text = reply.state, reply.message
                         reason = reply.reason or OUTCOME_REASONS[reply.state]
+                    elif isinstance(reply, Message):
+                        # A direct reply: the caller of a blocking send gets this message, not
+                        # the task (outcome.direct_reply reads it back from the ended task).
+                        state, text, reason = TaskState.COMPLETED, reply, DIRECT_REPLY
                     elif reply is not None and not isinstance(reply, str):
                         state, reason = TaskState.FAILED, "error"
-                        text = (f"the agent returned {type(reply).__name__}, not str, Outcome "
-                                "or None")
+                        text = (f"the agent returned {type(reply).__name__}, not str, Message, "
+                                "Outcome or None")
                     else:
                         state, text = TaskState.COMPLETED, reply
         finally:
@@ -389,7 +393,10 @@ class Runner:
         *, error_id: str | None = None,
     ) -> None:
         msg = None
-        if isinstance(text, Message):
+        if isinstance(text, Message) and reason == DIRECT_REPLY:
+            # No task id: that is what marks the message as the reply itself (direct_reply).
+            msg = msgspec.structs.replace(text, task_id=None, context_id=run.context_id)
+        elif isinstance(text, Message):
             # The agent's own message (an Outcome): kept whole, tied to this task.
             msg = msgspec.structs.replace(text, task_id=run.task_id, context_id=run.context_id)
             if state is not TaskState.COMPLETED:

@@ -77,6 +77,7 @@ from .card_signing import JWKS_PATH, CardSigner
 from .dispatch import Responder, run_method
 from .dispatch import extensions as _extensions
 from .dispatch import last_event_id as _last_event_id
+from .input_modes import InputModes
 from .methods import Methods
 from .rest import MEDIA_TYPE, RestBinding, is_rest_path
 from .sse import SSEWriter
@@ -130,6 +131,10 @@ class A2AApp:
     :meth:`running`, since a host does not run a mounted app's lifespan.
     :param preferred_binding: ``"JSONRPC"`` (default) or ``"HTTP+JSON"``: the 1.0 interface the
         card lists first. Both are always served (HTTP+JSON routes: docs/rest.md).
+    :param card_1_0_only: serve a card without the 0.3 fields (``url``, ``preferredTransport``,
+        ``protocolVersion``, ``supportsAuthenticatedExtendedCard``), which the 1.0 card schema
+        refuses; 0.3 clients then cannot find the endpoint from the card (they read ``url``).
+        Default False: one card for both generations. The 0.3 dialect is still served.
     """
 
     def __init__(
@@ -153,10 +158,12 @@ class A2AApp:
         caller_limits: CallerLimits | None = None,
         card_signer: CardSigner | None = None,
         observe: Observer | Sequence[Observer] | None = None,
+        card_1_0_only: bool = False,
     ) -> None:
         if preferred_binding not in ("JSONRPC", "HTTP+JSON"):
             raise ValueError("preferred_binding must be 'JSONRPC' or 'HTTP+JSON'")
         self.preferred_binding = preferred_binding
+        self.card_1_0_only = card_1_0_only
         self.agent = agent
         self.authenticate = authenticate
         self.card_signer = card_signer
@@ -191,6 +198,7 @@ class A2AApp:
             keepalive_every=keepalive,
             extended_card=self._extended_card if self._extended is not None else None,
             push=self.push,
+            input_modes=InputModes.from_card(build_card("", self._card_overrides)),
         )
         self.rest = RestBinding(self.methods, max_body_bytes=max_body_bytes,
                                 write_timeout=stream_write_timeout, expose_errors=expose_errors,
@@ -463,7 +471,8 @@ class A2AApp:
                               cancel_on_disconnect=self.policy.cancel_on_disconnect,
                               extended=self._extended is not None,
                               preferred_binding=self.preferred_binding,
-                              idempotent_send=self.store.dedupes_sends)
+                              idempotent_send=self.store.dedupes_sends,
+                              v03_fields=not self.card_1_0_only)
             card = self._signed(card, url)
             cached = self._card_cache[url] = _encode(card)
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
@@ -477,7 +486,8 @@ class A2AApp:
                           name=self._name, push_notifications=self.push.enabled,
                           cancel_on_disconnect=self.policy.cancel_on_disconnect, extended=True,
                           preferred_binding=self.preferred_binding,
-                          idempotent_send=self.store.dedupes_sends)
+                          idempotent_send=self.store.dedupes_sends,
+                          v03_fields=not self.card_1_0_only)
         return _encode(self._signed(card, url))
 
     def _signed(self, card: dict[str, Any], url: str) -> dict[str, Any]:

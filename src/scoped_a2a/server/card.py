@@ -33,6 +33,7 @@ def build_card(
     cancel_on_disconnect: bool = True,
     preferred_binding: str = "JSONRPC",
     idempotent_send: bool = False,
+    v03_fields: bool = True,
 ) -> dict[str, Any]:
     """The card for an agent served at ``url``; ``overrides`` replace top-level fields.
 
@@ -40,7 +41,11 @@ def build_card(
     ``cancel_on_disconnect``: the server's default for the on-disconnect extension.
     ``preferred_binding``: ``"JSONRPC"`` or ``"HTTP+JSON"``, listed first (clients that take
     the first interface they speak use it). ``idempotent_send``: the store deduplicates sends
-    by messageId (docs/exactly-once.md), declared as an extension.
+    by messageId (docs/exactly-once.md), declared as an extension. ``v03_fields``: the 0.3
+    fields 0.3 clients read (``url``, ``preferredTransport``, ``protocolVersion``,
+    ``supportsAuthenticatedExtendedCard``); False serves a card the 1.0 schema accepts, whose
+    ``additionalProperties: false`` refuses them (docs/conformance.md). The 0.3 interface
+    stays listed in ``supportedInterfaces`` either way: it is a valid 1.0 entry, and served.
     """
     one_oh = [
         {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
@@ -88,11 +93,9 @@ def build_card(
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": [DEFAULT_SKILL],
-        # 0.3 clients read these.
-        "url": url,
-        "preferredTransport": "JSONRPC",
-        "protocolVersion": "0.3.0",
-        "supportsAuthenticatedExtendedCard": extended,
     }
+    if v03_fields:  # 0.3 clients read these
+        card.update(url=url, preferredTransport="JSONRPC", protocolVersion="0.3.0",
+                    supportsAuthenticatedExtendedCard=extended)
     card.update(overrides)
     return card

@@ -18,6 +18,7 @@ import anyio
 import msgspec
 
 from ..protocol.deadline import budget_from
+from ..protocol.dialect import Dialect
 from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
@@ -49,11 +50,13 @@ from ..protocol.types import (
 )
 from ..push.rpc import PushRpc
 from ..push.service import PushService
+from ..runtime.outcome import direct_reply
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..runtime.tail import ends_stream, tail
 from ..store.base import TaskStore
 from .frames import FrameCache
+from .input_modes import InputModes
 from .resend import Resends, fingerprint
 
 _encode = msgspec.json.Encoder().encode
@@ -80,6 +83,14 @@ def trim(task: Task, history_length: int | None, *, artifacts: bool = True) -> T
     )
 
 
+def send_answer(dialect: Dialect, task: Task, history_length: int | None) -> bytes:
+    """A blocking send's result: the agent's direct reply (a message, no task), or the task."""
+    reply = direct_reply(task)
+    if reply is not None:
+        return dialect.message_result(reply)
+    return dialect.send_result(trim(task, history_length))
+
+
 class Methods:
     """The method table of one app."""
 
@@ -93,8 +104,11 @@ class Methods:
         trajectory_page_events: int = 500,
         trajectory_page_bytes: int = 1 << 20,
         push: PushService | None = None,
+        input_modes: InputModes | None = None,
     ) -> None:
         self.runner = runner
+        self.input_modes = input_modes
+        """The media types the card accepts in message parts (None: any; input_modes.py)."""
         self.store = store
         self.policy = runner.policy
         self.keepalive_every = keepalive_every
@@ -166,6 +180,8 @@ class Methods:
         msg = req.message
         if not msg.parts:
             raise InvalidParams("the message has no parts")
+        if self.input_modes is not None:
+            self.input_modes.check(msg)  # -32005 / 415 before any task exists
         cfg = req.configuration
         if cfg is not None and cfg.history_length is not None and cfg.history_length < 0:
             # Checked here, not when the answer is trimmed: by then the task would exist.
@@ -273,13 +289,13 @@ class Methods:
             with anyio.move_on_after(wait):
                 await tail(self.store, task_id, pos)
             final, _ = await self.store.get(task_id)
-            return dialect.send_result(trim(final, history))
+            return send_answer(dialect, final, history)
 
         out.answer_on_hangup(answer)
         with run.hold():
             await tail(self.store, task.id, pos)
         task, _ = await self.store.get(task.id)
-        await out.result(call.dialect.send_result(trim(task, history)))
+        await out.result(send_answer(call.dialect, task, history))
 
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
@@ -287,6 +303,11 @@ class Methods:
         with run.hold():
             # Not from the shared cache: _begin may have awaited after reading this snapshot,
             # which the store changes in place as events are appended, so it is not certain to
+            if task.status.state.terminal:
+                # A resent message whose task has ended (or a run that ended meanwhile): the
+                # snapshot already holds the end, so the events before it must not follow it
+                # (states would go back from completed to working). The ended task, alone.
+                task, pos = await self.store.get(task.id)
             # be exactly "the task as of pos" that others could share. One stream, one copy.
             await out.event(call.dialect.stream_task_frame(task), pos)
             await self._stream(call, out, task.id, pos)

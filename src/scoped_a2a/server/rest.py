@@ -67,8 +67,11 @@ from .sse import SSEWriter
 REST_PREFIXES = ("/message:", "/tasks", "/extendedAgentCard")
 """Paths that belong to the REST binding (everything else stays with JSON-RPC and the card)."""
 
-MEDIA_TYPE = b"application/a2a+json"
-"""The media type of REST answers (the spec's; a2a-sdk answers it too)."""
+MEDIA_TYPE = b"application/json"
+"""The media type of REST answers, errors included: the binding's own rule (spec §11.1:
+"Content-Type: application/json for requests and responses"; the AIP-193 error example of
+§11.6 too), and what a2a-sdk answers. §6's illustrative examples use application/a2a+json,
+which requests may still send (JSON_TYPES)."""
 JSON_TYPES = ("application/json", "application/a2a+json")
 """Request bodies may be either."""
 

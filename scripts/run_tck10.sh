@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Run the conformance kit's 1.0-dev branch (a2aproject/a2a-tck) against scoped-a2a, and against
+# the official a2a-sdk server with the same scenarios, in one go; print the table.
+#
+#   scripts/run_tck10.sh OUTDIR [KIT_DIR]
+#
+# KIT_DIR: a work tree of the kit's 1.0-dev branch with its venv in .venv (default /work/tck10;
+# `python -m venv .venv && .venv/bin/pip install -e .`, as its README says with uv).
+# For each backend (trio, asyncio) one scoped-a2a server (scoped_a2a.agents.tck:tck_agent), and
+# one a2a-sdk server (scripts/tck10_sdk_server.py); against each, the kit once per transport
+# the card declares (JSON-RPC, HTTP+JSON; gRPC is not served) and per level (must, should).
+# Each run's JUnit XML is kept as OUTDIR/NAME.xml, its output as OUTDIR/NAME.log; the table is
+# read from the XML (scripts/tck10_table.py), not from the kit's own summary.
+# Environment: PYTHON (interpreter with scoped-a2a and a2a-sdk; default .venv-311/bin/python),
+# BACKENDS, TRANSPORTS, LEVELS (space-separated subsets), SDK=0 to skip the a2a-sdk server,
+# SERVE_ARGS (extra `serve` options), PORT (first port, default 8871).
+#
+# The test environment, not the server: the served process resolves example.com through a stub
+# (scripts/tck10_resolver, no DNS here); the card names the URL without a trailing slash (the
+# kit appends "/message:send" to it as a string); the card is 1.0-only (--card-1-0-only: the
+# kit's card schema refuses the 0.3 fields). docs/conformance.md says why for each.
+set -u
+OUT=$1; KIT=${2:-/work/tck10}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PYTHON=${PYTHON:-$ROOT/.venv-311/bin/python}
+BACKENDS=${BACKENDS:-trio asyncio}; TRANSPORTS=${TRANSPORTS:-jsonrpc http_json}
+LEVELS=${LEVELS:-must should}; PORT=${PORT:-8871}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+wait_card() {
+    for _ in $(seq 150); do
+        curl -sf "http://127.0.0.1:$1/.well-known/agent-card.json" >/dev/null && return 0
+        sleep 0.2
+    done
+    echo "server on port $1 did not start" >&2; return 1
+}
+
+run_kit() {  # NAME PORT
+    for transport in $TRANSPORTS; do
+        for level in $LEVELS; do
+            name="$1-$transport-$level"
+            (cd "$KIT" && ./.venv/bin/python run_tck.py --sut-host "http://127.0.0.1:$2" \
+                --transport "$transport" --level "$level" >"$OUT/$name.log" 2>&1)
+            echo "$name: exit $?"
+            cp "$KIT/reports/junitreport.xml" "$OUT/$name.xml"
+        done
+    done
+}
+
+stop() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+
+for backend in $BACKENDS; do
+    PYTHONPATH="$ROOT/scripts/tck10_resolver:$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" \
+        "$PYTHON" -m scoped_a2a serve --backend "$backend" --host 127.0.0.1 --port "$PORT" \
+        --agent scoped_a2a.agents.tck:tck_agent --public-url "http://127.0.0.1:$PORT" \
+        --card-1-0-only --allow-webhook-host localhost ${SERVE_ARGS:-} \
+        >"$OUT/scoped-$backend.server.log" 2>&1 &
+    SERVER=$!
+    wait_card "$PORT" && run_kit "scoped-$backend" "$PORT"
+    stop $SERVER
+    PORT=$((PORT + 1))
+done
+
+if [ "${SDK:-1}" != 0 ]; then
+    "$PYTHON" "$ROOT/scripts/tck10_sdk_server.py" --port "$PORT" >"$OUT/a2a-sdk.server.log" 2>&1 &
+    SERVER=$!
+    wait_card "$PORT" && run_kit "a2a-sdk" "$PORT"
+    stop $SERVER
+fi
+
+"$PYTHON" "$ROOT/scripts/tck10_table.py" "$OUT"/*.xml
