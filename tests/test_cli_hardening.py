@@ -282,6 +282,34 @@ def test_an_out_folder_that_cannot_be_written_is_said_before_sending(tmp_path: P
     assert line.startswith(f"error: cannot write the trajectory to --out {a_file / 'below'}: ")
 
 
+def first_line_then_hang_up(*args: str) -> tuple[bytes, int, bytes]:
+    """Run the CLI, read one line of its stdout, close the pipe (as ``| head -1`` does)."""
+    proc = subprocess.Popen([sys.executable, "-m", "scoped_a2a", *args], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read()
+        return first, proc.wait(30), err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.anyio
+async def test_a_reader_that_goes_away_ends_the_command_quietly(anyio_backend: str) -> None:
+    """``send ... --follow | head -1``: exit status 141 (as SIGPIPE would), no traceback. The
+    run prints a trajectory event every 0.1 s for 2 s, so it writes after the reader left."""
+    async with served(A2AApp(demo_agent, grace=1.0)) as url:
+        first, code, err = await anyio.to_thread.run_sync(
+            first_line_then_hang_up, "send", url, "slow 2", "--follow", "--backend",
+            anyio_backend)
+    assert first.startswith(b"[")
+    assert code == 141, err
+    assert err == b""
+
+
 # --- item 13: a bad API-key file on SIGHUP ------------------------------------------------------
 
 

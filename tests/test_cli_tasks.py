@@ -86,7 +86,7 @@ async def test_get_and_list_with_filters_and_pages(anyio_backend: str) -> None:
     async with served(A2AApp(demo_agent, grace=1.0)) as url:
         first = await start_task(url, "one", context_id="ctx-a")
         second = await start_task(url, "two", context_id="ctx-a")
-        slow = await start_task(url, "slow 30", context_id="ctx-b")
+        slow = await start_task(url, "slow 600", context_id="ctx-b")
         for t in (first, second):
             await ended(url, t["id"])
 
@@ -170,7 +170,7 @@ async def test_bad_input_is_one_line(anyio_backend: str) -> None:
 
 async def test_subscribe_prints_events_until_the_end_and_resumes(anyio_backend: str) -> None:
     async with served(A2AApp(demo_agent, grace=1.0)) as url:
-        task = await start_task(url, "slow 30")
+        task = await start_task(url, "slow 600")
         async with await anyio.open_process(
                 [sys.executable, "-m", "scoped_a2a", "subscribe", url, task["id"], "--json"],
                 env=ENV) as proc:
@@ -208,7 +208,7 @@ async def test_another_callers_tasks_are_not_found(tmp_path: Path, anyio_backend
     keys.write_text("alice:token-alice-1\nbob:token-bob-1\n")
     app = A2AApp(demo_agent, authenticate=Authenticator([ApiKeys(keys)]), grace=1.0)
     async with served(app) as url:
-        task = await start_task(url, "slow 30", key="token-alice-1")
+        task = await start_task(url, "slow 600", key="token-alice-1")
         bob = ("--api-key", "token-bob-1")
         refused = await arun_all(*((c, url, task["id"], *bob) for c in ("get", "cancel",
                                                                           "subscribe")))
@@ -231,7 +231,7 @@ async def test_another_callers_tasks_are_not_found(tmp_path: Path, anyio_backend
 async def test_send_metadata_reaches_the_server(anyio_backend: str) -> None:
     async with served(A2AApp(demo_agent, grace=1.0)) as url:
         # onDisconnect=continue: the run outlives the send that --timeout abandons.
-        code, out, err = await arun("send", url, "slow 30", "--timeout", "1.5",
+        code, out, err = await arun("send", url, "slow 600", "--timeout", "1.5",
                                     "--metadata", "onDisconnect=continue",
                                     "--metadata", 'crm={"rule": 7}', "--metadata", "n=5",
                                     "--metadata", "note=not json")

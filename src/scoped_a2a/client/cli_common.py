@@ -41,6 +41,7 @@ EXIT_USAGE = 2
 EXIT_AGENT_ERROR = 3
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 def exit_status(ok: str, *, usage: str = "", task: bool = True) -> str:
     """A command's exit-status epilog: ``ok`` says what 0 means; ``task`` adds status 1."""
@@ -273,12 +274,28 @@ async def call_agent(args: argparse.Namespace, body: Body, out: TextIO, err: Tex
     return EXIT_TIMEOUT
 
 
+def _broken_pipe(exc: BaseException) -> bool:
+    if isinstance(exc, BrokenPipeError):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and all(
+        _broken_pipe(e) for e in exc.exceptions)
+
+
 def run_client_command(fn: Callable[..., Awaitable[int]], args: argparse.Namespace) -> int:
-    """``anyio.run`` a client command on ``--backend``; Ctrl-C is exit status 130."""
+    """``anyio.run`` a client command on ``--backend``; Ctrl-C is exit status 130. When the
+    reader of stdout goes away (``... | head -1``) the command ends quietly with 141, the
+    status of a process ended by SIGPIPE, as other command-line tools do."""
     try:
         return anyio.run(fn, args, sys.stdout, sys.stderr, backend=args.backend)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BaseException as exc:
+        if not _broken_pipe(exc):
+            raise
+        # Python flushes stdout again at exit: point it at /dev/null so that is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 def parse_metadata(items: list[str]) -> dict[str, Any] | None:

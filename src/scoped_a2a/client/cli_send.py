@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
 import msgspec
 
 from ..cli_help import HelpFormatter, prog_name
@@ -92,18 +93,30 @@ def add_send_parser(sub: Any) -> None:
 
 
 class _Printer:
-    def __init__(self, out: TextIO, as_json: bool) -> None:
+    """Prints events; once stdout's reader has gone, prints nothing more and cancels
+    ``scope`` (the turn), since nobody reads what it would print."""
+
+    def __init__(self, out: TextIO, as_json: bool, scope: anyio.CancelScope) -> None:
         self.out = out
         self.json = as_json
+        self.scope = scope
+        self.broken = False
 
     def emit(self, source: str, position: int | None, kind: str, event: Any) -> None:
-        if self.json:
-            line = msgspec.json.encode(
-                {"source": source, "position": position, "kind": kind, "event": event})
-            self.out.write(line.decode() + "\n")
-        else:
-            self.out.write(_human(kind, event) + "\n")
-        self.out.flush()
+        if self.broken:
+            return
+        try:
+            if self.json:
+                line = msgspec.json.encode(
+                    {"source": source, "position": position, "kind": kind, "event": event})
+                self.out.write(line.decode() + "\n")
+            else:
+                self.out.write(_human(kind, event) + "\n")
+            self.out.flush()
+        except BrokenPipeError:
+            # Raised in a follower it would only be logged: end the turn from here instead.
+            self.broken = True
+            self.scope.cancel()
 
 
 def _text(obj: Any) -> str:
@@ -186,7 +199,8 @@ async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 async def _turn(args: argparse.Namespace, client: A2AClient, message: Message, inner: StepSink,
                 out: TextIO, err: TextIO) -> int:
     """One turn with the agent; prints what ``args`` asks for; returns the exit status."""
-    printer = _Printer(out, args.json)
+    scope = anyio.CancelScope()
+    printer = _Printer(out, args.json, scope)
     sink: StepSink = _PrintingSink(printer, inner) if args.follow else inner
     follow = bool(args.follow or args.out)
     streamed_message = False
@@ -197,8 +211,11 @@ async def _turn(args: argparse.Namespace, client: A2AClient, message: Message, i
             streamed_message = streamed_message or item.kind == "message"
             printer.emit("stream", item.position, item.kind, msgspec.to_builtins(item.event))
 
-    async with Step(client, sink=sink, follow=follow) as step:
-        result = await step.turn(message, on_event=on_event)
+    with scope:
+        async with Step(client, sink=sink, follow=follow) as step:
+            result = await step.turn(message, on_event=on_event)
+    if printer.broken:
+        raise BrokenPipeError("stdout's reader has gone")  # exit status 141
     failed = isinstance(result, Task) and result.status.state in (
         TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
     kind = "task" if isinstance(result, Task) else "message"
