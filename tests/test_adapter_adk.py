@@ -4,11 +4,13 @@ ADK is asyncio-bound (its runner drives the agent in asyncio tasks), so these te
 asyncio only; ``test_trio_refuses_the_run`` shows what happens on trio. Models are offline:
 ``ScriptedLlm`` (tests/adk_models.py) streams scripted parts, and for the cancel tests the
 example's ``ChatCompletionsModel`` makes a real HTTP call to a slow fake chat-completions
-endpoint on loopback (tests/adk_fake_llm.py), which sees when its connection is closed.
+endpoint on loopback (``scoped_a2a.testing.fake_llm``), which sees when its connection is
+closed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -26,8 +28,8 @@ from scoped_a2a import A2AApp, A2AClient, follow_trajectory
 from scoped_a2a.adapters.adk import from_adk, recognises
 from scoped_a2a.adapters.base import UnsupportedBackend
 from scoped_a2a.client.pages import LivePage
+from scoped_a2a.testing.fake_llm import Chunk, ToolCall, fake_chat_model, last_role
 
-from .adk_fake_llm import fake_chat_completions, text_deltas, weather_script
 from .adk_models import GATE, Boom, Call, Final, ModelError, ScriptedLlm, request_texts
 from .helpers import rpc, served, sse_events, text_message
 
@@ -444,7 +446,7 @@ def remote_agent(url: str) -> LlmAgent:
 
 @pytest.mark.parametrize("how", ["hang-up", "CancelTask"])
 async def test_cancelling_closes_the_models_http_connection(how: str) -> None:
-    async with fake_chat_completions(lambda body: text_deltas("one ", "two "), hold=True) as llm, \
+    async with fake_chat_model(lambda body: ["one ", "two "], hold=True) as llm, \
             served(app_of(remote_agent(llm.url))) as url, httpx.AsyncClient(timeout=10) as client:
         req = {**STREAM, "params": {"message": text_message("go")}}
         async with client.stream("POST", url, json=req, headers={"A2A-Version": "1.0"}) as r:
@@ -456,13 +458,14 @@ async def test_cancelling_closes_the_models_http_connection(how: str) -> None:
                     texts.append(event["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"])
                     if len(texts) == 2:
                         break  # "one two " arrived; the model's response is now held open
-            assert llm.streaming.is_set() and not llm.closed
+            [conn] = llm.connections
+            assert llm.in_flight.is_set() and not conn.closed_by_client.is_set()
             if how == "CancelTask":
                 async with httpx.AsyncClient(timeout=10) as other:
                     await rpc(other, url, "CancelTask", {"id": task_id})
         # Leaving the stream hangs up (after a CancelTask the run is already over).
         with anyio.fail_after(1):
-            await llm.closed_event.wait()
+            await conn.closed_by_client.wait()
         task = await until_ended(client, url, task_id)
         assert task["status"]["state"] == "TASK_STATE_CANCELED"
         assert task["status"]["message"]["metadata"]["reason"] == how
@@ -487,15 +490,15 @@ async def test_a_deadline_cancels_the_run() -> None:
 
 async def test_shutdown_cancels_a_detached_run_after_its_grace_and_closes_the_model_call(
 ) -> None:
-    async with fake_chat_completions(lambda body: text_deltas("one "), hold=True) as llm:
+    async with fake_chat_model(lambda body: ["one "], hold=True) as llm:
         app = app_of(remote_agent(llm.url))
         app.grace = 0.3
         async with served(app, grace=0.3) as url, httpx.AsyncClient(timeout=10) as client:
             task = await send(client, url, "go", configuration={"returnImmediately": True})
             with anyio.fail_after(5):
-                await llm.streaming.wait()
+                await llm.in_flight.wait()
         # served() has shut the server down: the run outlived the grace period.
-        assert len(llm.closed) == 1
+        assert [c.closed_by_client.is_set() for c in llm.connections] == [True]
     ended, _ = await app.store.get(task["id"])
     assert ended.status.state.name == "CANCELED"
     assert ended.status.message is not None
@@ -592,8 +595,17 @@ async def test_trio_refuses_the_run() -> None:
 
 # --- the example, end to end ------------------------------------------------------------------
 
+def weather(body: dict[str, Any]) -> list[Chunk]:
+    """The fake model: first words and a call to get_weather; once the tool's result is in the
+    conversation, text quoting it (so the test sees the tool really ran)."""
+    if last_role(body) != "tool":
+        return ["Let me check. ", ToolCall("get_weather", {"city": "Paris"}, "call_1")]
+    found = json.loads(body["messages"][-1]["content"])["weather"]
+    return ["In Paris it is ", found, "."]
+
+
 async def test_the_example_serves_its_agent_against_a_fake_endpoint() -> None:
-    async with fake_chat_completions(weather_script("Paris")) as llm:
+    async with fake_chat_model(weather) as llm:
         env = {**os.environ, "MODEL_URL": llm.url, "MODEL_NAME": "fake-model",
                "MODEL_API_KEY": "sk-test",
                "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -624,7 +636,7 @@ async def test_the_example_serves_its_agent_against_a_fake_endpoint() -> None:
         assert first["messages"][-1] == {"role": "user",
                                          "content": "What is the weather in Paris?"}
         assert second["messages"][-1]["role"] == "tool"
-        assert "Authorization: Bearer sk-test".lower() in llm.headers[0].lower()
+        assert "authorization: bearer sk-test" in llm.connections[0].head.lower()
 
 
 async def _drain(stream: Any) -> None:
