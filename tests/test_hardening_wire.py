@@ -238,3 +238,42 @@ async def test_writes_stop_once_a_hung_up_subscriber_is_known_gone() -> None:
     finally:
         logging.getLogger("asyncio").removeHandler(counter)
     assert counter.count <= 20, f"{counter.count} 'socket.send() raised exception' warnings"
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_connection_close_and_an_answer_do_not_collide(anyio_backend: str) -> None:
+    """The two writers of issue 21's ``BusyResourceError`` (trio only by nature: it is the trio
+    worker's ``SocketStream``): hypercorn's read loop closing a connection after a client's
+    malformed chunk (``TCPServer._close`` sends EOF without the write lock) while the app's
+    task writes the end of its 413 answer (``protocol_send``, under the lock). Over the wire it
+    struck 2-3 times in 600 such connections; here the two run against each other directly on
+    a real socket pair, in whichever order trio schedules them, 50 times. Neither may raise;
+    a write that lost the race tells the protocol the connection is closed."""
+    import trio
+    from hypercorn.config import Config
+    from hypercorn.events import Closed, RawData
+    from hypercorn.trio.tcp_server import TCPServer
+
+    from scoped_a2a.server import hypercorn_fixes
+
+    assert hypercorn_fixes.install()
+
+    class Protocol:
+        def __init__(self) -> None:
+            self.events: list[object] = []
+
+        async def handle(self, event: object) -> None:
+            self.events.append(event)
+
+    for _ in range(50):
+        ours, theirs = trio.socket.socketpair()
+        server: Any = TCPServer(None, Config(), None, None, trio.SocketStream(ours))  # type: ignore[arg-type]
+        server.protocol = Protocol()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._close)
+            nursery.start_soon(server.protocol_send, RawData(b"0\r\n\r\n"))
+        received = await theirs.recv(100)
+        theirs.close()
+        assert received in (b"", b"0\r\n\r\n")
+        if received == b"":  # the close came first: the write found it closed
+            assert any(isinstance(e, Closed) for e in server.protocol.events)

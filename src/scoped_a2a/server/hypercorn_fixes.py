@@ -41,6 +41,15 @@ version nothing is patched and a warning says so, because these reach into priva
    subscribers that hung up mid-event). Now a write to a closing transport is not made; the
    connection is treated as closed, as hypercorn does when a write fails. (A half-closed
    client is not affected: its transport stays open for our answer.)
+7. **trio: two tasks writing one socket** (``BusyResourceError``). hypercorn's trio worker
+   serialises its writes with a lock, but its connection close (``TCPServer._close``, run by
+   whichever task closes: the read loop after a client's malformed bytes, or the app's task
+   after a ``Connection: close`` answer) sends EOF without it. Seen on the 413 "too many
+   pieces" path: the app's task writing the end of its answer while the read loop, having
+   met the client's next (malformed) chunk, closed the connection; the app's ``send()``
+   raised ``BusyResourceError``. Now the close sends EOF only under the write lock, and when a
+   write holds it (perhaps stuck on a client that stopped reading) closes the socket without
+   EOF, which ends that write as hypercorn's own close always did.
 """
 
 from __future__ import annotations
@@ -111,6 +120,7 @@ def install() -> bool:
     _skip_retries_on_closed_listeners()
     hypercorn_h2.install()
     _skip_writes_to_closing_transports(asyncio_tcp.TCPServer)
+    _close_under_the_write_lock(trio_tcp.TCPServer)
     _installed = True
     return True
 
@@ -271,6 +281,34 @@ def _skip_writes_to_closing_transports(server_class: Any) -> None:
         await protocol_send(self, event)
 
     server_class.protocol_send = guarded_protocol_send
+
+
+# --- 7. trio: the EOF of a close is a write too ------------------------------------------
+
+
+def _close_under_the_write_lock(server_class: Any) -> None:
+    close: Callable[[Any], Awaitable[None]] = server_class._close
+
+    async def _close(self: Any) -> None:
+        import trio
+
+        lock = self.send_lock
+        try:
+            if lock.statistics().owner is trio.lowlevel.current_task():
+                raise trio.WouldBlock  # a failed write of this task's is closing
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            # A write is in progress (maybe stuck on a client that stopped reading): no EOF
+            # now. Closing the socket wakes that write with ClosedResourceError, which
+            # hypercorn's write path takes for a closed connection.
+            await self.stream.aclose()
+            return
+        try:
+            await close(self)
+        finally:
+            lock.release()
+
+    server_class._close = _close
 
 
 @contextmanager
