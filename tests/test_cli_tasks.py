@@ -90,32 +90,28 @@ async def test_get_and_list_with_filters_and_pages(anyio_backend: str) -> None:
         for t in (first, second):
             await ended(url, t["id"])
 
-        code, out, err = await arun("get", url, first["id"])
-        assert code == 0, err
-        assert out.splitlines() == [f"task {first['id']} completed: You said: one",
-                                    "  context ctx-a",
-                                    "  [artifact reply] 'You said: one'"]
-        code, out, err = await arun("get", url, first["id"], "--json", "--history-length", "0")
-        assert code == 0, err
-        task = json.loads(out)
+        (get_text, get_json, listed, in_context, working, completed) = await arun_all(
+            ("get", url, first["id"]),
+            ("get", url, first["id"], "--json", "--history-length", "0"),
+            ("list", url),
+            ("list", url, "--context", "ctx-a", "--json"),
+            ("list", url, "--state", "working"),
+            ("list", url, "--state", "TASK_STATE_COMPLETED", "--json", "--include-artifacts"))
+        for code, _out, err in (get_text, get_json, listed, in_context, working, completed):
+            assert code == 0, err
+        assert get_text[1].splitlines() == [f"task {first['id']} completed: You said: one",
+                                            "  context ctx-a",
+                                            "  [artifact reply] 'You said: one'"]
+        task = json.loads(get_json[1])
         assert task["id"] == first["id"] and task["status"]["state"] == "TASK_STATE_COMPLETED"
         assert not task.get("history")
-
-        code, out, err = await arun("list", url)
-        assert code == 0, err
-        rows = [line.split() for line in out.splitlines()]
+        rows = [line.split() for line in listed[1].splitlines()]
         assert [r[0] for r in rows] == [slow["id"], second["id"], first["id"]]  # newest first
         assert [r[1] for r in rows] == ["working", "completed", "completed"]
-
-        code, out, err = await arun("list", url, "--context", "ctx-a", "--json")
-        assert code == 0, err
-        assert [t["id"] for t in json.loads(out)["tasks"]] == [second["id"], first["id"]]
-        code, out, err = await arun("list", url, "--state", "working")
-        assert code == 0, err
-        assert [line.split()[0] for line in out.splitlines()] == [slow["id"]]
-        code, out, err = await arun("list", url, "--state", "TASK_STATE_COMPLETED", "--json",
-                                    "--include-artifacts")
-        page = json.loads(out)
+        assert [t["id"] for t in json.loads(in_context[1])["tasks"]] == [second["id"],
+                                                                         first["id"]]
+        assert [line.split()[0] for line in working[1].splitlines()] == [slow["id"]]
+        page = json.loads(completed[1])
         assert [t["id"] for t in page["tasks"]] == [second["id"], first["id"]]
         assert all(t["artifacts"] for t in page["tasks"])
 
