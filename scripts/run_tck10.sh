@@ -13,7 +13,9 @@
 # read from the XML (scripts/tck10_table.py), not from the kit's own summary.
 # Environment: PYTHON (interpreter with scoped-a2a and a2a-sdk; default .venv-311/bin/python),
 # BACKENDS, TRANSPORTS, LEVELS (space-separated subsets), SDK=0 to skip the a2a-sdk server,
-# SERVE_ARGS (extra `serve` options), PORT (first port, default 8871).
+# SERVE_ARGS (extra `serve` options), PORT (first port, default 8871). UNIQUE_IDS=1: a
+# diagnostic variant that gives every message the kit sends its own messageId
+# (scripts/tck10_unique_ids; the kit reuses them, docs/conformance.md); files end -unique-ids.
 #
 # The test environment, not the server: the served process resolves example.com through a stub
 # (scripts/tck10_resolver, no DNS here); the card names the URL without a trailing slash (the
@@ -27,6 +29,11 @@ BACKENDS=${BACKENDS:-trio asyncio}; TRANSPORTS=${TRANSPORTS:-jsonrpc http_json}
 LEVELS=${LEVELS:-must should}; PORT=${PORT:-8871}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+SUFFIX=""; KIT_PATH="${PYTHONPATH:-}"; KIT_ARGS=""
+if [ "${UNIQUE_IDS:-0}" = 1 ]; then  # the diagnostic variant: one messageId per message
+    SUFFIX="-unique-ids"; KIT_ARGS="-p tck_unique_ids"
+    KIT_PATH="$ROOT/scripts/tck10_unique_ids${PYTHONPATH:+:$PYTHONPATH}"
+fi
 
 wait_card() {
     for _ in $(seq 150); do
@@ -39,9 +46,10 @@ wait_card() {
 run_kit() {  # NAME PORT
     for transport in $TRANSPORTS; do
         for level in $LEVELS; do
-            name="$1-$transport-$level"
-            (cd "$KIT" && ./.venv/bin/python run_tck.py --sut-host "http://127.0.0.1:$2" \
-                --transport "$transport" --level "$level" >"$OUT/$name.log" 2>&1)
+            name="$1-$transport-$level$SUFFIX"
+            (cd "$KIT" && PYTHONPATH="$KIT_PATH" ./.venv/bin/python run_tck.py \
+                --sut-host "http://127.0.0.1:$2" --transport "$transport" --level "$level" \
+                -- $KIT_ARGS >"$OUT/$name.log" 2>&1)
             echo "$name: exit $?"
             cp "$KIT/reports/junitreport.xml" "$OUT/$name.xml"
         done

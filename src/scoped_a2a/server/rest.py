@@ -70,8 +70,9 @@ REST_PREFIXES = ("/message:", "/tasks", "/extendedAgentCard")
 MEDIA_TYPE = b"application/json"
 """The media type of REST answers, errors included: the binding's own rule (spec §11.1:
 "Content-Type: application/json for requests and responses"; the AIP-193 error example of
-§11.6 too), and what a2a-sdk answers. §6's illustrative examples use application/a2a+json,
-which requests may still send (JSON_TYPES)."""
+§11.6 too). §6's illustrative examples use application/a2a+json, which requests may still send
+(JSON_TYPES); a2a-sdk 1.3 answers successes with it (the conformance kit fails it for that) and
+errors with application/json."""
 JSON_TYPES = ("application/json", "application/a2a+json")
 """Request bodies may be either."""
 
