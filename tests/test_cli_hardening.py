@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -123,7 +124,7 @@ def test_store_wait_waits_for_redis_to_come_up(tmp_path: Path) -> None:
     assert proc.stderr is not None
     log = StderrLog(proc.stderr)
     try:
-        anyio.run(anyio.sleep, 0.5)  # serve is waiting for Redis now (or still starting)
+        time.sleep(0.5)  # serve is waiting for Redis now (or still starting)
         assert "serving on" not in log.text() and proc.poll() is None, log.text()
         redis.start()
         url = log.wait_for(r"serving on (http://\S+)").group(1)
