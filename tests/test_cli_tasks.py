@@ -245,3 +245,26 @@ async def test_send_metadata_reaches_the_server(anyio_backend: str) -> None:
         code, out, err = await arun("send", url, "hi", "--metadata", "no-equals-sign")
         assert (code, out) == (2, "")
         assert one_line(err) == "error: --metadata takes KEY=VALUE, not 'no-equals-sign'\n"
+
+
+@pytest.mark.parametrize("command", ["get", "list", "cancel", "subscribe"])
+def test_help_describes_every_option_and_the_exit_statuses(command: str) -> None:
+    import re
+
+    from scoped_a2a.cli import _parser
+
+    from .test_cli_newcomer import run
+
+    done = run(command, "--help")
+    assert done.returncode == 0, done.stderr
+    sub = next(a for a in _parser()._actions if a.dest == "command").choices[command]
+    assert sub.description and sub.description.split()[0] in done.stdout
+    for action in sub._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help, f"{command} {action.option_strings[0]} has no help"
+    for option in ("--json", "--timeout", "--token", "--api-key", "--cacert", "--cert", "--key"):
+        assert option in done.stdout, option
+    codes = re.findall(r"^  (\d+) ", done.stdout.split("exit status:")[1], re.M)
+    expected = ["0", "2", "3", "124", "130"] if command in ("list", "cancel") else [
+        "0", "1", "2", "3", "124", "130"]
+    assert codes == expected
