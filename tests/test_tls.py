@@ -107,6 +107,35 @@ async def test_client_certificates_name_the_principal(tmp_path: Path) -> None:
                 await send(forged, url)
 
 
+async def test_a_client_certificate_without_common_name_is_told_what_is_wrong(
+        tmp_path: Path) -> None:
+    """A certificate from the trusted CA whose subject has no commonName passes the handshake
+    but names no caller: the 401 says so (on JSON-RPC and HTTP+JSON), instead of the text for a
+    request that carried no credential."""
+    ca, client_ca = trustme.CA(), trustme.CA()
+    nameless = client_ca.issue_cert("nameless@example.test", organization_name="Acme")
+    keys = tmp_path / "keys.txt"
+    keys.write_text("carol:carol-key\n")
+    app = A2AApp(asking_agent,
+                 authenticate=Authenticator([ClientCertificate(), ApiKeys(keys)]))
+    async with served_tls(app, tmp_path, ca, client_ca=client_ca) as url:
+        async with httpx.AsyncClient(verify=client_context(ca, nameless), timeout=20) as http:
+            r = await send(http, url)
+            assert r.status_code == 401, r.text
+            message = r.json()["error"]["message"]
+            rest = await http.get(url + "tasks", headers={"A2A-Version": "1.0"})
+            assert rest.status_code == 401, rest.text
+            assert rest.json()["error"]["message"] == message
+            # The same certificate with an API key: another scheme still accepts.
+            ok = await http.get(url + "tasks", headers={"X-API-Key": "carol-key"})
+            assert ok.status_code == 200, ok.text
+        async with httpx.AsyncClient(verify=client_context(ca), timeout=20) as anonymous:
+            plain = (await send(anonymous, url)).json()["error"]["message"]
+    assert "client certificate" in message and "no commonName" in message, message
+    assert "organizationName=Acme" in message, message
+    assert "certificate" not in plain, plain  # no certificate sent: the usual text
+
+
 def test_serve_cli_with_tls_and_client_certificates(tmp_path: Path) -> None:
     """``serve --certfile --keyfile --ca-certs``: HTTPS, and the certificate is the principal;
     a missing key file is one line and exit status 2, before listening."""

@@ -21,9 +21,9 @@ from typing import Any
 from hypercorn.config import Config
 from hypercorn.utils import parse_socket_addr
 
-from ..protocol.errors import Unauthenticated
 from ..protocol.principal import Principal
 from .asgi import Scope
+from .auth import CredentialUnusable
 
 log = logging.getLogger("scoped_a2a.tls")
 
@@ -130,7 +130,12 @@ class ClientCertificate:
         subject = _name(cert.get("subject"))
         ident = subject.get(self.id_field)
         if not ident:
-            raise Unauthenticated(f"a client certificate without {self.id_field}")
+            shown = ", ".join(f"{k}={v}" for k, v in subject.items()) or "empty"
+            raise CredentialUnusable(
+                f"a client certificate without {self.id_field} (subject: {shown})",
+                public=f"the client certificate sent was accepted by the TLS handshake but "
+                       f"names no caller: its subject ({shown}) has no {self.id_field}; use a "
+                       f"certificate whose subject has one")
         claims = {"subject": subject, "issuer": _name(cert.get("issuer")),
                   "serialNumber": cert.get("serialNumber")}
         return Principal(ident, claims, self.name)

@@ -44,6 +44,19 @@ UNAUTHENTICATED_TEXT = (
 FORBIDDEN_TEXT = "this credential is not allowed to call this agent"
 
 
+class CredentialUnusable(Unauthenticated):
+    """A credential was sent and is genuine, but cannot name a caller (e.g. a client
+    certificate from the trusted CA whose subject has no commonName).
+
+    Unlike other refusals, ``public`` is sent to the caller: it only describes the credential
+    the caller holds, and without it they would be told none was sent. Still HTTP 401.
+    """
+
+    def __init__(self, message: str, *, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = public if public is not None else message
+
+
 class Scheme(Protocol):
     """One way to present a credential (API key, JWT bearer, ...)."""
 
@@ -80,16 +93,23 @@ class Authenticator:
 
     async def __call__(self, scope: Scope) -> Principal:
         refusals: list[str] = []
+        unusable: CredentialUnusable | None = None
         for scheme in self.schemes:
             try:
                 principal = await scheme.authenticate(scope)
             except Unauthenticated as exc:
                 refusals.append(f"{scheme.name}: {exc.message}")
+                if isinstance(exc, CredentialUnusable) and unusable is None:
+                    unusable = exc
                 continue
             if principal is not None:
                 return principal
-        # Every scheme's reason goes to the log (the caller only ever sees the fixed text).
-        raise Unauthenticated("; ".join(refusals) or "no credential")
+        # Every scheme's reason goes to the log; the caller sees the fixed text, plus what is
+        # wrong with a credential it sent that could not be used (CredentialUnusable).
+        text = "; ".join(refusals) or "no credential"
+        if unusable is not None:
+            raise CredentialUnusable(text, public=unusable.public)
+        raise Unauthenticated(text)
 
     @property
     def challenge(self) -> str:
@@ -151,6 +171,8 @@ async def resolve_principal(authenticate: Authenticate | None, scope: Scope) -> 
         return principal
     except Unauthenticated as exc:
         log.warning("authentication failed from %s: %s", client[0], exc.message)
+        if isinstance(exc, CredentialUnusable):
+            raise Unauthenticated(f"{UNAUTHENTICATED_TEXT}; {exc.public}") from None
         raise Unauthenticated(UNAUTHENTICATED_TEXT) from None
     except PermissionDenied as exc:
         log.warning("permission denied from %s: %s", client[0], exc.message)
@@ -182,6 +204,7 @@ def auth_error_response(
 __all__ = [
     "Authenticate",
     "Authenticator",
+    "CredentialUnusable",
     "PermissionDenied",
     "Principal",
     "Scheme",
