@@ -320,3 +320,9 @@ async def test_a_pending_claim_is_seen_elsewhere_until_create_makes_it(
         with pytest.raises(TaskNotFound):
             await a.get(late.id)
         assert (await a.claim_message("o", "m2", fp, "x")) == PriorSend(taker.id, fp, 0, True)
+
+        # A follow-up's claim is pending until confirmed as the message is delivered.
+        assert await a.claim_message("o", "m3", fp, task.id, position=4) is None
+        assert await b.claim_message("o", "m3", fp, task.id) == PriorSend(task.id, fp, 4, False)
+        await a.confirm_message("o", "m3", task.id)
+        assert await b.claim_message("o", "m3", fp, task.id) == PriorSend(task.id, fp, 4, True)

@@ -234,6 +234,9 @@ class Methods:
         msg.context_id = task.context_id
         if push_cfg is not None:
             await self._set_push(task.id, push_cfg, v1, pos, task.status.state)
+        # Its claim is made now, not once delivered: after the delivery below nothing may wait
+        # before the caller holds the run (a failure below releases the claim again).
+        await self.resends.confirm(owner, msg, task.id)
         run = self.runner.get(task.id)
         if run is not None:
             self.runner.resume(run, msg, reason)
@@ -301,13 +304,13 @@ class Methods:
         req = call.dialect.send_params(call.rpc.params)
         task, run, pos = await self._begin(req, call.dialect.v1, call.principal)
         with run.hold():
-            # Not from the shared cache: _begin may have awaited after reading this snapshot,
-            # which the store changes in place as events are appended, so it is not certain to
             if task.status.state.terminal:
                 # A resent message whose task has ended (or a run that ended meanwhile): the
                 # snapshot already holds the end, so the events before it must not follow it
                 # (states would go back from completed to working). The ended task, alone.
                 task, pos = await self.store.get(task.id)
+            # Not from the shared cache: _begin may have awaited after reading this snapshot,
+            # which the store changes in place as events are appended, so it is not certain to
             # be exactly "the task as of pos" that others could share. One stream, one copy.
             await out.event(call.dialect.stream_task_frame(task), pos)
             await self._stream(call, out, task.id, pos)

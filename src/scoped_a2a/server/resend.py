@@ -22,6 +22,7 @@ docs/exactly-once.md has the rules and why. Cancellation: see :meth:`Resends.cla
 from __future__ import annotations
 
 import hashlib
+import logging
 
 import anyio
 import msgspec
@@ -33,6 +34,8 @@ from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.claims import PriorSend
+
+log = logging.getLogger("scoped_a2a.resend")
 
 RERUN_REASONS = frozenset({"hang-up", "shutdown"})
 """End reasons of a new task's run after which a resend of its message runs it again."""
@@ -92,30 +95,31 @@ class Resends:
         waited = 0
         deadline = anyio.current_time() + PENDING_WAIT
         while True:
+            # Pending until made: by the new task's CREATE, or confirm() as a follow-up is
+            # delivered (so a claim whose send failed unseen lapses instead of lying).
             prior = await self.store.claim_message(
-                owner, msg.message_id, fp, task_id, position=position, created=follow_up)
+                owner, msg.message_id, fp, task_id, position=position, created=False)
             if prior is None:
                 return None
             if prior.fingerprint != fp:
                 raise InvalidParams(
                     f"messageId {msg.message_id!r} was already sent with another message "
                     f"(task {prior.task_id!r}); a new message needs a new messageId")
-            try:
-                task, pos = await self.store.get(prior.task_id)
-            except TaskNotFound:
-                if prior.created:
-                    raise InvalidParams(
-                        f"messageId {msg.message_id!r} was already sent (task "
-                        f"{prior.task_id!r}, which is no longer kept); a new message needs a "
-                        "new messageId") from None
-                # The first send is storing its task right now (another replica): wait.
+            if not prior.created:
+                # The first send is being set up right now (on another replica): wait.
                 if anyio.current_time() >= deadline:
                     raise ServerUnavailable(
                         f"an identical send of messageId {msg.message_id!r} is still being "
-                        "set up; try again") from None
+                        "set up; try again")
                 waited += 1
                 await anyio.sleep(min(0.005 * 2 ** min(waited, 5), 0.1))
                 continue
+            try:
+                task, pos = await self.store.get(prior.task_id)
+            except TaskNotFound:
+                raise InvalidParams(
+                    f"messageId {msg.message_id!r} was already sent (task {prior.task_id!r}, "
+                    "which is no longer kept); a new message needs a new messageId") from None
             if not follow_up and await self._rerun(task, msg.message_id):
                 replaced = await self.store.reclaim_message(
                     owner, msg.message_id, prior.task_id, task_id)
@@ -149,6 +153,19 @@ class Resends:
         # Follow from where the first send's caller did: its answer is the first interrupted
         # or terminal status after that position (the same one, if the task has moved on).
         return task, run, min(prior.position, pos)
+
+    async def confirm(self, owner: str, msg: Message, task_id: str) -> None:
+        """Make this follow-up's claim, right before it is delivered (shielded and bounded).
+
+        A failure is logged, not raised: the message is delivered all the same, and its claim
+        lapses while pending (a resend meanwhile waits, then delivers it again).
+        """
+        with anyio.move_on_after(PENDING_WAIT, shield=True):
+            try:
+                await self.store.confirm_message(owner, msg.message_id, task_id)
+            except Exception:
+                log.warning("could not confirm the claim of message %r to task %s",
+                            msg.message_id, task_id, exc_info=True)
 
     async def release(self, owner: str, msg: Message, task_id: str) -> None:
         """Drop this send's claim (it failed before taking effect), shielded and bounded."""

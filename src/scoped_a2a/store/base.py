@@ -143,9 +143,10 @@ class TaskStore(abc.ABC):
         """Claim ``message_id`` of ``owner`` for ``task_id``, atomically: None if no earlier
         send of it is known (this send goes ahead), else what the earlier one claimed.
 
-        ``created``: ``task_id`` is stored already (a follow-up); otherwise the claim is
-        pending until :meth:`create` (or the run queue) stores that task, and a pending claim
-        whose task never comes is dropped after a while (or by :meth:`release_message`).
+        ``created``: the claim is made at once; otherwise it is pending until :meth:`create`
+        (or the run queue) stores ``task_id``, or :meth:`confirm_message` says a follow-up to
+        it is being delivered, and a pending claim that is never made lapses after a while (or
+        goes by :meth:`release_message`).
         ``position``: the task's log position the message is accepted at. The default keeps
         no claims (every send is new): stores that deduplicate override all three methods.
         """
@@ -158,6 +159,11 @@ class TaskStore(abc.ABC):
         runs again), atomically: None when done, else the claim as it is now (``task_id`` ""
         if there is none any more)."""
         return None
+
+    async def confirm_message(  # noqa: B027  # the default keeps no claims
+        self, owner: str, message_id: str, task_id: str
+    ) -> None:
+        """Make the pending claim of a follow-up to ``task_id``: it is being delivered."""
 
     async def release_message(  # noqa: B027  # the default keeps no claims
         self, owner: str, message_id: str, task_id: str

@@ -37,7 +37,8 @@ class PriorSend:
     ``task_id``: the task it created (or continued). ``fingerprint``: its message's digest.
     ``position``: the task's log position when that message was accepted (0 for a new task), so
     a resent follow-up answers with what the first one's caller was answered. ``created``:
-    False while the first send is still being set up (its task is not stored yet).
+    False while the first send is still being set up (its task is not stored yet, or its
+    follow-up not yet handed to the run).
     """
 
     task_id: str

@@ -3,8 +3,9 @@ map of this process's pending claims).
 
 A claim is a hash ``<prefix>:claim:<digest>`` (fingerprint, task id, position, made, op) written
 by :data:`.scripts.CLAIM_MESSAGE` in one step, so two replicas claiming the same message at once
-get one winner. A new task's claim is pending (it lapses after :data:`CLAIM_PENDING`) until the
-task's CREATE marks it made (the store passes the key from :meth:`RedisClaims.take_pending`);
+get one winner. A claim is pending (it lapses after :data:`CLAIM_PENDING`) until it is made: a
+new task's by the task's CREATE (the store passes the key from :meth:`RedisClaims.take_pending`),
+a follow-up's by :meth:`RedisClaims.confirm` as the message is delivered;
 from then on it lives while its task runs and gets the task's expiry, or the claim window if
 longer, when the task ends (APPEND). docs/exactly-once.md has the rules.
 
@@ -42,6 +43,7 @@ class RedisClaims:
         self.keep_ms = keep_ms
         self._claim = conn.script(scripts.CLAIM_MESSAGE)
         self._reclaim = conn.script(scripts.RECLAIM_MESSAGE)
+        self._confirm = conn.script(scripts.CONFIRM_MESSAGE)
         self._release = conn.script(scripts.RELEASE_MESSAGE)
         self._pending: dict[str, str] = {}  # new task id -> its pending claim's key (here)
 
@@ -74,6 +76,12 @@ class RedisClaims:
             self._pending[new_task_id] = key
             return None
         return _prior(raw)
+
+    async def confirm(self, owner: str, message_id: str, task_id: str) -> None:
+        self._pending.pop(task_id, None)  # (a follow-up's task exists: no CREATE takes it)
+        key = self.keys.claim(claim_key(owner, message_id))
+        keys = [key, self.keys.task(task_id), self.keys.claims(task_id)]
+        await self.conn.run(self._confirm, keys, [task_id, self.keep_ms])
 
     async def release(self, owner: str, message_id: str, task_id: str) -> None:
         self._pending.pop(task_id, None)

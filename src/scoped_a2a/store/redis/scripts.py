@@ -135,6 +135,22 @@ end
 return false
 """
 
+CONFIRM_MESSAGE = _TERMINAL + """
+-- KEYS: claim hash, task hash, the task's claims set.  ARGV: task id, keep ms
+-- Makes a pending follow-up claim (its message is being delivered). Returns 1, or 0 if the claim
+-- is not this task's (it lapsed meanwhile).
+if redis.call('HGET', KEYS[1], 'task') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'made', 1)
+local state = redis.call('HGET', KEYS[2], 'state')
+if state and not TERMINAL[state] then
+  redis.call('PERSIST', KEYS[1])
+  redis.call('SADD', KEYS[3], KEYS[1])  -- expires with the task (APPEND)
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+"""
+
 RECLAIM_MESSAGE = """
 -- KEYS: claim hash.  ARGV: old task id, new task id, op, pending ms
 -- Returns false if the claim now names the new (pending) task, else {fingerprint, task id,

@@ -393,6 +393,9 @@ class RedisTaskStore(TaskStore):
     ) -> PriorSend | None:
         return await self.claims.reclaim(owner, message_id, old_task_id, new_task_id)
 
+    async def confirm_message(self, owner: str, message_id: str, task_id: str) -> None:
+        await self.claims.confirm(owner, message_id, task_id)
+
     async def release_message(self, owner: str, message_id: str, task_id: str) -> None:
         await self.claims.release(owner, message_id, task_id)
 
