@@ -3,7 +3,7 @@
 pydantic-ai is asyncio-bound (its runs are asyncio tasks), so these tests run on asyncio only;
 ``test_trio_refuses_the_run`` shows what happens on trio. Models are offline: pydantic-ai's
 ``TestModel`` and ``FunctionModel``, and for the cancel tests a real ``OpenAIChatModel`` talking
-HTTP to a slow fake endpoint on loopback (tests/pydantic_ai_fake_llm.py).
+HTTP to a slow fake endpoint on loopback (scoped_a2a.testing.fake_llm).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from scoped_a2a import A2AApp, A2AClient, RunContext, follow_trajectory
 from scoped_a2a.adapters.pydantic_ai import MemoryHistory, from_pydantic_ai, recognises
 from scoped_a2a.client.pages import LivePage
+from scoped_a2a.testing.fake_llm import FakeChatModel, fake_chat_model, tool_then_text
 
 from .helpers import rpc, served, sse_events, text_message
 from .pydantic_ai_agents import (
@@ -37,7 +38,6 @@ from .pydantic_ai_agents import (
     tool_user,
     with_deps,
 )
-from .pydantic_ai_fake_llm import FakeLLM
 
 pytestmark = pytest.mark.anyio
 
@@ -343,15 +343,13 @@ async def test_cancel_task_cancels_the_run() -> None:
 
 
 @asynccontextmanager
-async def slow_llm(**kw: Any) -> AsyncIterator[FakeLLM]:
-    llm = FakeLLM(lambda body: ["one ", "two ", "three"], **kw)
-    async with anyio.create_task_group() as tg:
-        await tg.start(llm.serve)
+async def slow_llm() -> AsyncIterator[FakeChatModel]:
+    """A model that streams "one " and then holds its reply open (a call in flight)."""
+    async with fake_chat_model(lambda body: ["one "], hold=True) as llm:
         yield llm
-        tg.cancel_scope.cancel()
 
 
-def openai_agent(llm: FakeLLM) -> Agent:
+def openai_agent(llm: FakeChatModel) -> Agent:
     model = OpenAIChatModel("fake-model", provider=OpenAIProvider(base_url=llm.url,
                                                                   api_key="test"))
     return Agent(model, name="remote")
@@ -359,7 +357,7 @@ def openai_agent(llm: FakeLLM) -> Agent:
 
 @pytest.mark.parametrize("how", ["hang-up", "CancelTask"])
 async def test_cancelling_closes_the_models_http_connection(how: str) -> None:
-    async with slow_llm(stall_after=1) as llm, served(app_of(openai_agent(llm))) as url, \
+    async with slow_llm() as llm, served(app_of(openai_agent(llm))) as url, \
             httpx.AsyncClient(timeout=10) as client:
         req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
                "params": {"message": text_message("go")}}
@@ -370,7 +368,7 @@ async def test_cancelling_closes_the_models_http_connection(how: str) -> None:
                 if "artifactUpdate" in event["result"]:
                     break  # "one " arrived; the model's response is now stalled
             with anyio.fail_after(5):
-                await llm.stalled.wait()
+                await llm.in_flight.wait()
             [conn] = llm.connections
             assert not conn.closed_by_client.is_set()
             if how == "CancelTask":
@@ -397,12 +395,12 @@ async def test_a_deadline_cancels_the_run() -> None:
 
 
 async def test_shutdown_cancels_a_detached_run_after_its_grace_and_closes_the_model_call() -> None:
-    async with slow_llm(stall_after=1) as llm:
+    async with slow_llm() as llm:
         app = A2AApp(from_pydantic_ai(openai_agent(llm)), grace=0.3)
         async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
             task = await send(client, url, "go", configuration={"returnImmediately": True})
             with anyio.fail_after(5):
-                await llm.stalled.wait()
+                await llm.in_flight.wait()
         # served() has shut the server down: the run outlived the grace period.
         [conn] = llm.connections
         assert conn.closed_by_client.is_set()
@@ -477,24 +475,21 @@ async def test_trio_refuses_the_run() -> None:
 async def test_the_example_answers_through_its_tool_against_a_fake_endpoint(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """examples/pydantic_ai_agent served as its docstring says, its model a fake endpoint."""
-    from .pydantic_ai_fake_llm import tool_then_text
     from .test_cli import start, stop
 
-    llm = FakeLLM(tool_then_text("get_order_status", {"order_id": "A-1001"},
-                                 ["Order A-1001 ", "has shipped ", "with DHL."]))
-    async with anyio.create_task_group() as tg:
-        await tg.start(llm.serve)
+    async with fake_chat_model(tool_then_text(
+            "get_order_status", {"order_id": "A-1001"},
+            ["Order A-1001 ", "has shipped ", "with DHL."])) as llm:
         monkeypatch.setenv("MODEL_URL", llm.url)
         monkeypatch.setenv("OPENAI_API_KEY", "test")
         proc, url, log = await anyio.to_thread.run_sync(lambda: start(
-            "--backend", "asyncio", "--agent", "examples.pydantic_ai_agent.agent:agent"))
+            "--backend", "asyncio", "--agent", "examples.pydantic_ai_agent.agent:assistant"))
         try:
             async with httpx.AsyncClient(timeout=20) as client:
                 task = await send(client, url, "Where is my order A-1001?")
                 events = await trajectory(client, url, task["id"])
         finally:
             err = await anyio.to_thread.run_sync(stop, proc, log)
-        tg.cancel_scope.cancel()
     assert task["status"]["state"] == "TASK_STATE_COMPLETED", err
     assert status_text(task) == "Order A-1001 has shipped with DHL."
     assert reply_text(task) == "Order A-1001 has shipped with DHL."

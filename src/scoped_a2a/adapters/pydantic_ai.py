@@ -43,6 +43,10 @@ __all__ = ["HistoryStore", "MemoryHistory", "PydanticAIAgent", "from_pydantic_ai
 DepsHook = Callable[[RunContext], Any]
 """``deps(ctx)`` -> the agent's ``deps`` for this run, or an awaitable of them."""
 
+INPUT_MODES = ("text/plain", "application/json", "image/*", "audio/*", "video/*",
+               "application/pdf", "text/*")
+"""The media types a served pydantic-ai agent's card accepts (the content pydantic-ai takes)."""
+
 DESCRIPTION_CHARS = 300
 """At most this much of the agent's instructions becomes the card's description."""
 
@@ -159,7 +163,11 @@ class PydanticAIAgent(AdaptedAgent):
             skill_id = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "chat"
             skills = [{"id": skill_id, "name": name, "description": description,
                        "tags": ["chat", "pydantic-ai"]}]
-        return {"name": name, "description": description, "skills": skills}
+        # The caller's file parts reach the model as pydantic-ai content (images, audio,
+        # video, documents): the card accepts what the adapter forwards, and the model says
+        # what it can read (a part it cannot is an error of the run, not of the send).
+        return {"name": name, "description": description, "skills": skills,
+                "defaultInputModes": list(INPUT_MODES)}
 
 
 def _agent_description(agent: Any) -> str | None:
