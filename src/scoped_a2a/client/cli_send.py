@@ -47,6 +47,7 @@ from .cli_common import (
     parse_metadata,
     run_client_command,
 )
+from .cli_format import human_line, parts_text, state_name
 from .client import A2AClient, user_message
 from .pages import LivePage, PageSink
 from .sinks import DirectorySink, MemorySink, StepSink
@@ -111,38 +112,12 @@ class _Printer:
                     {"source": source, "position": position, "kind": kind, "event": event})
                 self.out.write(line.decode() + "\n")
             else:
-                self.out.write(_human(kind, event) + "\n")
+                self.out.write(human_line(kind, event) + "\n")
             self.out.flush()
         except BrokenPipeError:
             # Raised in a follower it would only be logged: end the turn from here instead.
             self.broken = True
             self.scope.cancel()
-
-
-def _text(obj: Any) -> str:
-    parts = obj.get("parts", []) if isinstance(obj, dict) else []
-    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
-
-
-def _state(state: Any) -> str:
-    return str(state or "?").removeprefix("TASK_STATE_").lower().replace("_", "-")
-
-
-def _human(kind: str, ev: Any) -> str:
-    if kind == "task":
-        return f"task {ev.get('id')} {_state(ev.get('status', {}).get('state'))}"
-    if kind == "statusUpdate":
-        status = ev.get("status", {})
-        text = _text(status.get("message"))
-        return f"[{_state(status.get('state'))}]" + (f" {text}" if text else "")
-    if kind == "artifactUpdate":
-        art = ev.get("artifact", {})
-        return f"[artifact {art.get('name') or art.get('artifactId')}] {_text(art)!r}"
-    if kind == "trajectory":
-        return f"[trajectory] {msgspec.json.encode(ev.get('data')).decode()}"
-    if kind == "message":
-        return f"[message] {_text(ev)}"
-    return f"[{kind}] {msgspec.json.encode(ev).decode()}"
 
 
 class _PrintingSink:
@@ -225,14 +200,15 @@ async def _turn(args: argparse.Namespace, client: A2AClient, message: Message, i
         if not streamed_message:  # --stream has printed the reply already
             printer.emit("result", None, "message", msgspec.to_builtins(result))
     elif not failed:  # a failure is said once, on stderr (below)
-        reply = _text(msgspec.to_builtins(result.status.message)) if result.status.message else ""
-        out.write(f"task {result.id} {_state(result.status.state)}"
+        said = result.status.message
+        reply = parts_text(msgspec.to_builtins(said)) if said else ""
+        out.write(f"task {result.id} {state_name(result.status.state)}"
                   + (f": {reply}" if reply else "") + "\n")
         if result.status.state.interrupted:
             err.write(f"answer with: {answer_command(args, result)}\n")
     if isinstance(result, Task) and failed:
         reply = result.status.message.text if result.status.message else ""
-        err.write(f"error: task {result.id} {_state(result.status.state)}"
+        err.write(f"error: task {result.id} {state_name(result.status.state)}"
                   + (f": {reply}" if reply else "") + "\n")
         return EXIT_TASK_FAILED
     return EXIT_OK

@@ -32,7 +32,7 @@ from .cli_common import (
     http_url,
     run_client_command,
 )
-from .cli_send import _human, _state, _text
+from .cli_format import human_line, parts_text, state_name
 from .client import A2AClient
 
 _FAILED = (TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
@@ -70,7 +70,7 @@ def _positive(text: str) -> int:
 
 def _task_line(task: Task) -> str:
     reply = task.status.message.text if task.status.message else ""
-    return f"task {task.id} {_state(task.status.state)}" + (f": {reply}" if reply else "")
+    return f"task {task.id} {state_name(task.status.state)}" + (f": {reply}" if reply else "")
 
 
 def _dump(out: TextIO, obj: Any) -> None:
@@ -148,7 +148,7 @@ async def _get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(_task_line(task) + "\n")
             out.write(f"  context {task.context_id}\n")
             for art in task.artifacts or ():
-                text = _text(msgspec.to_builtins(art))
+                text = parts_text(msgspec.to_builtins(art))
                 out.write(f"  [artifact {art.name or art.artifact_id}] {text!r}\n")
         return _task_status(task)
 
@@ -165,7 +165,7 @@ async def _list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _dump(out, page)
             return EXIT_OK
         for task in page.tasks:
-            out.write(f"{task.id}  {_state(task.status.state):<14}  {task.context_id}\n")
+            out.write(f"{task.id}  {state_name(task.status.state):<14}  {task.context_id}\n")
         if page.next_page_token:
             err.write(f"more: --page-token {page.next_page_token}\n")
         return EXIT_OK
@@ -201,7 +201,7 @@ async def _subscribe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     out.write(msgspec.json.encode(line).decode() + "\n")
                 else:
                     where = "" if item.position is None else f"{item.position} "
-                    out.write(where + _human(item.kind, msgspec.to_builtins(event)) + "\n")
+                    out.write(where + human_line(item.kind, msgspec.to_builtins(event)) + "\n")
                 out.flush()
         return EXIT_TASK_FAILED if state in _FAILED else EXIT_OK
 

@@ -1,0 +1,36 @@
+"""How the client commands print A2A objects for a person: one line per event (no I/O)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+def parts_text(obj: Any) -> str:
+    """The text parts of a message or artifact (as JSON builtins), joined."""
+    parts = obj.get("parts", []) if isinstance(obj, dict) else []
+    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+
+
+def state_name(state: Any) -> str:
+    """``TASK_STATE_INPUT_REQUIRED`` -> ``input-required``."""
+    return str(state or "?").removeprefix("TASK_STATE_").lower().replace("_", "-")
+
+
+def human_line(kind: str, ev: Any) -> str:
+    """One line for an event of ``kind`` (a StreamResponse member name, or ``trajectory``)."""
+    if kind == "task":
+        return f"task {ev.get('id')} {state_name(ev.get('status', {}).get('state'))}"
+    if kind == "statusUpdate":
+        status = ev.get("status", {})
+        text = parts_text(status.get("message"))
+        return f"[{state_name(status.get('state'))}]" + (f" {text}" if text else "")
+    if kind == "artifactUpdate":
+        art = ev.get("artifact", {})
+        return f"[artifact {art.get('name') or art.get('artifactId')}] {parts_text(art)!r}"
+    if kind == "trajectory":
+        return f"[trajectory] {msgspec.json.encode(ev.get('data')).decode()}"
+    if kind == "message":
+        return f"[message] {parts_text(ev)}"
+    return f"[{kind}] {msgspec.json.encode(ev).decode()}"
