@@ -72,9 +72,12 @@ class Send(Scenario):
             bench.fail(f"{label} answered {status}: {body[:300]!r}")
             return
         sizes = bench.sizes
-        for c in CONCURRENCY:
+        for level, c in enumerate(CONCURRENCY):
             conns = await connect_many(proc.port, c)
-            loops = [Loop(conn, template, check, seq_base=(i + 1) * 10**8, port=proc.port)
+            # Ids of their own at each level: a repeated messageId is a resend of the first
+            # send (docs/exactly-once.md), answered with its task instead of a new run.
+            loops = [Loop(conn, template, check, seq_base=(level * 100 + i + 1) * 10**7,
+                          port=proc.port)
                      for i, conn in enumerate(conns)]
             try:
                 await _drive(loops, sizes.warmup, record=False)
