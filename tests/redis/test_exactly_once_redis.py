@@ -76,7 +76,10 @@ async def test_two_replicas_racing_the_same_send_run_it_once(
 ) -> None:
     """200 rounds of one message sent twice at once (blocking and returnImmediately): to two
     replicas, twice to one replica on two connections, and as two streams of one HTTP/2
-    connection. One run each, and both callers get its task."""
+    connection. One run each, and both callers get its task. Then: another message under one
+    of those ids is refused on either replica, and the claims expire with their tasks."""
+    import coredis
+
     a = spawn("serve", "--store", redis_server.url, "--port", "0", "--http2")
     b = spawn("serve", "--store", redis_server.url, "--port", "0")
     url_a, url_b = await a.url(), await b.url()
@@ -88,8 +91,10 @@ async def test_two_replicas_racing_the_same_send_run_it_once(
             body = await rpc(client, url, "SendMessage", params(msg, detached=i % 2 == 1))
             answers.setdefault(i, []).append(body)
 
+        msgs = [text_message(f"round {i}") for i in range(ROUNDS)]
+
         async def round_(i: int) -> None:
-            msg = text_message(f"round {i}")
+            msg = msgs[i]
             way = i % 6
             first, second = ((one, url_a), (two, url_b)) if way < 2 else (
                 ((one, url_a), (two, url_a)) if way < 4 else ((h2, url_a), (h2, url_a)))
@@ -111,8 +116,21 @@ async def test_two_replicas_racing_the_same_send_run_it_once(
         for task_id in task_ids:
             assert (await wait_ended(one, url_b, task_id))["status"]["state"] == \
                 "TASK_STATE_COMPLETED"
+        for url in (url_a, url_b):
+            changed = {**msgs[0], "parts": [{"text": "something else"}]}
+            refused = await rpc(one, url, "SendMessage", params(changed))
+            assert refused["error"]["code"] == -32602
+            assert "another message" in refused["error"]["message"]
     started = runs_started(a, b)
     assert sorted(started) == sorted(task_ids)  # one run per message, no other
+    redis = coredis.Redis.from_url(redis_server.url)
+    async with redis:
+        for i in (0, 1):  # a blocking send's claim, a detached one's
+            key = f"scoped_a2a:claim:{claim_key('', msgs[i]['messageId']).hex()}"
+            fields = await redis.hgetall(key)
+            assert fields[b"task"] == task_ids[i].encode() and fields[b"made"] == b"1"
+            ttl = await redis.pttl(key)
+            assert 6 * 86400 * 1000 < ttl <= 7 * 86400 * 1000  # the default ended-task TTL
 
 
 async def test_a_detached_send_resent_after_a_restart_is_the_same_task(
@@ -141,83 +159,34 @@ async def test_a_detached_send_resent_after_a_restart_is_the_same_task(
     assert runs_started(first, again) == [task["id"]]
 
 
-async def test_another_message_under_the_same_id_is_refused_on_every_replica(
+async def test_a_resend_after_a_hang_up_runs_again_and_a_resent_follow_up_does_not(
     redis_server: RedisServer, spawn: Callable[..., Proc],
 ) -> None:
-    a = spawn("serve", "--store", redis_server.url, "--port", "0")
-    b = spawn("serve", "--store", redis_server.url, "--port", "0")
-    url_a, url_b = await a.url(), await b.url()
-    msg = text_message("the original")
-    async with httpx.AsyncClient(timeout=30) as client:
-        task = (await rpc(client, url_a, "SendMessage", params(msg)))["result"]["task"]
-        changed = {**msg, "parts": [{"text": "something else"}]}
-        refused = await rpc(client, url_b, "SendMessage", params(changed))
-        assert refused["error"]["code"] == -32602
-        assert "another message" in refused["error"]["message"]
-        same = (await rpc(client, url_b, "SendMessage", params(msg)))["result"]["task"]
-        assert same["id"] == task["id"]
-    assert runs_started(a, b) == [task["id"]]
-
-
-async def test_claims_expire_with_their_task(
-    redis_server: RedisServer, spawn: Callable[..., Proc],
-) -> None:
-    """A claim lasts while its task runs and gets the task's expiry (or the window) when the
-    task ends: nothing is kept forever."""
+    """1. The caller of an interactive send on A hangs up (its run is cancelled, reason
+    hang-up); its resend, to B, runs the message again as a new task; a third send answers
+    with that one. 2. The answer to input-required, sent twice at once to the replica holding
+    the run and again to the other replica after the end, is delivered once, every copy
+    answered with the completed task; its claim then expires with the task."""
     import coredis
 
-    a = spawn("serve", "--store", redis_server.url, "--port", "0")
-    url = await a.url()
-    msg = text_message("expiring")
-    async with httpx.AsyncClient(timeout=30) as client:
-        task = (await rpc(client, url, "SendMessage", params(msg)))["result"]["task"]
-        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-    redis = coredis.Redis.from_url(redis_server.url)
-    async with redis:
-        key = f"scoped_a2a:claim:{claim_key('', msg['messageId']).hex()}"
-        fields = await redis.hgetall(key)
-        assert fields[b"task"] == task["id"].encode() and fields[b"made"] == b"1"
-        ttl = await redis.pttl(key)
-        assert 6 * 86400 * 1000 < ttl <= 7 * 86400 * 1000  # the default ended-task TTL
-
-
-async def test_a_resend_after_a_hang_up_runs_it_again_on_another_replica(
-    redis_server: RedisServer, spawn: Callable[..., Proc],
-) -> None:
-    """The caller of an interactive send on A hangs up (its run is cancelled, reason hang-up);
-    its resend, to B, runs the message again as a new task; a third send answers with that."""
     a = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
     b = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
     url_a, url_b = await a.url(), await b.url()
     msg = text_message("sleep 1")
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx.AsyncClient(timeout=30) as one, httpx.AsyncClient(timeout=30) as two:
         async with httpx.AsyncClient(timeout=30) as doomed, anyio.create_task_group() as tg:
             tg.start_soon(rpc, doomed, url_a, "SendMessage", params(msg))
             first = (await a.wait_for(r"agent run task=(\S+) text=sleep 1")).group(1)
             tg.cancel_scope.cancel()  # the caller hangs up
-        hung = await wait_ended(client, url_a, first)
+        hung = await wait_ended(one, url_a, first)
         assert hung["status"]["state"] == "TASK_STATE_CANCELED"
         assert hung["status"]["message"]["metadata"]["reason"] == "hang-up"
-        again = (await rpc(client, url_b, "SendMessage", params(msg)))["result"]["task"]
+        again = (await rpc(one, url_b, "SendMessage", params(msg)))["result"]["task"]
         assert again["id"] != first
         assert again["status"]["state"] == "TASK_STATE_COMPLETED"
-        third = (await rpc(client, url_a, "SendMessage", params(msg)))["result"]["task"]
+        third = (await rpc(one, url_a, "SendMessage", params(msg)))["result"]["task"]
         assert third["id"] == again["id"]
-    assert sorted(agent_runs(a, b)) == sorted([first, again["id"]])
 
-
-async def test_a_resent_follow_up_is_delivered_once(
-    redis_server: RedisServer, spawn: Callable[..., Proc],
-) -> None:
-    """The answer to input-required sent twice at once to the replica holding the run, then
-    again to the other replica after the end: delivered once, every copy answered with the
-    completed task; its claim then expires with the task."""
-    import coredis
-
-    a = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
-    b = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
-    url_a, url_b = await a.url(), await b.url()
-    async with httpx.AsyncClient(timeout=30) as one, httpx.AsyncClient(timeout=30) as two:
         asked = (await rpc(one, url_a, "SendMessage", params(text_message("ask"))))["result"][
             "task"]
         assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
@@ -234,6 +203,7 @@ async def test_a_resent_follow_up_is_delivered_once(
         for body in bodies:
             assert body["result"]["task"]["id"] == asked["id"], body
             assert body["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", body
+    assert sorted(agent_runs(a, b)) == sorted([first, again["id"], asked["id"]])
     assert len(re.findall(r"agent answer task=\S+ text=Ann", a.text() + b.text())) == 1
     redis = coredis.Redis.from_url(redis_server.url)
     async with redis:
