@@ -193,3 +193,16 @@ def test_input_modes_match_types_not_parameters() -> None:
     assert modes.accepts("Text/Plain; charset=utf-8") and modes.accepts("image/webp")
     assert modes.accepts("audio/ogg") and not modes.accepts("application/pdf")
     assert InputModes.from_card({}).any  # a card that declares nothing refuses nothing
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_serve_card_1_0_only(backend: str) -> None:
+    """``serve --card-1-0-only`` as an operator runs it: the served card has no 0.3 fields."""
+    from .test_cli import start, stop
+
+    proc, url, log = start("--backend", backend, "--card-1-0-only")
+    try:
+        card = httpx.get(url + ".well-known/agent-card.json", timeout=5).json()
+    finally:
+        stop(proc, log)
+    assert card["supportedInterfaces"] and not any(f in card for f in V03_CARD_FIELDS)
