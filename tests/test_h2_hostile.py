@@ -193,3 +193,71 @@ def test_rapid_reset_is_bounded_per_connection(backend: str, tmp_path: Path) -> 
         assert polite.status(stream) == 200
         polite.close()
         stop(proc, log)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_client_granting_no_window_is_cut_off_like_a_slow_reader(backend: str,
+                                                                   tmp_path: Path) -> None:
+    """20 ``SubscribeToTask`` streams on one HTTP/2 connection that grants no flow-control
+    window, on a task whose snapshot is 1 MiB. hypercorn's ``send()`` never waited for the
+    window, so every stream's bytes piled up in its buffers and no write deadline fired (none
+    was cut off in 42 s). Now each stream is ended within ``--stream-write-timeout`` (2 s
+    here): the client gets RST_STREAM for every one, the server logs them as slow consumers,
+    and the connection still serves a request that reads."""
+    import json
+    import uuid
+
+    with server_process(backend, tmp_path, "--stream-write-timeout", "2") as (proc, port, log):
+        import httpx
+
+        sent = httpx.post(f"http://127.0.0.1:{port}/", timeout=30, headers={"A2A-Version": "1.0"},
+                          json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                              "message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
+                                          "parts": [{"text": "slow 60 " + "x" * (1 << 20)}]},
+                              "configuration": {"returnImmediately": True}}})
+        task_id = sent.json()["result"]["task"]["id"]
+        rpc_headers = [("content-type", "application/json"), ("a2a-version", "1.0")]
+        before = rss_mib(proc.pid)
+
+        stingy = H2(port, window=0)
+        subscribe = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask",
+                                "params": {"id": task_id}}).encode()
+        streams = set()
+        for _ in range(20):
+            sid = stingy.headers("/", "POST", end_stream=False, extra=rpc_headers)
+            stingy.conn.send_data(sid, subscribe, end_stream=True)
+            streams.add(sid)
+        stingy.flush()
+        reset: set[int] = set()
+        stingy.sock.settimeout(1.0)
+        deadline = time.monotonic() + 20  # the 2 s timeout, plus slack for a loaded machine
+        peak = before
+        while reset != streams and time.monotonic() < deadline:
+            peak = max(peak, rss_mib(proc.pid))
+            try:
+                data = stingy.sock.recv(65536)
+            except TimeoutError:
+                continue
+            assert data, "the server closed the connection"
+            for event in stingy.conn.receive_data(data):
+                if isinstance(event, h2.events.StreamReset):
+                    reset.add(event.stream_id)
+            stingy.flush()
+        after = rss_mib(proc.pid)
+        print(f"\n{backend}: RSS before {before:.0f} MiB, peak {peak:.0f}, after {after:.0f}")
+        assert reset == streams, f"{len(streams - reset)} of 20 streams still open"
+        # The same connection still serves a request it reads (the window opened for it).
+        stingy.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        card = stingy.headers(CARD)
+        stingy.flush()
+        assert stingy.status(card) == 200
+        stingy.close()
+        text = stop(proc, log)
+        assert text.count("closed a stream whose client stopped reading") == 20

@@ -20,7 +20,8 @@ version nothing is patched and a warning says so, because these reach into priva
    how many it dropped, and a retry for a listening socket that has been closed does nothing.
 3. **HTTP/2 is off unless asked for** (``serve(http2=True)``): hypercorn switches a plain
    connection to HTTP/2 when it opens with the h2c preface or asks for an ``Upgrade: h2c``, and
-   its HTTP/2 layer (0.18) loses requests and can end the server (docs/connections.md). With
+   its HTTP/2 layer (0.18) has bugs that only patches of its private code work around
+   (:mod:`.hypercorn_h2`, docs/connections.md). With
    HTTP/2 off, a prior-knowledge client's connection is closed at once, and an upgrade request is
    answered over HTTP/1.1 as if it had not asked.
 4. **With HTTP/2 on, hostile or unlucky frames reach bugs in hypercorn's H2 protocol**: a

@@ -21,10 +21,23 @@ C. **Rapid reset (CVE-2023-44487).** A client may open a stream and reset it at 
    connection is closed with GOAWAY ``ENHANCE_YOUR_CALM``, and the frames after the one that
    overdrew are not processed (no request is started for them). A client that resets now and
    then never comes near it.
+D. **No back-pressure.** An app's ``send()`` on an HTTP/2 stream puts the bytes in the
+   stream's buffer, which is to make the app wait above 32 KiB; but the sender task releases
+   the waiting app after every piece it takes from the buffer that is smaller than 16 KiB,
+   and with no flow-control window it takes nothing (an empty piece) again and again. So a
+   client that grants no window let every ``send()`` return at once: 100 subscriptions to a
+   task with a 1 MiB snapshot put 120-140 MiB in buffers, and no write deadline ever fired.
+   Now the app is released only once the buffer holds less than 16 KiB, so ``send()`` waits
+   for the client's window as it waits for the socket on HTTP/1.1, and the stream's write
+   deadline (``stream_write_timeout``) ends a stream whose client takes nothing. And when the
+   app ends a response it had not finished (that deadline, a hang-up), the stream is reset
+   (``RST_STREAM CANCEL``) and its buffer emptied at once, instead of being held until the
+   client grants a window or leaves.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,6 +54,7 @@ def install() -> None:
 
     _forget_data_for_closed_streams(H2Protocol)
     _bound_priority_and_resets(H2Protocol)
+    _wait_for_the_window(H2Protocol)
 
 
 # --- B. DATA for a stream that has been answered -------------------------------------------
@@ -147,3 +161,52 @@ def _bound_priority_and_resets(protocol_class: Any) -> None:
     protocol_class._handle_events = _handle_events
     protocol_class._priority_updated = _priority_updated
     protocol_class.handle = guarded_handle
+
+
+# --- D. back-pressure ------------------------------------------------------------------------
+
+
+def _wait_for_the_window(protocol_class: Any) -> None:
+    import h2.errors
+    import h2.exceptions
+    import priority.priority
+    from hypercorn.protocol import h2 as hypercorn_h2
+    from hypercorn.protocol.events import StreamClosed
+
+    buffer_class: Any = hypercorn_h2.StreamBuffer
+    low_water = hypercorn_h2.BUFFER_LOW_WATER
+    stream_send: Callable[[Any, Any], Awaitable[None]] = protocol_class.stream_send
+
+    async def pop(self: Any, max_length: int) -> bytes:
+        # hypercorn's, except that what is left decides whether the app may write again, not
+        # the size of the piece taken (an empty piece, for want of window, released it).
+        length = min(len(self.buffer), max_length)
+        data = bytes(self.buffer[:length])
+        del self.buffer[:length]
+        if len(self.buffer) < low_water:
+            await self._paused.set()
+        if len(self.buffer) == 0:
+            await self._is_empty.set()
+        return data
+
+    async def guarded_stream_send(self: Any, event: Any) -> None:
+        if isinstance(event, StreamClosed):
+            buffer = self.stream_buffers.get(event.stream_id)
+            if buffer is not None and not buffer._complete:
+                # The app ended without finishing its response (a write deadline, a hang-up):
+                # nothing more will come, so the client gets RST_STREAM and the bytes waiting
+                # for its window are dropped now. The sender task removes the stream when it
+                # next finds it closed (hypercorn's own path for a reset stream).
+                await buffer.close()
+                # (Already closed or reset by the client: nothing to reset or unblock.)
+                with contextlib.suppress(h2.exceptions.ProtocolError):
+                    self.connection.reset_stream(event.stream_id,
+                                                 error_code=h2.errors.ErrorCodes.CANCEL)
+                with contextlib.suppress(priority.priority.PriorityError):
+                    self.priority.unblock(event.stream_id)
+                await self._flush()
+                await self.has_data.set()
+        await stream_send(self, event)
+
+    buffer_class.pop = pop
+    protocol_class.stream_send = guarded_stream_send

@@ -124,7 +124,9 @@ async def serve(
         10): an app with ``drain(grace)`` (:class:`~scoped_a2a.A2AApp`) gives it to its runs;
         for any other ASGI app it is hypercorn's ``graceful_timeout`` for requests in flight.
     :param http2: allow HTTP/2 (h2c) clients. Off by default: hypercorn 0.18's HTTP/2 layer
-        loses requests and can end the server (docs/connections.md); with it off, a client
+        has bugs only patches of its private code work around (docs/connections.md, all
+        handled on 0.17/0.18: lost requests, a PRIORITY flood, rapid reset, no
+        back-pressure); with it off, a client
         that opens with the HTTP/2 preface has its connection closed and everyone else is
         served over HTTP/1.1.
     :returns: after a graceful shutdown: for an A2AApp whose runs obey cancellation, about
