@@ -9,8 +9,9 @@ table the in-memory store keeps.
 
 Lifetime of a claim in memory: it lives while its task is kept; when its task is evicted it lingers
 for at least ``window`` seconds (a late retry still finds it and is told the task is gone, rather
-than running the message again), unless the byte budget runs out first: lingering claims are
-dropped oldest first before any task is evicted for room (``MemoryTaskStore._evict``).
+than running the message again), unless the byte budget runs out first: lingering claims count
+against it, and are dropped oldest first before any task is evicted for room
+(``MemoryTaskStore._evict``).
 """
 
 from __future__ import annotations
@@ -87,8 +88,13 @@ class MemoryClaims:
 
     @property
     def size(self) -> int:
-        """What the claims count against the store's byte budget."""
-        return CLAIM_BYTES * len(self._claims)
+        """What the claims count against the store's byte budget: the lingering ones.
+
+        A kept task's claims ride with it (one per message it took, next to the task's own
+        JSON, which holds each message): counting them would let running tasks, which no
+        budget bounds, push ended tasks out.
+        """
+        return CLAIM_BYTES * len(self._lingering)
 
     @property
     def lingering(self) -> int:
@@ -167,8 +173,7 @@ class MemoryClaims:
             self._drop_lingering(key)
 
     def trim(self, allowance: int) -> None:
-        """Drop lingering claims, oldest first, until the claims count at most ``allowance``
-        bytes (or none lingers)."""
+        """Drop lingering claims, oldest first, until they count at most ``allowance`` bytes."""
         while self._lingering and self.size > allowance:
             self._drop_lingering(next(iter(self._lingering)))
 

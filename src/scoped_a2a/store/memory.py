@@ -204,8 +204,8 @@ class MemoryTaskStore(TaskStore):
     :param max_ended_bytes: about how many bytes of ended tasks are kept: their encoded JSON
         (snapshot plus kept log events) plus a small fixed overhead per task and per event.
     :param max_events_per_task: log events kept per task, running or ended.
-    :param claim_window: seconds a message claim outlives its evicted task (claims.py); the
-        claims count against ``max_ended_bytes`` too.
+    :param claim_window: seconds a message claim outlives its evicted task (claims.py); such
+        lingering claims count against ``max_ended_bytes`` too.
     """
 
     def __init__(
@@ -329,7 +329,7 @@ class MemoryTaskStore(TaskStore):
 
     @property
     def claim_bytes(self) -> int:
-        """The bytes the message claims count against ``max_ended_bytes`` now."""
+        """The bytes lingering message claims count against ``max_ended_bytes`` now."""
         return self._claims.size
 
     async def claim_message(
