@@ -29,8 +29,8 @@ from starlette.routing import Route
 
 import scoped_a2a
 from scoped_a2a import A2AApp, DirectorySink, RunContext, serve
+from scoped_a2a.agent_loading import is_async_callable
 from scoped_a2a.agents.demo import demo_agent
-from scoped_a2a.cli import is_async_callable
 from scoped_a2a.server.card import build_card
 
 from .helpers import served

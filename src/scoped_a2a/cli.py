@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
-import inspect
 import logging
 import os
 import re
@@ -29,6 +27,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from .agent_loading import LoadedAgent, load_agent, load_card
 from .cli_auth import (
     add_auth_options,
     add_limit_options,
@@ -60,50 +59,13 @@ SERVE_DESCRIPTION = """\
 Serve an agent over A2A 1.0 and 0.3 JSON-RPC at http://HOST:PORT/ (agent card at
 /.well-known/agent-card.json) under hypercorn, on trio or asyncio.
 
-The agent is an async callable taking a RunContext (--agent MODULE:ATTR, imported with the
-current folder on the Python path). SIGINT/SIGTERM: new sends are refused, runs get --grace
-seconds, the rest are cancelled and recorded; a second signal stops at once."""
+The agent (--agent MODULE:ATTR, imported with the current folder on the Python path) is an
+async callable taking a RunContext, or an agent of another framework served unchanged: an
+a2a-sdk AgentExecutor, a Google ADK agent, a pydantic-ai Agent (docs/adapters.md).
+SIGINT/SIGTERM: new sends are refused, runs get --grace seconds, the rest are cancelled and
+recorded; a second signal stops at once."""
 
 DEFAULT_AGENT = "scoped_a2a.agents.demo:demo_agent"
-
-
-def is_async_callable(obj: Any) -> bool:
-    """True for an ``async def`` function (or a partial of one), or an object whose
-    ``__call__`` is ``async def``."""
-    if inspect.iscoroutinefunction(obj):
-        return True
-    return (callable(obj) and not inspect.isclass(obj)
-            and inspect.iscoroutinefunction(type(obj).__call__))
-
-
-def load_agent(spec: str) -> Any:
-    """Import ``MODULE:ATTR`` (ATTR may be dotted) and check that it is an async callable.
-
-    The current folder is put first on ``sys.path`` if it is not there, as ``python -m`` does,
-    so the ``scoped-a2a`` script finds an agent module beside the caller too. Raises SystemExit
-    with a one-line reason when the spec is malformed, the import fails, or the object is not
-    an async callable.
-    """
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise SystemExit(f"--agent must look like MODULE:ATTR, not {spec!r}")
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SystemExit(f"cannot import agent module {module_name!r}: {exc}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise SystemExit(f"{module_name!r} has no attribute {attr!r}") from None
-    if not is_async_callable(obj):
-        raise SystemExit(
-            f"--agent {spec} is not an async callable: an agent is `async def agent(ctx)` or an "
-            "object with an `async def __call__`; wrap anything else in an async def")
-    return obj
 
 
 def _version() -> str:
@@ -193,8 +155,12 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve an agent over A2A", description=SERVE_DESCRIPTION,
                        formatter_class=HelpFormatter)
     s.add_argument("--agent", default=DEFAULT_AGENT,
-                   help="MODULE:ATTR of the agent, an async callable (the default is the "
-                        "built-in demo agent)")
+                   help="MODULE:ATTR of the agent: an async callable taking a RunContext, an "
+                        "A2AApp, an a2a-sdk AgentExecutor, a Google ADK agent or a pydantic-ai "
+                        "Agent (docs/adapters.md; the default is the built-in demo agent)")
+    s.add_argument("--card", metavar="FILE",
+                   help="a JSON object of agent-card fields (name, description, skills...) "
+                        "over the card the agent's framework or code gives")
     s.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
                    help="the async library to run on")
     s.add_argument("--host", default="127.0.0.1", help="the address to listen on")
@@ -272,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(args: argparse.Namespace, agent: Any) -> None:
+async def _serve(args: argparse.Namespace, loaded: LoadedAgent) -> None:
     from .push import PushSettings
     from .server.app import A2AApp
     from .server.serve import serve
@@ -283,7 +249,8 @@ async def _serve(args: argparse.Namespace, agent: Any) -> None:
 
     def make_app(store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
         return A2AApp(
-            agent,
+            loaded.agent,
+            card=loaded.card,
             policy=policy,
             grace=args.grace,
             public_url=args.public_url,
@@ -440,7 +407,8 @@ def _main(argv: Sequence[str] | None) -> int:
         use_json_logs(getattr(logging, args.log_level))
     if args.command == "serve":
         # Loaded before the event loop starts: a bad --agent is one line, not a traceback.
-        agent = load_agent(args.agent)
+        loaded = load_agent(args.agent, backend=args.backend)
+        loaded.card.update(load_card(args.card))
         authenticator_from_args(args)  # a bad key file is one line here, before the loop
         card_signer_from_args(args)
         args.observers = observers_from(args)  # a missing extra is one line too
@@ -448,14 +416,14 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.store != "memory":
             check_store_url(args.store)
         _check_host(args.host, args.port)
-        return _run_server(_serve, args, agent, backend=args.backend, host=args.host,
+        return _run_server(_serve, args, loaded, backend=args.backend, host=args.host,
                            port=args.port)
     if args.command == "send":
         return run_send(args)
     if args.command in ("get", "list", "cancel", "subscribe"):
         return run_task_command(args)
     if args.command == "worker":  # Redis (redis_cli.py)
-        agent = load_agent(args.agent)
+        agent = load_agent(args.agent, backend=args.backend).agent
         check_store_url(args.store)
         return _run_server(run_worker, args, agent, _on_signals, backend=args.backend,
                            host="", port=0)
