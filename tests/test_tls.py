@@ -12,7 +12,8 @@ import httpx
 import pytest
 import trustme
 
-from scoped_a2a import A2AApp, serve
+from scoped_a2a import A2AApp, A2AClient, serve
+from scoped_a2a.protocol.errors import Unauthenticated
 from scoped_a2a.server.auth import Authenticator
 from scoped_a2a.server.auth.api_keys import ApiKeys
 from scoped_a2a.server.tls import ClientCertificate
@@ -129,6 +130,13 @@ async def test_a_client_certificate_without_common_name_is_told_what_is_wrong(
             # The same certificate with an API key: another scheme still accepts.
             ok = await http.get(url + "tasks", headers={"X-API-Key": "carol-key"})
             assert ok.status_code == 200, ok.text
+            # Our client says what is wrong with the certificate it sent, on either binding.
+            for binding in ("jsonrpc", "rest"):
+                async with A2AClient(url, http=http, transport=binding) as client:
+                    with pytest.raises(Unauthenticated) as refused:
+                        await client.send("hi")
+                said = str(refused.value)
+                assert "no commonName" in said and "none was sent" not in said, said
         async with httpx.AsyncClient(verify=client_context(ca), timeout=20) as anonymous:
             plain = (await send(anonymous, url)).json()["error"]["message"]
     assert "client certificate" in message and "no commonName" in message, message

@@ -15,6 +15,7 @@ from collections.abc import Generator, Mapping
 from typing import Any
 
 import httpx
+import msgspec
 
 from .card import AgentCard
 
@@ -78,13 +79,38 @@ def _describe(name: str, scheme: Mapping[str, Any]) -> str:
     return name
 
 
-def missing_credential_text(card: AgentCard | None, *, sent: bool, status: int) -> str:
-    """What to tell a caller the agent refused: which credentials its card asks for."""
+REFUSAL_SEPARATOR = "; "
+"""Between the server's standard 401 text and what it says was wrong with the credential sent
+(only said for a credential that could be read but not used, such as a client certificate that
+names no caller)."""
+
+
+def refusal_reason(body: bytes) -> str | None:
+    """What a 401's body says was wrong with the credential sent, if it says (JSON-RPC error or
+    ``google.rpc.Status``); None for the standard text alone or a body that is not JSON."""
+    try:
+        decoded = msgspec.json.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    error = decoded.get("error") if isinstance(decoded, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(message, str) or REFUSAL_SEPARATOR not in message:
+        return None
+    reason = message.split(REFUSAL_SEPARATOR, 1)[1].strip()
+    return reason[:500] or None
+
+
+def missing_credential_text(card: AgentCard | None, *, sent: bool, status: int,
+                            reason: str | None = None) -> str:
+    """What to tell a caller the agent refused: which credentials its card asks for, or what
+    the agent said was wrong with the credential sent (``reason``)."""
     schemes = (card.security_schemes or {}) if card is not None else {}
     wanted = ", ".join(_describe(n, s) for n, s in schemes.items() if isinstance(s, Mapping))
     if status == 403:
         return ("the agent refused this credential (HTTP 403): it is valid but not allowed; "
                 "ask the agent's operator for access")
+    if reason is not None:
+        return f"the agent refused the credential sent (HTTP 401): {reason}"
     if not sent:
         head = "the agent needs a credential and none was sent (HTTP 401)"
     else:

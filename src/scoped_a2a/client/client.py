@@ -46,7 +46,7 @@ from ..protocol.types import (
     Task,
     TaskState,
 )
-from .auth import Auth, as_httpx_auth, missing_credential_text
+from .auth import Auth, as_httpx_auth, missing_credential_text, refusal_reason
 from .backoff import Backoff
 from .card import AgentCard, decode_card, select_binding, select_interface
 from .card_verify import CardVerifier
@@ -243,10 +243,11 @@ class A2AClient:
         return EventStream(response, codec, idle_timeout=self.stream_idle_timeout,
                            unwrap=unwrap)
 
-    def _refused_text(self, status: int) -> str:
+    def _refused_text(self, status: int, body: bytes) -> str:
         sent = (self._auth is not None or self.http.auth is not None
                 or any(k.lower() in ("authorization", "x-api-key") for k in self._headers))
-        return missing_credential_text(self._card, sent=sent, status=status)
+        return missing_credential_text(self._card, sent=sent, status=status,
+                                       reason=refusal_reason(body))
 
     async def _may_resend(self, exc: BaseException, failures: int) -> bool:
         """Whether to resend after the ``failures``-th failed attempt (and wait before it).

@@ -92,7 +92,7 @@ class RestTransport:
         headers: Mapping[str, str] | None = None,
         fallback: RpcTransport | None = None,
         auth: httpx.Auth | None = None,
-        on_refused: Callable[[int], str] | None = None,
+        on_refused: Callable[[int, bytes], str] | None = None,
     ) -> None:
         self.http = http
         self.url = url.rstrip("/")
@@ -108,11 +108,12 @@ class RestTransport:
         # Only when set: otherwise the httpx client's own auth (if any) applies.
         return {"auth": self.auth} if self.auth is not None else {}
 
-    def _raise_refused(self, status: int) -> None:
-        """On 401/403, raise the error that says which credential the agent's card wants."""
+    def _raise_refused(self, status: int, body: bytes) -> None:
+        """On 401/403, raise the error that says which credential the agent's card wants (and
+        what the agent said was wrong with the one sent, when it said)."""
         if status in (401, 403) and self._on_refused is not None:
             cls = Unauthenticated if status == 401 else PermissionDenied
-            raise cls(self._on_refused(status))
+            raise cls(self._on_refused(status, body))
 
     def _route(self, method: str, params: bytes) -> tuple[str, str, dict[str, str], bytes | None]:
         """(HTTP verb, path, query, body) for a 1.0 method and its JSON params."""
@@ -152,7 +153,7 @@ class RestTransport:
             except (TimeoutError, httpx.TransportError) as exc:
                 raise transport_error(exc, url) from None
             if response.status_code != 200:
-                self._raise_refused(response.status_code)
+                self._raise_refused(response.status_code, response.content)
                 raise_for_rest(response.status_code, response.content)
             return response.content
 
@@ -192,7 +193,7 @@ class RestTransport:
                     except (TimeoutError, httpx.TransportError) as exc:
                         raise transport_error(exc, url) from None
                     if response.status_code != 200:
-                        self._raise_refused(response.status_code)
+                        self._raise_refused(response.status_code, content)
                         raise_for_rest(response.status_code, content)
                     raise InvalidAgentResponse(
                         "the agent answered a streaming call without a stream")

@@ -92,7 +92,7 @@ class RpcTransport:
         extensions: Sequence[str] = (),
         headers: Mapping[str, str] | None = None,
         auth: httpx.Auth | None = None,
-        on_refused: Callable[[int], str] | None = None,
+        on_refused: Callable[[int, bytes], str] | None = None,
     ) -> None:
         self.http = http
         self.auth = auth
@@ -109,11 +109,12 @@ class RpcTransport:
         # Only when set: otherwise the httpx client's own auth (if any) applies.
         return {"auth": self.auth} if self.auth is not None else {}
 
-    def _raise_refused(self, status: int) -> None:
-        """On 401/403, raise the error that says which credential the agent's card wants."""
+    def _raise_refused(self, status: int, body: bytes) -> None:
+        """On 401/403, raise the error that says which credential the agent's card wants (and
+        what the agent said was wrong with the one sent, when it said)."""
         if status in (401, 403) and self._on_refused is not None:
             cls = Unauthenticated if status == 401 else PermissionDenied
-            raise cls(self._on_refused(status))
+            raise cls(self._on_refused(status, body))
 
     def _body(self, method: str, params: bytes) -> bytes:
         return (
@@ -138,7 +139,7 @@ class RpcTransport:
             except (TimeoutError, httpx.TransportError) as exc:
                 raise transport_error(exc, self.url) from None
             if response.status_code != 200:
-                self._raise_refused(response.status_code)
+                self._raise_refused(response.status_code, response.content)
                 raise_for_http(response.status_code, response.content)
             return decode_answer(response.content)
 
@@ -182,7 +183,7 @@ class RpcTransport:
         except (TimeoutError, httpx.TransportError) as exc:
             raise transport_error(exc, self.url) from None
         if response.status_code != 200:
-            self._raise_refused(response.status_code)
+            self._raise_refused(response.status_code, body)
             raise_for_http(response.status_code, body)
         decode_answer(body)  # raises the JSON-RPC error, if that is what came back
         raise InvalidAgentResponse("the agent answered a streaming call without a stream")
