@@ -212,8 +212,9 @@ def _parser() -> argparse.ArgumentParser:
                         "with reason input-timeout")
     add_log_level(s, "INFO")
     s.add_argument("--http2", action="store_true",
-                   help="also accept HTTP/2 (h2c) clients; off by default because hypercorn's "
-                        "HTTP/2 layer loses requests under load (docs/connections.md)")
+                   help="also accept HTTP/2 (h2c) clients; off by default because its known "
+                        "hypercorn bugs are worked around by patching hypercorn's private "
+                        "HTTP/2 code (docs/connections.md)")
     add_auth_options(s)
     add_limit_options(s)
     # Push notifications (scoped_a2a.push).
