@@ -39,7 +39,9 @@ async def test_an_agent_reads_file_parts_and_answers_with_files() -> None:
          "filename": "blob.bin"},
         {"url": "https://example.org/in.png", "mediaType": "image/png"},
     ])
-    async with served(A2AApp(file_echo)) as url, httpx.AsyncClient() as c:
+    # The card declares what the agent takes (other parts: ContentTypeNotSupported, -32005).
+    modes = {"defaultInputModes": ["text/plain", "application/octet-stream", "image/*"]}
+    async with served(A2AApp(file_echo, card=modes)) as url, httpx.AsyncClient() as c:
         body = await rpc(c, url, "SendMessage", {"message": message})
         task = body["result"]["task"]
         rest = (await c.get(f"{url}tasks/{task['id']}")).json()
