@@ -206,3 +206,20 @@ def test_serve_card_1_0_only(backend: str) -> None:
     finally:
         stop(proc, log)
     assert card["supportedInterfaces"] and not any(f in card for f in V03_CARD_FIELDS)
+
+
+async def test_the_conformance_agent_takes_any_part() -> None:
+    """The main-branch kit's conformance agent declares ``*/*`` and so takes a binary part
+    (the kit's ``test_binary_data_handling``), which the default card refuses."""
+    from scoped_a2a.agents.conformance import conformance_agent
+
+    part = {"raw": base64.b64encode(b"\x00\x01").decode(), "mediaType": "application/octet-stream"}
+    msg = text_message("bytes", parts=[{"text": "bytes"}, part])
+    async with (served(A2AApp(conformance_agent)) as url, served(A2AApp(demo_agent)) as demo,
+                httpx.AsyncClient() as http):
+        card = (await http.get(url + ".well-known/agent-card.json")).json()
+        taken = await rpc(http, url, "SendMessage", {"message": msg})
+        refused = await rpc(http, demo, "SendMessage", {"message": msg})
+    assert card["name"] == "conformance_agent" and card["defaultInputModes"] == ["*/*"]
+    assert taken["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert refused["error"]["code"] == -32005

@@ -21,10 +21,14 @@ This agent therefore:
    as its wait for a follow-up ends, since nobody holds it any more.
 
 Cancellation (CancelTask, shutdown) ends it at any point: the task is canceled. It never fails
-on its own.
+on its own. Its card accepts parts of any media type (``defaultInputModes: ["*/*"]``): it reads
+the text and takes any other part without failing, and the kit sends binary parts
+(``test_binary_data_handling``), which a card of text and JSON would refuse (-32005).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import anyio
 
@@ -39,7 +43,19 @@ WORK_SECONDS = 60.0
 """How long the working phase lasts (long enough for the kit's list, filter and cancel tests)."""
 
 
-async def conformance_agent(ctx: RunContext) -> str:
+class ConformanceAgent:
+    """The agent (an object, so that it can carry its card fields)."""
+
+    __name__ = "conformance_agent"  # the card's name, as when it was a function
+
+    def card_fields(self) -> dict[str, Any]:
+        return {"defaultInputModes": ["*/*"]}
+
+    async def __call__(self, ctx: RunContext) -> str:
+        return await _converse(ctx)
+
+
+async def _converse(ctx: RunContext) -> str:
     said = [ctx.text.strip()]
     while True:
         answer: str | None = None
@@ -58,3 +74,7 @@ async def conformance_agent(ctx: RunContext) -> str:
         await anyio.sleep(WORK_SECONDS)
     await ctx.artifact(reply, name="reply")
     return reply
+
+
+conformance_agent = ConformanceAgent()
+"""Serve this one: ``--agent scoped_a2a.agents.conformance:conformance_agent``."""
