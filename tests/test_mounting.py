@@ -121,4 +121,6 @@ async def test_mounted_app_serves_card_send_and_get(
             assert (await h.get(url.replace("/agents/echo/", "/health"))).status_code == 200
         wrong = await h.get(url + "nope")
         assert wrong.status_code == 404
-        assert "served at /agents/echo/" in wrong.json()["error"]
+        error = wrong.json()["error"]  # google.rpc.Status, as for every unknown route
+        assert error["status"] == "NOT_FOUND"
+        assert "POSTed to /agents/echo/" in error["message"], error

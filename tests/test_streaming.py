@@ -158,6 +158,8 @@ async def test_trajectory_events_stream_only_to_clients_that_activate_the_extens
         req = stream_req("SendStreamingMessage", {"message": text_message("x")})
         plain = await collect(client, url, req)
         assert not any("trajectory" in e["result"] for _, e in plain)
+        # A message of its own: the same messageId again would be a resend of the first.
+        req = stream_req("SendStreamingMessage", {"message": text_message("x")})
         with_ext = await collect(client, url, req,
                                  headers={"A2A-Extensions": TRAJECTORY_EXTENSION_URI})
         traj = [e["result"]["trajectory"] for _, e in with_ext if "trajectory" in e["result"]]
