@@ -38,6 +38,7 @@ from .cli_auth import (
     tls_from_args,
 )
 from .cli_help import HelpFormatter, Parser, StartupError, add_log_level, prog_name
+from .cli_types import at_least_one, port, seconds, seconds_or_zero
 from .client.cli_send import add_send_parser, run_send
 from .client.cli_tasks import add_task_commands, run_task_command
 from .observe.logs import use_json_logs
@@ -99,51 +100,6 @@ def parse_size(text: str) -> int:
     return size
 
 
-def _seconds(text: str) -> float:
-    """A positive number of seconds (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive, finite number of seconds")
-    return value
-
-
-def _port(text: str) -> int:
-    """A TCP port, 0 to 65535 (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(
-            f"{value} is not a port: give 1 to 65535, or 0 for a free one")
-    return value
-
-
-def _grace(text: str) -> float:
-    """Seconds, 0 or more (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds")
-    return value
-
-
-def _count(text: str) -> int:
-    """A whole number, 1 or more (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = Parser(
         prog=_prog(), formatter_class=HelpFormatter,
@@ -164,14 +120,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
                    help="the async library to run on")
     s.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    s.add_argument("--port", type=_port, default=8000,
+    s.add_argument("--port", type=port, default=8000,
                    help="the port to listen on; 0 picks a free one")
     s.add_argument("--detach-metadata", action="append", default=[], metavar="KEY=V1,V2",
                    help="detach runs whose message or request metadata has KEY set to one of "
                         "the values (repeatable; KEY alone matches any value)")
     s.add_argument("--no-cancel-on-disconnect", action="store_true",
                    help="detach every run: no run is cancelled when its caller hangs up")
-    s.add_argument("--grace", type=_grace, default=10.0, metavar="SECONDS",
+    s.add_argument("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
                    help="seconds runs get to finish on shutdown")
     s.add_argument("--public-url",
                    help="the URL the agent card advertises, behind a proxy (default: the "
@@ -180,15 +136,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="serve an agent card without the 0.3 fields (url, preferredTransport, "
                         "protocolVersion), which the 1.0 card schema refuses; 0.3 clients "
                         "then cannot use the card (docs/conformance.md)")
-    s.add_argument("--max-body-bytes", type=_count, default=8 << 20, metavar="BYTES",
+    s.add_argument("--max-body-bytes", type=at_least_one, default=8 << 20, metavar="BYTES",
                    help="larger request bodies are refused with 413")
-    s.add_argument("--stream-write-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+    s.add_argument("--stream-write-timeout", type=seconds, default=30.0, metavar="SECONDS",
                    help="close a connection whose client has taken no bytes for this long "
                         "(a stream that stopped being read; default 30)")
-    s.add_argument("--keepalive", type=_seconds, default=15.0, metavar="SECONDS",
+    s.add_argument("--keepalive", type=seconds, default=15.0, metavar="SECONDS",
                    help="send a keep-alive comment on a stream with nothing written for this "
                         "long")
-    s.add_argument("--max-ended-tasks", type=_count, default=10_000, metavar="N",
+    s.add_argument("--max-ended-tasks", type=at_least_one, default=10_000, metavar="N",
                    help="ended tasks kept in memory (oldest evicted first)")
     s.add_argument("--expose-errors", action="store_true",
                    help="send the full text of an agent's exceptions to callers (development); "
@@ -198,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
                    metavar="SIZE",
                    help="bytes of ended tasks kept in memory, as encoded JSON (oldest evicted "
                         "first); SIZE is bytes or e.g. 64MiB, 1GiB")
-    s.add_argument("--max-parked-runs", type=_count, default=DEFAULT_MAX_PARKED_RUNS,
+    s.add_argument("--max-parked-runs", type=at_least_one, default=DEFAULT_MAX_PARKED_RUNS,
                    metavar="N",
                    help="runs that may wait for input (ctx.ask) at once; once reached, a run "
                         "that asks fails with reason parked-limit")
@@ -206,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="leave Python's garbage collector as configured (by default, once "
                         "started, serve freezes the start-up objects and raises the young "
                         "generation's threshold; also off with SCOPED_A2A_GC_TUNING=0)")
-    s.add_argument("--input-timeout", type=_seconds, default=DEFAULT_INPUT_TIMEOUT,
+    s.add_argument("--input-timeout", type=seconds, default=DEFAULT_INPUT_TIMEOUT,
                    metavar="SECONDS",
                    help="how long a run waits for the answer to ctx.ask; then its task fails "
                         "with reason input-timeout")

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
+from .cli_types import at_least_one
 from .runtime.limits import CallerLimits
 from .server.auth import Authenticator, Scheme
 from .server.card_signing import CardSigner
@@ -118,9 +119,9 @@ def add_limit_options(s: argparse.ArgumentParser) -> None:
         "per-caller limits",
         "Per principal (without authentication, all callers are one). A new task beyond a "
         "limit is refused with error -32029 naming it.")
-    g.add_argument("--max-runs-per-caller", type=_positive, metavar="N",
+    g.add_argument("--max-runs-per-caller", type=at_least_one, metavar="N",
                    help="runs one caller may have working at once")
-    g.add_argument("--max-parked-per-caller", type=_positive, metavar="M",
+    g.add_argument("--max-parked-per-caller", type=at_least_one, metavar="M",
                    help="tasks of one caller that may wait for its input at once")
 
 
@@ -128,13 +129,6 @@ def limits_from_args(args: argparse.Namespace) -> CallerLimits | None:
     if args.max_runs_per_caller is None and args.max_parked_per_caller is None:
         return None
     return CallerLimits(args.max_runs_per_caller, args.max_parked_per_caller)
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def tls_from_args(args: argparse.Namespace) -> dict[str, Any]:

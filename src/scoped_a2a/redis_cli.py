@@ -25,6 +25,7 @@ import anyio
 
 from .cli_auth import tls_from_args
 from .cli_help import HelpFormatter, StartupError, add_log_level
+from .cli_types import at_least_one, seconds, seconds_or_zero
 from .runtime.policy import RunPolicy
 
 log = logging.getLogger("scoped_a2a.cli")
@@ -48,12 +49,12 @@ def add_store_options(parser: argparse.ArgumentParser, *, worker: bool = False) 
                                  "makes detached runs durable")
         parser.add_argument("--no-worker", action="store_true",
                             help="with a Redis store: do not execute queued runs in this process")
-    parser.add_argument("--store-wait", type=_wait, default=0.0, metavar="SECONDS",
+    parser.add_argument("--store-wait", type=seconds_or_zero, default=0.0, metavar="SECONDS",
                         help="with a Redis store: wait up to this long for Redis to answer at "
                              "start-up (0: it must answer at once); then stop with exit status 2")
-    parser.add_argument("--concurrency", type=_positive, default=16, metavar="N",
+    parser.add_argument("--concurrency", type=at_least_one, default=16, metavar="N",
                         help="queued runs one worker executes at a time")
-    parser.add_argument("--claim-idle", type=_seconds, default=30.0, metavar="SECONDS",
+    parser.add_argument("--claim-idle", type=seconds, default=30.0, metavar="SECONDS",
                         help="a queued run whose worker is silent this long goes to another "
                              "worker")
     parser.add_argument("--redis-prefix", default="scoped_a2a",
@@ -74,45 +75,15 @@ def add_worker_command(sub: Any) -> None:
                         "built-in demo agent)")
     w.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
                    help="the async library to run on")
-    w.add_argument("--grace", type=_wait, default=10.0, metavar="SECONDS",
+    w.add_argument("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
                    help="seconds runs get to finish on shutdown before they are left for "
                         "another worker")
-    w.add_argument("--max-ended-tasks", type=_positive, default=10_000, metavar="N",
+    w.add_argument("--max-ended-tasks", type=at_least_one, default=10_000, metavar="N",
                    help="ended tasks kept in Redis (oldest evicted first)")
     w.add_argument("--expose-errors", action="store_true",
                    help="send the full text of an agent's exceptions to callers (development)")
     add_log_level(w, "INFO")
     add_store_options(w, worker=True)
-
-
-def _wait(text: str) -> float:
-    """Seconds, 0 or more (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds")
-    return value
-
-
-def _seconds(text: str) -> float:
-    """Seconds, more than 0 (argparse type)."""
-    value = _wait(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give more than 0 seconds")
-    return value
-
-
-def _positive(text: str) -> int:
-    """A whole number, 1 or more (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
-    return value
 
 
 def check_store_url(url: str) -> None:

@@ -21,6 +21,7 @@ import anyio
 import httpx
 
 from ..cli_help import add_log_level
+from ..cli_types import seconds
 from ..protocol.errors import (
     A2AError,
     InvalidAgentResponse,
@@ -72,17 +73,6 @@ def http_url(text: str) -> str:
             f"{text!r} is not an http(s) URL: give the agent's base URL, such as "
             "http://127.0.0.1:8000/")
     return text
-
-
-def seconds(text: str) -> float:
-    """A positive, finite number of seconds (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive, finite number of seconds")
-    return value
 
 
 CALL_TIMEOUT = 30.0

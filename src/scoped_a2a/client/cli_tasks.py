@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import msgspec
 
 from ..cli_help import HelpFormatter
+from ..cli_types import at_least_one, zero_or_more
 from ..protocol.types import Task, TaskState
 from .cli_common import (
     EXIT_OK,
@@ -49,23 +50,6 @@ def task_state(text: str) -> TaskState:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a task state; one of: {', '.join(STATE_NAMES)}")
     return STATE_NAMES[key]
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
-    return value
 
 
 def _task_line(task: Task) -> str:
@@ -99,7 +83,7 @@ def add_task_commands(sub: Any) -> None:
              "Print one task of the agent: its state, the status message and its artifacts "
              "(--json: the whole task).", "the task was found and has not failed")
     g.add_argument("task_id", metavar="TASK_ID", help="the task's id")
-    g.add_argument("--history-length", type=_count, metavar="N",
+    g.add_argument("--history-length", type=zero_or_more, metavar="N",
                    help="include at most N messages of the task's history (0: none) "
                         "(default: the agent's choice)")
     add_client_options(g)
@@ -112,11 +96,11 @@ def add_task_commands(sub: Any) -> None:
                     help="only the tasks of this conversation (context)")
     ls.add_argument("--state", type=task_state, metavar="STATE",
                     help="only tasks in this state: " + ", ".join(STATE_NAMES))
-    ls.add_argument("--page-size", type=_positive, metavar="N",
+    ls.add_argument("--page-size", type=at_least_one, metavar="N",
                     help="at most N tasks on the page (default: the agent's page size)")
     ls.add_argument("--page-token", metavar="TOKEN",
                     help="the page after the one that printed this token")
-    ls.add_argument("--history-length", type=_count, metavar="N",
+    ls.add_argument("--history-length", type=zero_or_more, metavar="N",
                     help="include at most N messages of each task's history")
     ls.add_argument("--include-artifacts", action="store_true",
                     help="include each task's artifacts (--json)")
@@ -134,7 +118,7 @@ def add_task_commands(sub: Any) -> None:
              "resumes after position N.",
              "the stream ended and the task did not fail")
     s.add_argument("task_id", metavar="TASK_ID", help="the task's id")
-    s.add_argument("--last-event-id", type=_count, metavar="N",
+    s.add_argument("--last-event-id", type=zero_or_more, metavar="N",
                    help="resume after the event at position N (the agent keeps positions)")
     add_client_options(s, timeout=None)
 
