@@ -14,7 +14,7 @@ _STUB = {"example.com": "93.184.215.14"}
 _real_getaddrinfo = socket.getaddrinfo
 
 
-def _getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):  # noqa: A002
+def _getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
     name = host.decode() if isinstance(host, bytes) else host
     if isinstance(name, str) and name.lower().rstrip(".") in _STUB:
         host = _STUB[name.lower().rstrip(".")]
