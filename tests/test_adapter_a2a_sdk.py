@@ -68,12 +68,13 @@ def status_text(task: dict[str, Any]) -> str:
 
 
 @asyncio_only
-async def test_a_direct_message_reply_completes_the_task_with_that_message() -> None:
+async def test_a_direct_message_reply_answers_the_caller_with_that_message() -> None:
     async with served(A2AApp(from_executor(EchoExecutor()))) as url, httpx.AsyncClient() as c:
-        task = await send(c, url, "hi")
-    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-    assert status_text(task) == "echo: hi"
-    assert task["status"]["message"]["role"] == "ROLE_AGENT"
+        body = await rpc(c, url, "SendMessage", {"message": text_message("hi")})
+    reply = body["result"]["message"]
+    assert "task" not in body["result"]
+    assert "".join(p["text"] for p in reply["parts"]) == "echo: hi"
+    assert reply["role"] == "ROLE_AGENT" and "taskId" not in reply
 
 
 @asyncio_only

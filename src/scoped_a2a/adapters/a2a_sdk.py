@@ -35,6 +35,7 @@ import anyio
 
 from ..protocol.errors import TaskNotFound
 from ..protocol.principal import Principal
+from ..protocol.types import Message
 from ..runtime.abandon import run_abandonable
 from ..runtime.context import RunContext
 from ..runtime.outcome import Outcome
@@ -135,7 +136,7 @@ class ExecutorAgent(AdaptedAgent):
     def card_fields(self) -> dict[str, Any]:
         return dict(self._card)
 
-    async def run(self, ctx: RunContext) -> str | Outcome | None:
+    async def run(self, ctx: RunContext) -> str | Outcome | Message | None:
         from .a2a_sdk_events import RunEventQueue
 
         queue = RunEventQueue(ctx, known_task=not ctx.new_task)
@@ -161,6 +162,8 @@ class ExecutorAgent(AdaptedAgent):
                                 "dropped", ctx.task_id, queue.dropped)
             if (failure := queue.failure()) is not None:
                 return failure
+            if queue.reply is not None:
+                return queue.reply  # a direct reply: the caller gets the message, no task
             if queue.outcome is not None:
                 return queue.outcome
             if not queue.interrupted:

@@ -3,7 +3,8 @@
 An executor enqueues protobuf events; each is checked as a2a-sdk's own server checks it, then
 becomes one event of the run's task:
 
-- ``Message`` (message mode): the direct reply; it completes the task with that message.
+- ``Message`` (message mode): the direct reply; the caller of a blocking send gets that message
+  and no task (the runtime's direct reply: the agent returns it).
 - ``Task``: announces the task (its id must be the run's); a state past ``submitted`` and any
   artifacts it carries are published.
 - ``TaskStatusUpdateEvent``: ``working``/``submitted`` are published; ``input-required`` and
@@ -63,7 +64,9 @@ class RunEventQueue(EventQueue):
         self._mode: str | None = None  # "task" or "message" once the first event says which
         self._task_known = known_task
         self.outcome: Outcome | None = None
-        """The end the executor chose (terminal status or direct reply), if any yet."""
+        """The end the executor chose with a terminal status, if any yet."""
+        self.reply: Message | None = None
+        """The executor's direct reply (message mode), if it gave one."""
         self.violation: str | None = None
         self.interrupted = False
         """The last status was input-required or auth-required (the run waits for input)."""
@@ -73,7 +76,8 @@ class RunEventQueue(EventQueue):
 
     @property
     def ended(self) -> bool:
-        return self.closed or self.outcome is not None or self.violation is not None
+        return (self.closed or self.outcome is not None or self.reply is not None
+                or self.violation is not None)
 
     def close(self) -> None:
         """Publish nothing more (the run is ending): later events are dropped and counted."""
@@ -99,7 +103,7 @@ class RunEventQueue(EventQueue):
         if isinstance(event, pb.Message):
             self._expect_mode("message", "a Message", "TaskStatusUpdateEvent or "
                               "TaskArtifactUpdateEvent (a task's updates)")
-            self.outcome = Outcome(TaskState.COMPLETED, self._reply(event), reason="completed")
+            self.reply = self._reply(event)
         elif isinstance(event, pb.Task):
             self._expect_mode("task", "a Task", "a single Message")
             await self._on_task(to_ours(event, Task))
@@ -143,7 +147,7 @@ class RunEventQueue(EventQueue):
 
     def _reply(self, message: pb.Message) -> Message:
         reply = to_ours(message, Message)
-        reply.task_id, reply.context_id = self._ctx.task_id, self._ctx.context_id
+        reply.task_id, reply.context_id = None, self._ctx.context_id  # it belongs to no task
         if reply.role is not Role.AGENT:
             reply.role = Role.AGENT
         return reply

@@ -22,6 +22,7 @@ import sniffio
 from ..runtime.failures import AgentError
 
 if TYPE_CHECKING:
+    from ..protocol.types import Message
     from ..runtime.context import RunContext
     from ..runtime.outcome import Outcome
 
@@ -43,12 +44,12 @@ class AdaptedAgent(ABC):
     framework: ClassVar[str] = "an agent framework"
     backends: ClassVar[frozenset[str]] = frozenset({"asyncio"})
 
-    async def __call__(self, ctx: RunContext, /) -> str | Outcome | None:
+    async def __call__(self, ctx: RunContext, /) -> str | Outcome | Message | None:
         check_backend(self, sniffio.current_async_library())
         return await self.run(ctx)
 
     @abstractmethod
-    async def run(self, ctx: RunContext) -> str | Outcome | None:
+    async def run(self, ctx: RunContext) -> str | Outcome | Message | None:
         """Run the framework's agent for one run (cancelled through the run's scope)."""
 
     def card_fields(self) -> dict[str, Any]:
