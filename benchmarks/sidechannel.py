@@ -50,6 +50,8 @@ class Signals(asyncio.DatagramProtocol):
     def __init__(self) -> None:
         self.stamps: dict[tuple[str, str], float] = {}
         self.counts: dict[str, int] = defaultdict(int)
+        self.repeats: dict[tuple[str, str], int] = defaultdict(int)
+        """How many times each (kind, key) came in (a run that ran twice signals twice)."""
         self._waiters: dict[tuple[str, str], list[asyncio.Future[float]]] = defaultdict(list)
         self.transport: asyncio.DatagramTransport | None = None
 
@@ -64,6 +66,7 @@ class Signals(asyncio.DatagramProtocol):
             return
         self.stamps.setdefault((kind, key), t)
         self.counts[kind] += 1
+        self.repeats[(kind, key)] += 1
         for fut in self._waiters.pop((kind, key), []):
             if not fut.done():
                 fut.set_result(t)

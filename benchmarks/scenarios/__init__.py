@@ -11,6 +11,7 @@ from .fanout import Fanout
 from .hangup import Hangup
 from .observe import ObserveCost
 from .redis_store import RedisStore
+from .resend import Resend
 from .send import Send
 from .slowreaders import SlowReaders
 from .soak import Soak
@@ -23,4 +24,4 @@ from .temporal import Temporal
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
             Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore(),
-            Adapters()]
+            Adapters(), Resend()]
