@@ -6,7 +6,8 @@ The message is sent as a one-turn :class:`~.step.Step`. Output, as the events ar
 - ``--stream``: every event of the turn's stream, then the result;
 - ``--follow``: every event of the task's live trajectory (the agent's own tool and model calls
   included), then the result;
-- ``--out DIR``: the trajectory is also written to DIR (see :mod:`.sinks` for the layout); a DIR
+- ``--out DIR``: the trajectory is also written to DIR (see :mod:`.sinks` for the layout), and
+  the file parts of the answer to DIR/files (:mod:`.saved_files`: names made safe); a DIR
   that already holds a step's trajectories is refused before anything is sent.
 
 Human-readable lines by default; ``--json`` prints one JSON object per line instead
@@ -50,6 +51,7 @@ from .cli_common import (
 from .cli_format import human_line, parts_text, state_name
 from .client import A2AClient, user_message
 from .pages import LivePage, PageSink
+from .saved_files import save_files
 from .sinks import DirectorySink, MemorySink, StepSink
 from .step import Step
 from .wire import StreamEvent
@@ -81,7 +83,8 @@ def add_send_parser(sub: Any) -> None:
                    help="print the task's live trajectory (the agent's own events too); "
                         "includes what --stream prints, so the two are not combined")
     s.add_argument("--out", metavar="DIR",
-                   help="write the trajectory to DIR, a new or empty folder")
+                   help="write the trajectory to DIR, a new or empty folder, and the files "
+                        "the agent answers with to DIR/files (their names made safe)")
     s.add_argument("--task-id", metavar="ID",
                    help="continue this task (one that needs input) with the message")
     s.add_argument("--context-id", metavar="CONTEXT",
@@ -206,6 +209,12 @@ async def _turn(args: argparse.Namespace, client: A2AClient, message: Message, i
                   + (f": {reply}" if reply else "") + "\n")
         if result.status.state.interrupted:
             err.write(f"answer with: {answer_command(args, result)}\n")
+    if args.out:
+        for path in await save_files(result, Path(args.out) / "files"):
+            if args.json:
+                printer.emit("file", None, "file", {"path": str(path)})
+            else:
+                out.write(f"saved {path}\n")
     if isinstance(result, Task) and failed:
         reply = result.status.message.text if result.status.message else ""
         err.write(f"error: task {result.id} {state_name(result.status.state)}"
