@@ -27,7 +27,7 @@ import anyio
 
 from benchmarks.sidechannel import signal
 from scoped_a2a import RunPolicy
-from scoped_a2a.cli import load_agent
+from scoped_a2a.agent_loading import load_agent
 from scoped_a2a.testing import FOLLOWER_METHODS, faulty_agent
 
 _seq = itertools.count()
@@ -40,7 +40,7 @@ def _report(method: str | None, task_id: str | None) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     fault = None if args.fault == "none" else args.fault
-    async with faulty_agent(load_agent(args.agent), fault, port=args.port,
+    async with faulty_agent(load_agent(args.agent).agent, fault, port=args.port,
                             policy=RunPolicy.from_rules(args.detach_metadata),
                             fault_rate=args.fault_rate, seed=6, on_fault=_report):
         await anyio.sleep_forever()

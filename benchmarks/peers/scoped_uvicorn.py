@@ -14,7 +14,7 @@ import anyio
 
 from benchmarks.peers._serve import arguments, run
 from scoped_a2a import A2AApp, RunPolicy
-from scoped_a2a.cli import load_agent
+from scoped_a2a.agent_loading import load_agent
 from scoped_a2a.server import gc_tuning
 from scoped_a2a.store.memory import MemoryTaskStore
 
@@ -55,7 +55,7 @@ if __name__ == "__main__":
     def make_app(store: Any = None, detached: Any = None) -> A2AApp:
         if store is None:
             store = MemoryTaskStore(max_ended_tasks=args.max_ended_tasks)
-        return A2AApp(load_agent(args.agent), policy=policy, grace=args.grace, store=store,
+        return A2AApp(load_agent(args.agent).agent, policy=policy, grace=args.grace, store=store,
                       detached=detached)
 
     # What ``serve`` does once started (docs/memory.md), uvicorn's way.
