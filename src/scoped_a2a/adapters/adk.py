@@ -55,6 +55,10 @@ METADATA_KEY = "a2a_metadata"
 """Where a run's A2A metadata is in ADK's ``RunConfig.custom_metadata`` (ADK's own key)."""
 
 
+INPUT_MODES = ("text/plain", "application/json", "image/*", "audio/*", "video/*",
+               "application/pdf", "text/*")
+"""The media types a served ADK agent's card accepts (what its content conversion forwards)."""
+
 def user_id_of(ctx: RunContext) -> str:
     """ADK's ``user_id`` for the run's caller: its principal id, or, for a caller without one
     (no authentication), ``A2A_USER_<context id>`` as ADK's own A2A executor uses; within a
@@ -117,6 +121,9 @@ def from_adk(
     if description or agent.description:
         card["description"] = description or agent.description
     card["skills"] = list(skills) if skills is not None else default_skills(agent)
+    # The caller's file parts reach the model inline or by URL (adk_events.to_content): the
+    # card accepts what is forwarded; the model says what it can read.
+    card["defaultInputModes"] = list(INPUT_MODES)
     config = run_config if run_config is not None else AdkRunConfig()
     if "streaming_mode" not in config.model_fields_set:
         # By value: StreamingMode moved between ADK versions; "sse" streams the model's text.
