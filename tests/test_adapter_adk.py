@@ -216,7 +216,8 @@ async def test_tool_calls_are_trajectory_events_read_live() -> None:
 def test_tool_data_on_the_trajectory_is_json_and_bounded() -> None:
     from datetime import datetime
 
-    from scoped_a2a.adapters.adk_events import MAX_EVENT_CHARS, jsonable
+    from scoped_a2a.adapters.trajectory import MAX_EVENT_CHARS
+    from scoped_a2a.adapters.trajectory import bounded as jsonable
 
     class Thing:
         def __repr__(self) -> str:

@@ -37,6 +37,7 @@ import anyio
 from ..protocol.principal import TENANT_SEPARATOR
 from ..runtime.abandon import run_abandonable
 from .base import AdaptedAgent
+from .trajectory import MEDIA_INPUT_MODES
 
 if TYPE_CHECKING:
     from google.adk.agents import BaseAgent, RunConfig
@@ -54,10 +55,6 @@ abandoned: the task is recorded canceled and the run's slot freed."""
 METADATA_KEY = "a2a_metadata"
 """Where a run's A2A metadata is in ADK's ``RunConfig.custom_metadata`` (ADK's own key)."""
 
-
-INPUT_MODES = ("text/plain", "application/json", "image/*", "audio/*", "video/*",
-               "application/pdf", "text/*")
-"""The media types a served ADK agent's card accepts (what its content conversion forwards)."""
 
 def user_id_of(ctx: RunContext) -> str:
     """ADK's ``user_id`` for the run's caller: its principal id, or, for a caller without one
@@ -122,8 +119,8 @@ def from_adk(
         card["description"] = description or agent.description
     card["skills"] = list(skills) if skills is not None else default_skills(agent)
     # The caller's file parts reach the model inline or by URL (adk_events.to_content): the
-    # card accepts what is forwarded; the model says what it can read.
-    card["defaultInputModes"] = list(INPUT_MODES)
+    # card accepts what is forwarded.
+    card["defaultInputModes"] = list(MEDIA_INPUT_MODES)
     config = run_config if run_config is not None else AdkRunConfig()
     if "streaming_mode" not in config.model_fields_set:
         # By value: StreamingMode moved between ADK versions; "sse" streams the model's text.

@@ -11,7 +11,7 @@ Out, event by event (:class:`Relay`):
   A model that does not stream gives one whole artifact per response.
 - Function calls and function responses become live-trajectory events (``tool_call``,
   ``tool_result``), recorded from the aggregated event, once each; arguments or results over
-  :data:`MAX_EVENT_CHARS` of JSON are cut to a preview.
+  :data:`~.trajectory.MAX_EVENT_CHARS` of JSON are cut to a preview.
 - The reply (the task's status message) is the text of the last final response.
 - An event carrying a model error (``error_code``) fails the run once ADK has finished, with the
   code only (the model's message goes to the log: it may hold internals).
@@ -22,13 +22,13 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from google.genai import types
-from pydantic_core import to_jsonable_python
 
 from ..protocol.types import Message
 from ..runtime.failures import AgentError
+from .trajectory import tool_call, tool_result
 
 if TYPE_CHECKING:
     from google.adk.events import Event
@@ -55,22 +55,6 @@ def to_content(message: Message) -> types.Content:
             parts.append(types.Part(file_data=types.FileData(
                 file_uri=part.url, mime_type=part.media_type, display_name=part.filename)))
     return types.Content(role="user", parts=parts)
-
-
-MAX_EVENT_CHARS = 8000
-"""A tool's arguments or result longer than this (as JSON) is cut in its trajectory event, so
-one large result cannot swell the task's log; the model still sees the whole of it. (The same
-bound and shape as the pydantic-ai adapter's.)"""
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as JSON data (tool arguments and results may hold any Python object: what
-    JSON cannot carry becomes its ``repr``), or a cut preview of its JSON text when too long."""
-    data = to_jsonable_python(value, fallback=repr)
-    text = json.dumps(data, ensure_ascii=False)
-    if len(text) <= MAX_EVENT_CHARS:
-        return data
-    return {"truncated": True, "chars": len(text), "preview": text[:MAX_EVENT_CHARS]}
 
 
 def response_text(event: Event) -> str:
@@ -115,13 +99,11 @@ class Relay:
                         event.author, event.error_code, event.error_message)
         await self._close(key, event.author, text)
         for call in event.get_function_calls():
-            await self._ctx.trajectory({
-                "type": "tool_call", "tool": call.name, "args": jsonable(call.args or {}),
-                "id": call.id, "agent": event.author})
+            await self._ctx.trajectory(
+                tool_call(call.name, call.args or {}, call.id, agent=event.author))
         for result in event.get_function_responses():
-            await self._ctx.trajectory({
-                "type": "tool_result", "tool": result.name,
-                "content": jsonable(result.response), "id": result.id, "agent": event.author})
+            await self._ctx.trajectory(
+                tool_result(result.name, result.response, result.id, agent=event.author))
         if event.is_final_response() and text:
             self.reply = text
             if not (event.error_code or event.error_message):

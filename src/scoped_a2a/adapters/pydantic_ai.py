@@ -34,18 +34,15 @@ from typing import Any, ClassVar
 from ..protocol.types import Message, Part
 from ..runtime.context import RunContext
 from .base import AdaptedAgent
-from .pydantic_ai_events import OUTPUT_ARTIFACT, ReplyStream, forward, jsonable
+from .pydantic_ai_events import OUTPUT_ARTIFACT, ReplyStream, forward
 from .pydantic_ai_history import HistoryKey, HistoryStore, MemoryHistory
+from .trajectory import MEDIA_INPUT_MODES, jsonable
 
 __all__ = ["HistoryStore", "MemoryHistory", "PydanticAIAgent", "from_pydantic_ai",
            "recognises"]
 
 DepsHook = Callable[[RunContext], Any]
 """``deps(ctx)`` -> the agent's ``deps`` for this run, or an awaitable of them."""
-
-INPUT_MODES = ("text/plain", "application/json", "image/*", "audio/*", "video/*",
-               "application/pdf", "text/*")
-"""The media types a served pydantic-ai agent's card accepts (the content pydantic-ai takes)."""
 
 DESCRIPTION_CHARS = 300
 """At most this much of the agent's instructions becomes the card's description."""
@@ -164,10 +161,9 @@ class PydanticAIAgent(AdaptedAgent):
             skills = [{"id": skill_id, "name": name, "description": description,
                        "tags": ["chat", "pydantic-ai"]}]
         # The caller's file parts reach the model as pydantic-ai content (images, audio,
-        # video, documents): the card accepts what the adapter forwards, and the model says
-        # what it can read (a part it cannot is an error of the run, not of the send).
+        # video, documents: user_prompt): the card accepts what is forwarded.
         return {"name": name, "description": description, "skills": skills,
-                "defaultInputModes": list(INPUT_MODES)}
+                "defaultInputModes": list(MEDIA_INPUT_MODES)}
 
 
 def _agent_description(agent: Any) -> str | None:

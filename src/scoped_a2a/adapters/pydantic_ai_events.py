@@ -17,10 +17,10 @@ event classes), so this module imports nothing from pydantic-ai.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..runtime.context import RunContext
+from .trajectory import tool_call, tool_result
 
 REPLY_ARTIFACT = "reply"
 """Name of the artifact the model's streamed text goes to."""
@@ -28,42 +28,17 @@ REPLY_ARTIFACT = "reply"
 OUTPUT_ARTIFACT = "output"
 """Name of the artifact a structured (non-str) output goes to, as a data part."""
 
-MAX_EVENT_CHARS = 8000
-"""A tool's arguments or result longer than this (as JSON) is cut in its trajectory event, so
-one large result cannot swell the task's log; the model still sees the whole of it."""
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as plain JSON data (pydantic models, dataclasses, datetimes included)."""
-    from pydantic_core import to_jsonable_python
-
-    return to_jsonable_python(value, fallback=repr)
-
-
-def bounded(value: Any) -> Any:
-    """``value`` as JSON data, or a cut preview of its JSON text when that is too long."""
-    data = jsonable(value)
-    text = json.dumps(data, ensure_ascii=False)
-    if len(text) <= MAX_EVENT_CHARS:
-        return data
-    return {"truncated": True, "chars": len(text), "preview": text[:MAX_EVENT_CHARS]}
-
-
 def tool_call_event(part: Any) -> dict[str, Any]:
     """The trajectory event of a ``ToolCallPart`` (its arguments as a JSON object)."""
     # args_as_dict() never raises: arguments that are not JSON come back as {"INVALID_JSON": ...}
-    return {"type": "tool_call", "tool": part.tool_name, "args": bounded(part.args_as_dict()),
-            "id": part.tool_call_id}
+    return tool_call(part.tool_name, part.args_as_dict(), part.tool_call_id)
 
 
 def tool_result_event(part: Any) -> dict[str, Any]:
     """The trajectory event of a ``ToolReturnPart`` (``outcome``: success, failed, retried...)."""
-    event = {"type": "tool_result", "tool": part.tool_name, "id": part.tool_call_id,
-             "content": bounded(part.content)}
     outcome = getattr(part, "outcome", None)
-    if isinstance(outcome, str):
-        event["outcome"] = outcome
-    return event
+    extra = {"outcome": outcome} if isinstance(outcome, str) else {}
+    return tool_result(part.tool_name, part.content, part.tool_call_id, **extra)
 
 
 def text_of(event: Any) -> str | None:
