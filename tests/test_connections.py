@@ -26,6 +26,7 @@ from scoped_a2a import A2AApp, serve
 from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.server.asgi import MAX_BODY_MESSAGES
 
+from .h2client import RawH2
 from .helpers import served, text_message
 
 pytestmark = pytest.mark.anyio
@@ -312,60 +313,11 @@ async def test_http2_preface_is_refused_and_http11_still_served() -> None:
             assert status == 200 and "error" in json.loads(answer)
 
 
-class _H2Client:
-    """A blocking HTTP/2 prior-knowledge client on one raw socket (the h2 package)."""
-
-    def __init__(self, port: int) -> None:
-        import h2.config
-        import h2.connection
-
-        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        self.conn.initiate_connection()
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.sock.sendall(self.conn.data_to_send())
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def start(self, method: str, path: str, headers: list[tuple[str, str]] | None = None,
-              *, end_stream: bool = True) -> int:
-        stream_id: int = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(stream_id, [(":method", method), (":scheme", "http"),
-                                           (":authority", "127.0.0.1"), (":path", path),
-                                           *(headers or [])], end_stream=end_stream)
-        self.sock.sendall(self.conn.data_to_send())
-        return stream_id
-
-    def status(self, stream_id: int) -> int:
-        """Read until ``stream_id``'s response has ended (so the client's h2 state counts the
-        stream closed: with only the headers read, the next request could find this client's
-        100 concurrent streams used up, depending on timing); its status."""
-        import h2.events
-
-        found = None
-        ended = False
-        while found is None or not ended:
-            data = self.sock.recv(65536)
-            assert data, "the server closed the HTTP/2 connection"
-            for event in self.conn.receive_data(data):
-                if isinstance(event, h2.events.ResponseReceived) and \
-                        event.stream_id == stream_id:
-                    found = int(dict(event.headers)[b":status"])
-                if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)) and \
-                        event.stream_id == stream_id:
-                    ended = True
-                if isinstance(event, h2.events.DataReceived):
-                    self.conn.acknowledge_received_data(event.flow_controlled_length,
-                                                        event.stream_id)
-            self.sock.sendall(self.conn.data_to_send())
-        return found
-
-
 def _h2_get_card(port: int, times: int = 1) -> list[int]:
     """GET the agent card ``times`` over one HTTP/2 connection; the statuses."""
-    client = _H2Client(port)
+    client = RawH2(port, timeout=5)
     try:
-        return [client.status(client.start("GET", "/.well-known/agent-card.json"))
+        return [client.status(client.start("/.well-known/agent-card.json"))
                 for _ in range(times)]
     finally:
         client.close()
@@ -373,15 +325,15 @@ def _h2_get_card(port: int, times: int = 1) -> list[int]:
 
 def _h2_data_after_answer(port: int) -> int:
     """Send a body on a stream the server has already refused, then ask again; a status."""
-    client = _H2Client(port)
+    client = RawH2(port, timeout=5)
     try:
-        refused = client.start("POST", "/", [("content-type", "application/json"),
-                                             ("content-length", str(1 << 30))],
+        refused = client.start("/", "POST", extra=[("content-type", "application/json"),
+                                                   ("content-length", str(1 << 30))],
                                end_stream=False)
         assert client.status(refused) == 413
         client.conn.send_data(refused, b"x" * 1000)  # h2 still has the stream half-open
-        client.sock.sendall(client.conn.data_to_send())
-        return client.status(client.start("GET", "/.well-known/agent-card.json"))
+        client.flush()
+        return client.status(client.start("/.well-known/agent-card.json"))
     finally:
         client.close()
 

@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,14 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import h2.config
-import h2.connection
 import h2.errors
 import h2.events
+import h2.settings
 import pytest
 from hyperframe.frame import PriorityFrame
 
 from scoped_a2a.server.hypercorn_h2 import CALM_BURST
+
+from .h2client import RawH2
 
 BACKENDS = ["asyncio", "trio"]
 CARD = "/.well-known/agent-card.json"
@@ -73,76 +73,15 @@ def stop(proc: Any, log: Path) -> str:
     return text
 
 
-class H2:
-    """A raw HTTP/2 prior-knowledge client on one blocking socket."""
-
-    def __init__(self, port: int, *, window: int | None = None) -> None:
-        settings = {} if window is None else {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
-        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        self.conn.initiate_connection()
-        if settings:
-            self.conn.update_settings(settings)
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.flush()
-
-    def flush(self) -> None:
-        self.sock.sendall(self.conn.data_to_send())
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def headers(self, path: str, method: str = "GET", *, end_stream: bool = True,
-                extra: list[tuple[str, str]] | None = None) -> int:
-        stream_id: int = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(stream_id, [(":method", method), (":scheme", "http"),
-                                           (":authority", "127.0.0.1"), (":path", path),
-                                           *(extra or [])], end_stream=end_stream)
-        return stream_id
-
-    def events_until_closed(self, timeout: float = 10.0) -> list[Any]:
-        """Every event until the server closes the connection (or ``timeout``)."""
-        events: list[Any] = []
-        self.sock.settimeout(timeout)
-        with contextlib.suppress(OSError):
-            while True:
-                data = self.sock.recv(65536)
-                if not data:
-                    break
-                events += self.conn.receive_data(data)
-        return events
-
-    def status(self, stream_id: int) -> int:
-        """Read until ``stream_id``'s response has ended; its status."""
-        found = None
-        ended = False
-        while found is None or not ended:
-            data = self.sock.recv(65536)
-            assert data, "the server closed the HTTP/2 connection"
-            for event in self.conn.receive_data(data):
-                if isinstance(event, h2.events.ResponseReceived) and \
-                        event.stream_id == stream_id:
-                    found = int(dict(event.headers)[b":status"])
-                if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)) and \
-                        event.stream_id == stream_id:
-                    ended = True
-                if isinstance(event, h2.events.DataReceived):
-                    self.conn.acknowledge_received_data(event.flow_controlled_length,
-                                                        event.stream_id)
-            self.flush()
-        return found
-
-
 def goaway(events: list[Any]) -> h2.events.ConnectionTerminated:
     [terminated] = [e for e in events if isinstance(e, h2.events.ConnectionTerminated)]
     return terminated
 
 
 def card_status(port: int) -> int:
-    client = H2(port)
+    client = RawH2(port)
     try:
-        stream = client.headers(CARD)
-        client.flush()
-        return client.status(stream)
+        return client.status(client.start(CARD))
     finally:
         client.close()
 
@@ -154,7 +93,7 @@ def test_a_priority_flood_gets_goaway_and_the_server_serves_on(backend: str,
     hypercorn put each in its priority tree (cap 1,000) and the 1,001st ended a trio server
     (exit 1) or dropped the connection with an unhandled-exception log on asyncio."""
     with server_process(backend, tmp_path) as (proc, port, log):
-        client = H2(port)
+        client = RawH2(port)
         client.sock.sendall(b"".join(
             PriorityFrame(2 * i + 1, depends_on=0, stream_weight=15).serialize()
             for i in range(1, 1101)))
@@ -173,7 +112,7 @@ def test_rapid_reset_is_bounded_per_connection(backend: str, tmp_path: Path) -> 
     request, and on both backends the reset streams overflowed hypercorn's priority tree). A
     client that resets fewer streams than the budget is served on the same connection."""
     with server_process(backend, tmp_path) as (proc, port, log):
-        client = H2(port)
+        client = RawH2(port)
         for _ in range(3000):
             stream = client.headers(CARD)
             client.conn.reset_stream(stream)
@@ -184,13 +123,11 @@ def test_rapid_reset_is_bounded_per_connection(backend: str, tmp_path: Path) -> 
         assert terminated.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
         assert proc.poll() is None
 
-        polite = H2(port)
+        polite = RawH2(port)
         for _ in range(CALM_BURST // 2):
             polite.conn.reset_stream(polite.headers(CARD))
         polite.flush()
-        stream = polite.headers(CARD)
-        polite.flush()
-        assert polite.status(stream) == 200
+        assert polite.status(polite.start(CARD)) == 200
         polite.close()
         stop(proc, log)
 
@@ -226,7 +163,7 @@ def test_a_client_granting_no_window_is_cut_off_like_a_slow_reader(backend: str,
         rpc_headers = [("content-type", "application/json"), ("a2a-version", "1.0")]
         before = rss_mib(proc.pid)
 
-        stingy = H2(port, window=0)
+        stingy = RawH2(port, window=0)
         subscribe = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask",
                                 "params": {"id": task_id}}).encode()
         streams = set()
@@ -255,9 +192,7 @@ def test_a_client_granting_no_window_is_cut_off_like_a_slow_reader(backend: str,
         assert reset == streams, f"{len(streams - reset)} of 20 streams still open"
         # The same connection still serves a request it reads (the window opened for it).
         stingy.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
-        card = stingy.headers(CARD)
-        stingy.flush()
-        assert stingy.status(card) == 200
+        assert stingy.status(stingy.start(CARD)) == 200
         stingy.close()
         text = stop(proc, log)
         assert text.count("closed a stream whose client stopped reading") == 20
