@@ -13,11 +13,12 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
+
+from .adapter_helpers import Gate
 
 
 @dataclass
@@ -52,13 +53,10 @@ GATE = "<gate>"
 
 
 @dataclass
-class Probe:
-    gate: anyio.Event = field(default_factory=anyio.Event)
-    entered: anyio.Event = field(default_factory=anyio.Event)
-    """Set when a call reaches GATE."""
+class Probe(Gate):
+    """The model's gate (a call that reaches GATE holds there) and the requests it got."""
+
     requests: list[LlmRequest] = field(default_factory=list)
-    ended: list[str] = field(default_factory=list)
-    """How each call that reached GATE ended: ``released`` or ``cancelled``."""
 
 
 class ScriptedLlm(BaseLlm):
@@ -79,13 +77,7 @@ class ScriptedLlm(BaseLlm):
         text, calls, final = "", [], None
         for item in items:
             if isinstance(item, str) and item == GATE:
-                probe.entered.set()
-                try:
-                    await probe.gate.wait()
-                except BaseException:
-                    probe.ended.append("cancelled")
-                    raise
-                probe.ended.append("released")
+                await probe.hold()
             elif isinstance(item, str):
                 text += item
                 if stream:

@@ -6,14 +6,14 @@ Each scripted model is a ``stream_function`` (the adapter streams every model re
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
-import anyio
 from pydantic import BaseModel
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.test import TestModel
+
+from .adapter_helpers import Gate
 
 
 def tool_returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
@@ -51,24 +51,6 @@ class Weather(BaseModel):
 def structured() -> Agent:
     return Agent(TestModel(custom_output_args={"city": "Paris", "celsius": 21}),
                  output_type=Weather, name="forecaster")
-
-
-@dataclass
-class Gate:
-    """Holds a tool (or a model) in flight until the test lets it go; records how it ended."""
-
-    entered: anyio.Event = field(default_factory=anyio.Event)
-    release: anyio.Event = field(default_factory=anyio.Event)
-    ended: list[str] = field(default_factory=list)
-
-    async def hold(self) -> None:
-        self.entered.set()
-        try:
-            await self.release.wait()
-        except BaseException:
-            self.ended.append("cancelled")
-            raise
-        self.ended.append("released")
 
 
 def tool_user(gate: Gate) -> Agent:

@@ -24,6 +24,7 @@ from scoped_a2a import A2AApp, RunPolicy
 from scoped_a2a.adapters.a2a_sdk import from_executor, recognises
 from scoped_a2a.protocol.types import TaskState
 
+from .adapter_helpers import get, status_text
 from .helpers import rpc, served, sse_events, text_message
 from .sdk_executors import (
     EchoExecutor,
@@ -47,24 +48,14 @@ async def send(client: httpx.AsyncClient, url: str, text: str, **params: Any) ->
     return task
 
 
-async def get_task(client: httpx.AsyncClient, url: str, task_id: str) -> dict[str, Any]:
-    body = await rpc(client, url, "GetTask", {"id": task_id})
-    task: dict[str, Any] = body["result"]
-    return task
-
-
 async def wait_state(client: httpx.AsyncClient, url: str, task_id: str,
                      *states: str) -> dict[str, Any]:
     with anyio.fail_after(10):
         while True:
-            task = await get_task(client, url, task_id)
+            task = await get(client, url, task_id)
             if task["status"]["state"] in states:
                 return task
             await anyio.sleep(0.02)
-
-
-def status_text(task: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in task["status"]["message"]["parts"])
 
 
 @asyncio_only
@@ -97,7 +88,7 @@ async def test_a_task_updater_stream_arrives_in_order_with_chunks_and_a_file() -
         assert files[0]["parts"][0]["mediaType"] == "application/octet-stream"
         last = events[-1]["statusUpdate"]["status"]
         assert last["state"] == "TASK_STATE_COMPLETED"
-        task = await get_task(c, url, events[0]["task"]["id"])
+        task = await get(c, url, events[0]["task"]["id"])
         # The stored task holds the artifacts whole: the chunks appended into one.
         reply_artifact = next(a for a in task["artifacts"] if a["artifactId"] == "reply")
         assert "".join(p["text"] for p in reply_artifact["parts"]) == "you said hello there"
@@ -119,7 +110,7 @@ async def test_input_required_then_the_follow_up_runs_execute_again_on_the_same_
         done = await send(c, url, "", message=answer)
         assert done["id"] == asked["id"]
         assert done["status"]["state"] == "TASK_STATE_COMPLETED"
-        task = await get_task(c, url, asked["id"])
+        task = await get(c, url, asked["id"])
         reply = next(a for a in task["artifacts"] if a["artifactId"] == "reply")
         assert "".join(p["text"] for p in reply["parts"]) == "you said blue"
     assert journal.started == [asked["id"], asked["id"]]
@@ -237,7 +228,7 @@ async def test_an_executor_that_ignores_cancellation_is_abandoned_and_its_slot_f
         with anyio.fail_after(5):
             await stubborn.finished.wait()
         # Its late "completed" changed nothing: terminal states never change.
-        task = await get_task(c, url, first["id"])
+        task = await get(c, url, first["id"])
         assert task["status"]["state"] == "TASK_STATE_CANCELED"
 
 

@@ -30,12 +30,12 @@ from scoped_a2a.adapters.base import UnsupportedBackend
 from scoped_a2a.client.pages import LivePage
 from scoped_a2a.testing.fake_llm import Chunk, ToolCall, fake_chat_model, last_role
 
+from .adapter_helpers import get, sdk_send, send, status_text, trajectory, until_ended
 from .adk_models import GATE, Boom, Call, Final, ModelError, ScriptedLlm, request_texts
 from .helpers import rpc, served, sse_events, text_message
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parent.parent
-ENDED = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED"}
 
 
 @pytest.fixture
@@ -63,40 +63,8 @@ def app_of(agent: Any, **kw: Any) -> A2AApp:
     return A2AApp(from_adk(agent, **kw), grace=1.0)
 
 
-async def send(client: httpx.AsyncClient, url: str, text: str, **params: Any) -> dict[str, Any]:
-    message = text_message(text, **params.pop("message", {}))
-    body = await rpc(client, url, "SendMessage", {"message": message, **params},
-                     headers=params.pop("headers", None))
-    assert "result" in body, body
-    task: dict[str, Any] = body["result"]["task"]
-    return task
-
-
-async def get(client: httpx.AsyncClient, url: str, task_id: str) -> dict[str, Any]:
-    task: dict[str, Any] = (await rpc(client, url, "GetTask", {"id": task_id}))["result"]
-    return task
-
-
-async def until_ended(client: httpx.AsyncClient, url: str, task_id: str) -> dict[str, Any]:
-    with anyio.fail_after(10):
-        while (task := await get(client, url, task_id))["status"]["state"] not in ENDED:
-            await anyio.sleep(0.02)
-    return task
-
-
-def status_text(task: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in task["status"]["message"]["parts"])
-
-
 def artifact_texts(task: dict[str, Any]) -> list[str]:
     return ["".join(p.get("text", "") for p in a["parts"]) for a in task.get("artifacts", [])]
-
-
-async def trajectory(client: httpx.AsyncClient, url: str, task_id: str) -> list[dict[str, Any]]:
-    page = (await rpc(client, url, "scoped_a2a/trajectory/read",
-                      {"taskId": task_id, "after": 0}))["result"]
-    assert not page["hasMore"]
-    return [e["event"]["data"] for e in page["events"] if e["kind"] == "trajectory"]
 
 
 STREAM = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage"}
@@ -187,7 +155,7 @@ async def test_tool_calls_are_trajectory_events_read_live() -> None:
         state = page.state.name if page.state else None
         seen.extend((state, e.event["data"]) for e in page.events if e.kind == "trajectory")
         if len(seen) == 2:
-            probe(agent).gate.set()  # both seen while the run waits in its second model call
+            probe(agent).release.set()  # both seen while the run waits in its second model call
 
     async with served(app_of(agent)) as url, A2AClient(url) as client, \
             httpx.AsyncClient(timeout=10) as h:
@@ -271,7 +239,7 @@ async def test_the_turns_of_one_session_run_in_order() -> None:
                 await anyio.sleep(0.01)
         await anyio.sleep(0.3)  # unordered, the second turn's model call would be made by now
         assert len(probe(agent).requests) == 1
-        probe(agent).gate.set()
+        probe(agent).release.set()
         assert status_text(await until_ended(client, url, one["id"])) == "first"
         assert status_text(await until_ended(client, url, two["id"])) == "second"
     assert request_texts(probe(agent).requests[1]) == [
@@ -360,7 +328,7 @@ async def test_a_detached_run_completes_after_its_caller_hangs_up() -> None:
             with anyio.fail_after(5):
                 await probe(agent).entered.wait()
         # The caller's connection is closed; the run goes on and finishes once released.
-        probe(agent).gate.set()
+        probe(agent).release.set()
         async with httpx.AsyncClient(timeout=10) as client:
             ended = await until_ended(client, url, task["id"])
         assert ended["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -386,7 +354,7 @@ async def test_a_crm_event_survives_its_callers_hang_up() -> None:
                 break  # hang up as soon as the task exists
         with anyio.fail_after(5):
             await probe(agent).entered.wait()
-        probe(agent).gate.set()
+        probe(agent).release.set()
         ended = await until_ended(client, url, task_id)
     assert ended["status"]["state"] == "TASK_STATE_COMPLETED"
     assert status_text(ended) == "Hi Ada, still interested?"
@@ -507,17 +475,9 @@ async def test_shutdown_cancels_a_detached_run_after_its_grace_and_closes_the_mo
 
 
 async def test_the_a2a_sdk_client_talks_to_the_adapted_agent() -> None:
-    from a2a.client import ClientConfig, ClientFactory
-    from a2a.client.card_resolver import A2ACardResolver
-    from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
-
     async with served(app_of(scripted(["from ", "ADK"]))) as url, \
             httpx.AsyncClient(timeout=10) as h:
-        card = await A2ACardResolver(h, url).get_agent_card()
-        sdk = ClientFactory(ClientConfig(streaming=False, httpx_client=h)).create(card)
-        msg = Message(message_id="m1", role=Role.ROLE_USER, parts=[Part(text="hi")])
-        responses = [r async for r in sdk.send_message(SendMessageRequest(message=msg))]
-        [task] = [r.task for r in responses]
+        task = await sdk_send(h, url, "hi")
         assert task.status.message.parts[0].text == "from ADK"
         assert "".join(p.text for p in task.artifacts[0].parts) == "from ADK"
 

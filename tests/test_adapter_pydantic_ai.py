@@ -26,9 +26,9 @@ from scoped_a2a.adapters.pydantic_ai import MemoryHistory, from_pydantic_ai, rec
 from scoped_a2a.client.pages import LivePage
 from scoped_a2a.testing.fake_llm import FakeChatModel, fake_chat_model, tool_then_text
 
+from .adapter_helpers import Gate, get, sdk_send, send, status_text, trajectory, until_ended
 from .helpers import rpc, served, sse_events, text_message
 from .pydantic_ai_agents import (
-    Gate,
     chunked,
     leaky_failure,
     prompt_recorder,
@@ -51,30 +51,6 @@ def app_of(agent: Agent, **kw: Any) -> A2AApp:
     return A2AApp(from_pydantic_ai(agent, **kw), grace=1.0)
 
 
-async def send(client: httpx.AsyncClient, url: str, text: str, **params: Any) -> dict[str, Any]:
-    body = await rpc(client, url, "SendMessage", {"message": text_message(text), **params})
-    assert "result" in body, body
-    task: dict[str, Any] = body["result"]["task"]
-    return task
-
-
-async def get(client: httpx.AsyncClient, url: str, task_id: str) -> dict[str, Any]:
-    task: dict[str, Any] = (await rpc(client, url, "GetTask", {"id": task_id}))["result"]
-    return task
-
-
-async def until_ended(client: httpx.AsyncClient, url: str, task_id: str) -> dict[str, Any]:
-    ended = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED"}
-    with anyio.fail_after(10):
-        while (task := await get(client, url, task_id))["status"]["state"] not in ended:
-            await anyio.sleep(0.02)
-    return task
-
-
-def status_text(task: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in task["status"]["message"]["parts"])
-
-
 def artifact(task: dict[str, Any], name: str) -> dict[str, Any]:
     [found] = [a for a in task.get("artifacts", []) if a.get("name") == name]
     return found
@@ -82,14 +58,6 @@ def artifact(task: dict[str, Any], name: str) -> dict[str, Any]:
 
 def reply_text(task: dict[str, Any]) -> str:
     return "".join(p["text"] for p in artifact(task, "reply")["parts"])
-
-
-async def trajectory(client: httpx.AsyncClient, url: str, task_id: str) -> list[dict[str, Any]]:
-    """The agent's own trajectory events (data only), read with the trajectory read method."""
-    page = (await rpc(client, url, "scoped_a2a/trajectory/read",
-                      {"taskId": task_id, "after": 0}))["result"]
-    assert not page["hasMore"]
-    return [e["event"]["data"] for e in page["events"] if e["kind"] == "trajectory"]
 
 
 # --- what the adapter makes of a run ----------------------------------------------------------
@@ -411,17 +379,9 @@ async def test_shutdown_cancels_a_detached_run_after_its_grace_and_closes_the_mo
 
 
 async def test_the_a2a_sdk_client_talks_to_the_adapted_agent() -> None:
-    from a2a.client import ClientConfig, ClientFactory
-    from a2a.client.card_resolver import A2ACardResolver
-    from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
-
     async with served(app_of(chunked("from ", "pydantic-ai"))) as url, \
             httpx.AsyncClient(timeout=10) as h:
-        card = await A2ACardResolver(h, url).get_agent_card()
-        sdk = ClientFactory(ClientConfig(streaming=False, httpx_client=h)).create(card)
-        msg = Message(message_id="m1", role=Role.ROLE_USER, parts=[Part(text="hi")])
-        responses = [r async for r in sdk.send_message(SendMessageRequest(message=msg))]
-        [task] = [r.task for r in responses]
+        task = await sdk_send(h, url, "hi")
         assert task.status.message.parts[0].text == "from pydantic-ai"
         assert "".join(p.text for p in task.artifacts[0].parts) == "from pydantic-ai"
 
