@@ -49,6 +49,9 @@ def test_something_that_is_not_an_agent_is_refused() -> None:
     ("def broken(:\n", "syntax error at badmod.py:1"),
     ("raise RuntimeError('no config file')\n", "importing it raised RuntimeError: no config"),
     ("import no_such_dependency_here\n", "imports 'no_such_dependency_here', which is not"),
+    # A framework's package missing (as in an install without its extra) names the extra.
+    ("raise ModuleNotFoundError('gone', name='pydantic_ai.agent')\n",
+     "imports 'pydantic_ai.agent', which is not installed: pip install 'scoped-a2a[pydantic-ai]'"),
 ])
 def test_a_module_that_fails_to_import_is_one_line(
         tmp_path: Path, source: str, expected: str) -> None:

@@ -30,6 +30,9 @@ from typing import Any
 
 from .adapters.base import check_backend
 
+FRAMEWORK_EXTRAS = {"a2a": "a2a-sdk", "google": "adk", "pydantic_ai": "pydantic-ai"}
+"""The extra that installs a framework, by its top-level package (``google``: ADK's)."""
+
 
 @dataclass
 class LoadedAgent:
@@ -68,8 +71,10 @@ def _import(module_name: str) -> ModuleType:
         if exc.name and module_name.startswith(exc.name):
             raise SystemExit(f"cannot import agent module {module_name!r}: no such module (run "
                              "from the folder that holds it, or install it)") from None
+        extra = FRAMEWORK_EXTRAS.get((exc.name or "").partition(".")[0])
+        hint = f": pip install 'scoped-a2a[{extra}]'" if extra else ""
         raise SystemExit(f"cannot import agent module {module_name!r}: it imports "
-                         f"{exc.name!r}, which is not installed") from None
+                         f"{exc.name!r}, which is not installed{hint}") from None
     except SyntaxError as exc:
         where = f"{Path(exc.filename or '?').name}:{exc.lineno}"
         raise SystemExit(f"cannot import agent module {module_name!r}: syntax error at "
