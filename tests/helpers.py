@@ -10,11 +10,16 @@ import anyio
 import httpx
 
 from scoped_a2a import A2AApp, serve
+from scoped_a2a.testing.proxy import FaultyProxy
 
 
 @asynccontextmanager
-async def served(app: A2AApp, *, grace: float | None = None) -> AsyncIterator[str]:
+async def served(
+    app: A2AApp, *, grace: float | None = None, http2: bool = False
+) -> AsyncIterator[str]:
     """Serve ``app`` through hypercorn on a free loopback port; yield its base URL.
+
+    ``http2``: HTTP/2 (h2c prior knowledge) is served too, as ``serve --http2``.
 
     On exit the server shuts down gracefully (as SIGTERM would) and this waits for it.
     """
@@ -22,7 +27,7 @@ async def served(app: A2AApp, *, grace: float | None = None) -> AsyncIterator[st
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
         port = await tg.start(lambda task_status: serve(
-            app, host="127.0.0.1", port=0, shutdown=shutdown, grace=grace,
+            app, host="127.0.0.1", port=0, shutdown=shutdown, grace=grace, http2=http2,
             task_status=task_status))
         try:
             yield f"http://127.0.0.1:{port}/"
@@ -77,3 +82,32 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[int | None
             event_id = int(line[3:].strip())
         elif line.startswith("data:"):
             data.append(line[5:].strip())
+
+
+class CutSends(FaultyProxy):
+    """Forwards everything, but cuts the answer of the first ``n`` sends halfway (the agent
+    has accepted each of them, and its answer never reaches the client whole); or, with
+    ``action="close"``, drops those sends' connections before forwarding them."""
+
+    def __init__(self, upstream_port: int, n: int = 1, action: str = "cut") -> None:
+        super().__init__(upstream_port, "close", methods=())
+        self.left = n
+        self.action = action
+
+    async def _action(self, method: str | None, task_id: str | None) -> str:
+        if method in ("SendMessage", "SendStreamingMessage") and self.left > 0:
+            self.left -= 1
+            return self.action
+        return "forward"
+
+
+@asynccontextmanager
+async def cutting_sends(url: str, n: int = 1, action: str = "cut") -> AsyncIterator[str]:
+    """A :class:`CutSends` proxy in front of the server at ``url``: yield the proxy's URL."""
+    proxy = CutSends(int(url.rstrip("/").rsplit(":", 1)[1]), n, action)
+    async with anyio.create_task_group() as tg:
+        proxy_port = await tg.start(proxy.serve)
+        try:
+            yield f"http://127.0.0.1:{proxy_port}/"
+        finally:
+            proxy.vanish()

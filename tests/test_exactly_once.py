@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import anyio
 import httpx
 import pytest
 
-from scoped_a2a import A2AApp, RunContext, serve
+from scoped_a2a import A2AApp, RunContext
 from scoped_a2a.client import A2AClient
 from scoped_a2a.client.errors import AgentUnreachable
 from scoped_a2a.protocol.deadline import BUDGET_KEY
@@ -26,9 +24,8 @@ from scoped_a2a.protocol.resend import IDEMPOTENT_SEND_EXTENSION_URI
 from scoped_a2a.server.auth import Authenticator
 from scoped_a2a.server.auth.api_keys import ApiKeys
 from scoped_a2a.store.memory import MemoryTaskStore
-from scoped_a2a.testing.proxy import FaultyProxy
 
-from .helpers import rpc, served, sse_events, text_message
+from .helpers import cutting_sends, rpc, served, sse_events, text_message
 
 pytestmark = pytest.mark.anyio
 ROUNDS = 200
@@ -67,19 +64,18 @@ class Counting:
         await anyio.sleep(0.005)
         return f"done {text}"
 
+    async def started(self, text: str) -> None:
+        """Wait (at most 5 s) until a run of ``text`` has started."""
+        with anyio.fail_after(5):
+            while not self.starts[text]:
+                await anyio.sleep(0.005)
 
-@asynccontextmanager
-async def served_h2(app: A2AApp) -> AsyncIterator[str]:
-    """Serve ``app`` with HTTP/2 allowed (h2c prior knowledge), as ``serve --http2``."""
-    shutdown = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        port = await tg.start(lambda task_status: serve(
-            app, host="127.0.0.1", port=0, shutdown=shutdown, http2=True,
-            task_status=task_status))
-        try:
-            yield f"http://127.0.0.1:{port}/"
-        finally:
-            shutdown.set()
+    async def hang_up_once_started(self, url: str, msg: dict[str, Any]) -> None:
+        """Send ``msg`` on a connection of its own and hang up once its run has started."""
+        async with httpx.AsyncClient(timeout=30) as doomed, anyio.create_task_group() as tg:
+            tg.start_soon(rpc, doomed, url, "SendMessage", send_params(msg))
+            await self.started(msg["parts"][0]["text"])
+            tg.cancel_scope.cancel()  # the caller hangs up
 
 
 def send_params(msg: dict[str, Any], *, detached: bool = False) -> dict[str, Any]:
@@ -103,7 +99,7 @@ async def test_identical_sends_racing_run_once() -> None:
     """200 rounds of two identical sends at once, on two connections and on one (HTTP/2):
     blocking and returnImmediately alike, each message runs once and both get its task."""
     agent = Counting()
-    async with served_h2(A2AApp(agent)) as url, \
+    async with served(A2AApp(agent), http2=True) as url, \
             httpx.AsyncClient(timeout=30) as a, httpx.AsyncClient(timeout=30) as b, \
             httpx.AsyncClient(timeout=30, http1=False, http2=True) as shared:
         answers: dict[int, list[dict[str, Any]]] = {}
@@ -166,12 +162,7 @@ async def test_a_resend_after_the_caller_hung_up_runs_it_again() -> None:
     agent = Counting()
     msg = text_message("hang-once h")
     async with served(A2AApp(agent)) as url, httpx.AsyncClient(timeout=30) as client:
-        async with httpx.AsyncClient(timeout=30) as doomed, anyio.create_task_group() as tg:
-            tg.start_soon(rpc, doomed, url, "SendMessage", send_params(msg))
-            with anyio.fail_after(5):
-                while not agent.starts["hang-once h"]:
-                    await anyio.sleep(0.005)
-            tg.cancel_scope.cancel()  # the caller hangs up
+        await agent.hang_up_once_started(url, msg)
         first = agent.tasks["hang-once h"][0]
         hung = await wait_state(client, url, first, "TASK_STATE_CANCELED")
         assert hung["status"]["message"]["metadata"]["reason"] == "hang-up"
@@ -191,12 +182,7 @@ async def test_a_resend_while_the_hang_up_is_being_recorded_runs_it_again() -> N
     agent = Counting()
     msg = text_message("hang-once slow-cancel")
     async with served(A2AApp(agent)) as url, httpx.AsyncClient(timeout=30) as client:
-        async with httpx.AsyncClient(timeout=30) as doomed, anyio.create_task_group() as tg:
-            tg.start_soon(rpc, doomed, url, "SendMessage", send_params(msg))
-            with anyio.fail_after(5):
-                while not agent.starts["hang-once slow-cancel"]:
-                    await anyio.sleep(0.005)
-            tg.cancel_scope.cancel()  # the caller hangs up
+        await agent.hang_up_once_started(url, msg)
         with anyio.fail_after(5):
             await agent.cancelling.wait()
         first = agent.tasks["hang-once slow-cancel"][0]
@@ -215,9 +201,7 @@ async def test_a_canceled_task_is_the_answer_to_its_resend() -> None:
     async with served(A2AApp(agent)) as url, httpx.AsyncClient(timeout=30) as client:
         task = (await rpc(client, url, "SendMessage", send_params(msg, detached=True)))[
             "result"]["task"]
-        with anyio.fail_after(5):
-            while not agent.starts["hang-once c"]:
-                await anyio.sleep(0.005)
+        await agent.started("hang-once c")
         await rpc(client, url, "CancelTask", {"id": task["id"]})
         again = (await rpc(client, url, "SendMessage", send_params(msg)))["result"]["task"]
     assert again["id"] == task["id"]
@@ -322,39 +306,16 @@ async def test_every_binding_and_dialect_shares_the_claims() -> None:
     assert agent.starts["everywhere"] == 1
 
 
-class _CutFirstSend(FaultyProxy):
-    """Forwards everything, but cuts the answer of the first ``n`` sends halfway (the agent
-    has accepted each of them, and its answer never reaches the client whole); or, with
-    ``action="close"``, drops those sends' connections before forwarding them."""
-
-    def __init__(self, upstream_port: int, n: int = 1, action: str = "cut") -> None:
-        super().__init__(upstream_port, "close", methods=())
-        self.left = n
-        self.action = action
-
-    async def _action(self, method: str | None, task_id: str | None) -> str:
-        if method in ("SendMessage", "SendStreamingMessage") and self.left > 0:
-            self.left -= 1
-            return self.action
-        return "forward"
-
-
 @pytest.mark.parametrize("detached", [False, True])
 async def test_the_client_resends_after_a_dropped_answer(detached: bool) -> None:
     """The connection drops after the server accepted the send and before its answer reached
     the client: the client resends (same messageId) and gets the one task; one run."""
     agent = Counting()
-    async with served(A2AApp(agent)) as url:
-        port = int(url.rstrip("/").rsplit(":", 1)[1])
-        proxy = _CutFirstSend(port, n=2)
-        async with anyio.create_task_group() as tg:
-            proxy_port = await tg.start(proxy.serve)
-            proxy_url = f"http://127.0.0.1:{proxy_port}/"
-            async with A2AClient(proxy_url, rpc_url=proxy_url) as client:
-                await client.card()
-                task = await client.send("through the proxy", return_immediately=detached)
-                assert client.resends == 2
-            proxy.vanish()
+    async with served(A2AApp(agent)) as url, cutting_sends(url, n=2) as proxy_url, \
+                A2AClient(proxy_url, rpc_url=proxy_url) as client:
+        await client.card()
+        task = await client.send("through the proxy", return_immediately=detached)
+        assert client.resends == 2
     assert agent.starts["through the proxy"] == 1
     assert getattr(task, "id", None) == agent.tasks["through the proxy"][0]
 
@@ -367,20 +328,15 @@ async def test_the_client_does_not_resend_where_sends_are_not_idempotent() -> No
         card = (await http.get(url + ".well-known/agent-card.json")).json()
         assert any(e["uri"] == IDEMPOTENT_SEND_EXTENSION_URI
                    for e in card["capabilities"]["extensions"])
-        port = int(url.rstrip("/").rsplit(":", 1)[1])
-        proxy = _CutFirstSend(port)
-        async with anyio.create_task_group() as tg:
-            proxy_port = await tg.start(proxy.serve)
-            proxy_url = f"http://127.0.0.1:{proxy_port}/"
-            async with A2AClient(proxy_url, rpc_url=proxy_url) as client:
-                fetched = await client.card()
-                fetched.capabilities.extensions = [
-                    e for e in fetched.capabilities.extensions or ()
-                    if e.uri != IDEMPOTENT_SEND_EXTENSION_URI]
-                with pytest.raises(AgentUnreachable):
-                    await client.send("no resend")
-                assert client.resends == 0
-            proxy.vanish()
+        async with cutting_sends(url) as proxy_url, \
+                A2AClient(proxy_url, rpc_url=proxy_url) as client:
+            fetched = await client.card()
+            fetched.capabilities.extensions = [
+                e for e in fetched.capabilities.extensions or ()
+                if e.uri != IDEMPOTENT_SEND_EXTENSION_URI]
+            with pytest.raises(AgentUnreachable):
+                await client.send("no resend")
+            assert client.resends == 0
     assert agent.starts["no resend"] == 1
 
 
@@ -388,18 +344,12 @@ async def test_opening_a_stream_is_retried_by_the_client_too() -> None:
     """A stream whose opening request is dropped is resent (once open, a broken stream is
     resumed with a subscription, not resent)."""
     agent = Counting()
-    async with served(A2AApp(agent)) as url:
-        port = int(url.rstrip("/").rsplit(":", 1)[1])
-        proxy = _CutFirstSend(port, action="close")
-        async with anyio.create_task_group() as tg:
-            proxy_port = await tg.start(proxy.serve)
-            proxy_url = f"http://127.0.0.1:{proxy_port}/"
-            async with A2AClient(proxy_url, rpc_url=proxy_url) as client:
-                await client.card()
-                async with client.stream("streamed once") as events:
-                    kinds = [e.kind async for e in events]
-                assert client.resends == 1
-            proxy.vanish()
+    async with served(A2AApp(agent)) as url, cutting_sends(url, action="close") as proxy_url, \
+                A2AClient(proxy_url, rpc_url=proxy_url) as client:
+        await client.card()
+        async with client.stream("streamed once") as events:
+            kinds = [e.kind async for e in events]
+        assert client.resends == 1
     assert kinds[0] == "task"
     assert agent.starts["streamed once"] == 1
 

@@ -20,9 +20,8 @@ from scoped_a2a.client import A2AClient
 from scoped_a2a.protocol.errors import TaskNotFound
 from scoped_a2a.protocol.types import Task
 from scoped_a2a.store.claims import PriorSend, claim_key
-from scoped_a2a.testing.proxy import FaultyProxy
 
-from ..helpers import rpc, text_message
+from ..helpers import cutting_sends, rpc, text_message
 from .conftest import Proc, RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -38,20 +37,6 @@ def runs_started(*procs: Proc) -> list[str]:
 def agent_runs(*procs: Proc) -> list[str]:
     """The task id of every run of the test agent (resend_agents.py) in ``procs``' logs."""
     return [m for p in procs for m in re.findall(r"agent run task=(\S+)", p.text())]
-
-
-class CutSends(FaultyProxy):
-    """Forwards everything, but cuts the answer of the first ``n`` sends halfway."""
-
-    def __init__(self, upstream_port: int, n: int) -> None:
-        super().__init__(upstream_port, "close", methods=())
-        self.left = n
-
-    async def _action(self, method: str | None, task_id: str | None) -> str:
-        if method == "SendMessage" and self.left > 0:
-            self.left -= 1
-            return "cut"
-        return "forward"
 
 
 def params(msg: dict[str, Any], *, detached: bool = False) -> dict[str, Any]:
@@ -243,18 +228,13 @@ async def test_the_client_resends_through_a_dropped_answer(
     the client resends, gets the same task, and the message runs once."""
     a = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT)
     url = await a.url()
-    port = int(url.rstrip("/").rsplit(":", 1)[1])
-    proxy = CutSends(port, n=2)
-    async with anyio.create_task_group() as tg:
-        proxy_port = await tg.start(proxy.serve)
-        proxy_url = f"http://127.0.0.1:{proxy_port}/"
-        async with A2AClient(proxy_url, rpc_url=proxy_url) as client:
-            await client.card()
-            task = await client.send("through the proxy", return_immediately=True)
-            assert client.resends == 2
-            assert isinstance(task, Task)
-            ended = await wait_ended(client.http, url, task.id)
-        proxy.vanish()
+    async with cutting_sends(url, n=2) as proxy_url, \
+            A2AClient(proxy_url, rpc_url=proxy_url) as client:
+        await client.card()
+        task = await client.send("through the proxy", return_immediately=True)
+        assert client.resends == 2
+        assert isinstance(task, Task)
+        ended = await wait_ended(client.http, url, task.id)
     assert ended["status"]["state"] == "TASK_STATE_COMPLETED"
     assert agent_runs(a) == [task.id]
 
