@@ -109,22 +109,28 @@ class RunContext:
         input_timeout: float,
         attempt: int = 1,
         principal: Principal = ANONYMOUS,
+        owner: str | None = None,
+        new_task: bool = True,
+        store: TaskStore | None = None,
+        nursery: TaskGroup | None = None,
     ) -> None:
+        """``owner``: the task's owner key, principal and tenant (default: the principal's id).
+        ``store``: where :meth:`read_task` reads. ``nursery``: the server nursery."""
         self._run = run
         self._emit = emit
         self._input_timeout = input_timeout
         self._last_artifact_id: str | None = None
         self._parking: ExitStack | None = None  # open while the task waits for input
-        self._nursery: TaskGroup | None = None  # the server nursery (set by the runner)
-        self._owner = principal.id  # the task's owner key: principal and tenant (runner sets)
-        self._store: TaskStore | None = None  # where read_task reads (set by the runner)
+        self._nursery = nursery
+        self._owner = principal.id if owner is None else owner
+        self._store = store
         self.message = message
         self.request_metadata: dict[str, Any] = dict(request_metadata or {})
         self.attempt = attempt
-        self.new_task = True
+        """1 for a first execution; more when a durable queue redelivers the run."""
+        self.new_task = new_task
         """True when this run started its task; False when it continues an existing one (a
         follow-up to an input-required task whose run had ended)."""
-        """1 for a first execution; more when a durable queue redelivers the run."""
         self.principal = principal
         """Who sent the message that started the run (:class:`~scoped_a2a.Principal`; its id
         owns the task). Anonymous without authentication. A run from a durable queue sees the

@@ -170,11 +170,11 @@ class Runner:
             input_timeout=self.policy.input_timeout,
             attempt=attempt,
             principal=principal,
+            owner=owner,
+            new_task=not continuing,
+            store=self.store,
+            nursery=self._nursery,
         )
-        ctx._nursery = self._nursery
-        ctx.new_task = not continuing
-        ctx._owner = principal.id if owner is None else owner
-        ctx._store = self.store
         self._runs[task.id] = run
         self.callers.add(principal.id, run)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
