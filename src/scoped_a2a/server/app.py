@@ -72,7 +72,7 @@ from .auth import (
     resolve_principal,
 )
 from .card import build_card
-from .card_http import entity_tag, http_date, not_modified
+from .card_http import entity_tag, send_card
 from .card_signing import JWKS_PATH, CardSigner
 from .dispatch import Responder, run_method
 from .dispatch import extensions as _extensions
@@ -186,7 +186,7 @@ class A2AApp:
         # the fields given here: code (or ``serve --card``) wins.
         agent_card = getattr(agent, "card_fields", None)
         self._card_overrides = {**(agent_card() if callable(agent_card) else {}), **(card or {})}
-        self._card_cache: dict[str, bytes] = {}
+        self._card_cache: dict[str, tuple[bytes, bytes]] = {}  # base URL -> (card, its ETag)
         self._built_at = time.time()  # the card's Last-Modified: it is fixed from here on
         self._extended = dict(extended_card) if extended_card is not None else None
         self._detached = detached
@@ -320,7 +320,8 @@ class A2AApp:
                 await discard_body(scope, receive)
                 await _plain(send, 405, "use GET for the agent card")
             else:
-                await self._send_card(scope, send)
+                # With an ETag and Last-Modified; 304 when the client holds this card.
+                await send_card(scope, send, *self._card(scope), self._built_at)
             return
         if path == JWKS_PATH and self.card_signer is not None and method in ("GET", "HEAD"):
             await send_response(send, 200, _encode(self.card_signer.jwks()),
@@ -448,20 +449,8 @@ class A2AApp:
         """The card fields this app sets over the generated card (a copy)."""
         return dict(self._card_overrides)
 
-    async def _send_card(self, scope: Scope, send: Send) -> None:
-        """The public card, with an ETag and Last-Modified; 304 when the client holds it."""
-        body = self._card(scope)
-        etag = entity_tag(body)
-        headers = [(b"cache-control", b"max-age=60"), (b"etag", etag),
-                   (b"last-modified", http_date(self._built_at))]
-        request_headers = {k.lower(): v for k, v in scope.get("headers", ())}
-        if not_modified(request_headers, etag, self._built_at):
-            await send({"type": "http.response.start", "status": 304, "headers": headers})
-            await send({"type": "http.response.body", "body": b""})
-        else:
-            await send_response(send, 200, body, headers=headers)
-
-    def _card(self, scope: Scope) -> bytes:
+    def _card(self, scope: Scope) -> tuple[bytes, bytes]:
+        """The public card for the request's base URL and its ETag, built once per URL."""
         url = self._base_url(scope)
         cached = self._card_cache.get(url)
         if cached is None:
@@ -474,7 +463,8 @@ class A2AApp:
                               idempotent_send=self.store.dedupes_sends,
                               v03_fields=not self.card_1_0_only)
             card = self._signed(card, url)
-            cached = self._card_cache[url] = _encode(card)
+            body = _encode(card)
+            cached = self._card_cache[url] = (body, entity_tag(body))
             if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
                 self._card_cache.clear()
         return cached

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from email.utils import formatdate, parsedate_to_datetime
 
+from .asgi import Scope, Send, send_response
+
 
 def entity_tag(body: bytes) -> bytes:
     """A strong entity tag for ``body``: the start of its SHA-256, quoted."""
@@ -37,3 +39,17 @@ def not_modified(headers: dict[bytes, bytes], etag: bytes, last_modified: float)
     except (TypeError, ValueError, IndexError, OverflowError):
         return False  # an unreadable date is ignored, as RFC 9110 says
     return int(last_modified) <= when
+
+
+async def send_card(scope: Scope, send: Send, body: bytes, etag: bytes,
+                    last_modified: float) -> None:
+    """Answer a card request: ``body`` with its validators, or 304 (no body) when the
+    request's validators match them. Errors are the ASGI server's (the client went away)."""
+    headers = [(b"cache-control", b"max-age=60"), (b"etag", etag),
+               (b"last-modified", http_date(last_modified))]
+    request_headers = {k.lower(): v for k, v in scope.get("headers", ())}
+    if not_modified(request_headers, etag, last_modified):
+        await send({"type": "http.response.start", "status": 304, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+    else:
+        await send_response(send, 200, body, headers=headers)
