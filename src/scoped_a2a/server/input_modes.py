@@ -64,7 +64,9 @@ class InputModes:
         return cls(found)
 
     def accepts(self, media_type: str) -> bool:
-        base = _base(media_type)
+        return self._accepts_base(_base(media_type))
+
+    def _accepts_base(self, base: str) -> bool:
         return self.any or base in self.exact or base.split("/", 1)[0] in self.majors
 
     def check(self, message: Message) -> None:
@@ -74,7 +76,7 @@ class InputModes:
             return
         for part in message.parts:
             media_type = part_media_type(part)
-            if media_type is not None and not self.accepts(media_type):
+            if media_type is not None and not self._accepts_base(media_type):
                 accepted = sorted(self.exact | {f"{m}/*" for m in self.majors})
                 raise ContentTypeNotSupported(
                     f"this agent does not accept {media_type!r} parts; its card's input modes "
