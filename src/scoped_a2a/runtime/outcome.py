@@ -15,13 +15,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from ..protocol.types import Message, Task, TaskState
+from .context import agent_message
 
 DIRECT_REPLY = "direct-reply"
 """The end reason of a run whose agent returned a :class:`Message` (a direct reply)."""
 
 ENDING_STATES = frozenset(
     {TaskState.COMPLETED, TaskState.FAILED, TaskState.REJECTED, TaskState.CANCELED})
+
+OUTCOME_REASONS = {
+    TaskState.COMPLETED: "completed",
+    TaskState.FAILED: "failed",
+    TaskState.REJECTED: "rejected",
+    TaskState.CANCELED: "agent-canceled",
+}
+"""The end reason of an :class:`Outcome` that names none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +81,49 @@ def direct_reply(task: Task) -> Message | None:
     if task.status.state is TaskState.COMPLETED and msg is not None and msg.task_id is None:
         return msg
     return None
+
+
+def end_of(reply: object) -> tuple[TaskState, str | Message | None, str]:
+    """The end (state, text or message, reason) of a run whose agent returned ``reply``.
+
+    A str or None completes the task with that text; an :class:`Outcome` ends it as it says;
+    a :class:`Message` is a direct reply; anything else fails the task, saying what was
+    returned.
+    """
+    if isinstance(reply, Outcome):
+        return reply.state, reply.message, reply.reason or OUTCOME_REASONS[reply.state]
+    if isinstance(reply, Message):
+        # A direct reply: the caller of a blocking send gets this message, not the task
+        # (direct_reply reads it back from the ended task).
+        return TaskState.COMPLETED, reply, DIRECT_REPLY
+    if reply is not None and not isinstance(reply, str):
+        return TaskState.FAILED, (f"the agent returned {type(reply).__name__}, not str, "
+                                  "Message, Outcome or None"), "error"
+    return TaskState.COMPLETED, reply, "completed"
+
+
+def end_message(state: TaskState, text: str | Message | None, reason: str, *, task_id: str,
+                context_id: str, error_id: str | None = None) -> Message | None:
+    """The status message a run's end is recorded with (None: no text).
+
+    A direct reply carries no task id (what :func:`direct_reply` looks for); every other
+    message is tied to the task, and one that does not complete it names the ``reason`` (and
+    the ``errorId`` of a failure) in its metadata. Raises ValueError for text that cannot be
+    sent (see :func:`~.context.agent_message`).
+    """
+    if isinstance(text, Message) and reason == DIRECT_REPLY:
+        return msgspec.structs.replace(text, task_id=None, context_id=context_id)
+    if isinstance(text, Message):
+        # The agent's own message (an Outcome): kept whole, tied to this task.
+        msg = msgspec.structs.replace(text, task_id=task_id, context_id=context_id)
+        if state is not TaskState.COMPLETED:
+            msg.metadata = {"reason": reason, **(msg.metadata or {})}
+        return msg
+    if text is None:
+        return None
+    msg = agent_message(text, task_id=task_id, context_id=context_id)
+    if state is not TaskState.COMPLETED:
+        msg.metadata = {"reason": reason}
+        if error_id is not None:
+            msg.metadata["errorId"] = error_id
+    return msg

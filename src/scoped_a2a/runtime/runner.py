@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
-import msgspec
 from anyio.abc import TaskGroup
 
 from ..observe import NOOP, Observer
@@ -39,10 +38,10 @@ from ..protocol.types import (
 )
 from ..store.base import TaskEnded, TaskStore
 from ..store.launcher import RunLauncher
-from .context import Agent, AskFailed, RunContext, agent_message
+from .context import Agent, AskFailed, RunContext
 from .failures import AgentError, failure_text, new_error_id
 from .limits import CallerLimits, CallerRuns
-from .outcome import DIRECT_REPLY, Outcome
+from .outcome import end_message, end_of
 from .policy import RunPolicy
 from .run import ParkedRuns, Run
 
@@ -55,14 +54,6 @@ REASON_TEXT = {
     "nursery": "the server nursery was cancelled",
     "deadline": "the caller's deadline passed before the run finished",
 }
-
-OUTCOME_REASONS = {
-    TaskState.COMPLETED: "completed",
-    TaskState.FAILED: "failed",
-    TaskState.REJECTED: "rejected",
-    TaskState.CANCELED: "agent-canceled",
-}
-"""The end reason of an :class:`Outcome` that names none."""
 
 RECORD_TIMEOUT = 5.0
 """Seconds a run's end may take to record (shielded) before it is given up and logged."""
@@ -344,19 +335,7 @@ class Runner:
                                 error_id, failure_text(exc, error_id, expose=True),
                                 exc_info=not isinstance(exc, AgentError))
                 else:
-                    if isinstance(reply, Outcome):
-                        state, text = reply.state, reply.message
-                        reason = reply.reason or OUTCOME_REASONS[reply.state]
-                    elif isinstance(reply, Message):
-                        # A direct reply: the caller of a blocking send gets this message, not
-                        # the task (outcome.direct_reply reads it back from the ended task).
-                        state, text, reason = TaskState.COMPLETED, reply, DIRECT_REPLY
-                    elif reply is not None and not isinstance(reply, str):
-                        state, reason = TaskState.FAILED, "error"
-                        text = (f"the agent returned {type(reply).__name__}, not str, Message, "
-                                "Outcome or None")
-                    else:
-                        state, text = TaskState.COMPLETED, reply
+                    state, text, reason = end_of(reply)
         finally:
             ctx._stop_parking()  # an agent that returned while waiting for input frees its slot
             if state is None or (state is TaskState.FAILED and run.scope.cancel_called
@@ -392,21 +371,8 @@ class Runner:
         self, run: Run, state: TaskState, text: str | Message | None, reason: str,
         *, error_id: str | None = None,
     ) -> None:
-        msg = None
-        if isinstance(text, Message) and reason == DIRECT_REPLY:
-            # No task id: that is what marks the message as the reply itself (direct_reply).
-            msg = msgspec.structs.replace(text, task_id=None, context_id=run.context_id)
-        elif isinstance(text, Message):
-            # The agent's own message (an Outcome): kept whole, tied to this task.
-            msg = msgspec.structs.replace(text, task_id=run.task_id, context_id=run.context_id)
-            if state is not TaskState.COMPLETED:
-                msg.metadata = {"reason": reason, **(msg.metadata or {})}
-        elif text is not None:
-            msg = agent_message(text, task_id=run.task_id, context_id=run.context_id)
-            if state is not TaskState.COMPLETED:
-                msg.metadata = {"reason": reason}
-                if error_id is not None:
-                    msg.metadata["errorId"] = error_id
+        msg = end_message(state, text, reason, task_id=run.task_id, context_id=run.context_id,
+                          error_id=error_id)
         event = TaskStatusUpdateEvent(
             task_id=run.task_id,
             context_id=run.context_id,
