@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -34,8 +35,8 @@ from scoped_a2a.server.auth import Authenticator
 from scoped_a2a.server.tls import ClientCertificate
 
 from .helpers import served
-from .test_cli import StderrLog
-from .test_cli_newcomer import ENV, SRC, arun, run
+from .test_cli import StderrLog, start, stop
+from .test_cli_newcomer import ENV, SRC, arun, arun_all, run
 from .test_tls import served_tls
 
 ROOT = Path(SRC).parent
@@ -105,10 +106,13 @@ def test_a_bad_client_option_is_one_line_and_exit_2(args: list[str]) -> None:
 def test_an_unreachable_redis_stops_start_up(command: str) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     port = ["--port", "0"] if command == "serve" else []
-    line = one_error_line(run(command, *port, "--store", url))
+    with ThreadPoolExecutor(2) as pool:  # two process start-ups at once
+        at_once, waited = pool.map(lambda extra: run(command, *port, "--store", url, *extra),
+                                   [(), ("--store-wait", "0.5")])
+    line = one_error_line(at_once)
     assert line.startswith(f"error: Redis at {url} does not answer (")
     assert "--store-wait SECONDS" in line
-    line = one_error_line(run(command, *port, "--store", url, "--store-wait", "0.5"))
+    line = one_error_line(waited)
     assert f"Redis at {url} does not answer within --store-wait 0.5s" in line
 
 
@@ -218,14 +222,14 @@ async def test_a_url_that_is_no_a2a_agent_is_one_line(anyio_backend: str) -> Non
         port = await tg.start(lambda task_status: serve(
             not_an_agent(), port=0, shutdown=shutdown, grace=1.0, task_status=task_status))
         base = f"http://127.0.0.1:{port}/"
+        keys = [(path, command) for path in ("", "spa/", "json/") for command in ("send", "get")]
         try:
-            results = {}
-            for path in ("", "spa/", "json/"):
-                for command in (("send", base + path, "hi"), ("get", base + path, "t1")):
-                    results[(path, command[0])] = await arun(*command, "--backend",
-                                                             anyio_backend)
+            answers = await arun_all(*(
+                (command, base + path, "hi" if command == "send" else "t1", "--backend",
+                 anyio_backend) for path, command in keys))
         finally:
             shutdown.set()
+    results = dict(zip(keys, answers, strict=True))
     for (path, _command), (code, out, err) in results.items():
         assert code == 3, err
         assert out == ""
@@ -317,13 +321,8 @@ async def test_a_reader_that_goes_away_ends_the_command_quietly(anyio_backend: s
 def test_sighup_with_a_bad_key_file_says_only_that_it_kept_the_keys(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text("alice:token-alice-1\nbob:token-bob-1\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "scoped_a2a", "serve", "--port", "0", "--api-keys", str(keys)],
-        env=ENV, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    log = StderrLog(proc.stderr)
+    proc, _url, log = start("--api-keys", str(keys))
     try:
-        log.wait_for(r"serving on http://")
         keys.write_text("alice:token-alice-1\nthis line has no colon\n")
         proc.send_signal(signal.SIGHUP)
         log.wait_for(r"kept the previous API keys")
@@ -331,13 +330,7 @@ def test_sighup_with_a_bad_key_file_says_only_that_it_kept_the_keys(tmp_path: Pa
         proc.send_signal(signal.SIGHUP)
         log.wait_for(r"API keys reloaded from \S+ \(3 keys\)")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-    text = log.text()
+        text = stop(proc, log)
     assert len(re.findall(r"API keys reloaded", text)) == 1, text
     assert text.index("kept the previous API keys") < text.index("API keys reloaded"), text
 

@@ -10,7 +10,6 @@ import functools
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.server.card import build_card
 
 from .helpers import served
-from .test_cli import StderrLog
+from .test_cli import StderrLog, stop
 
 SRC = str(Path(scoped_a2a.__file__).resolve().parents[1])
 ENV = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -51,6 +50,19 @@ async def arun(*args: str) -> tuple[int, str, str]:
         done = await anyio.run_process(
             [sys.executable, "-m", "scoped_a2a", *args], env=ENV, check=False)
     return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def arun_all(*commands: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """Run independent CLI commands at once (each is a process start); results in order."""
+    results: list[tuple[int, str, str]] = [(-1, "", "")] * len(commands)
+
+    async def one(i: int, command: tuple[str, ...]) -> None:
+        results[i] = await arun(*command)
+
+    async with anyio.create_task_group() as tg:
+        for i, command in enumerate(commands):
+            tg.start_soon(one, i, command)
+    return results
 
 
 # --- serve: mistakes are one line ------------------------------------------------------------
@@ -133,12 +145,7 @@ def test_an_agent_module_in_the_current_folder_is_found(how: str, tmp_path: Path
         status = r.json()["result"]["task"]["status"]
         assert status["message"]["parts"][0]["text"] == "local agent heard hello"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        stop(proc, log)
 
 
 # --- help ------------------------------------------------------------------------------------

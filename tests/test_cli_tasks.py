@@ -24,9 +24,11 @@ from scoped_a2a.server.auth import Authenticator
 from scoped_a2a.server.auth.api_keys import ApiKeys
 
 from .helpers import rpc, served, text_message
-from .test_cli_newcomer import ENV, arun
+from .test_cli_hardening import free_port
+from .test_cli_newcomer import ENV, arun, arun_all
 
 pytestmark = pytest.mark.anyio
+
 
 
 async def start_task(url: str, text: str, *, key: str | None = None,
@@ -61,19 +63,6 @@ async def ended(url: str, task_id: str, *, key: str | None = None) -> dict[str, 
                                            "TASK_STATE_FAILED"):
                 return task
             await anyio.sleep(0.05)
-
-
-async def arun_all(*commands: tuple[str, ...]) -> list[tuple[int, str, str]]:
-    """Run independent CLI commands at once (each is a process start); results in order."""
-    results: list[tuple[int, str, str]] = [(-1, "", "")] * len(commands)
-
-    async def one(i: int, command: tuple[str, ...]) -> None:
-        results[i] = await arun(*command)
-
-    async with anyio.create_task_group() as tg:
-        for i, command in enumerate(commands):
-            tg.start_soon(one, i, command)
-    return results
 
 
 def one_line(err: str) -> str:
@@ -137,28 +126,44 @@ async def test_bad_input_is_one_line(anyio_backend: str) -> None:
     async with served(A2AApp(demo_agent, grace=1.0)) as url:
         done = await start_task(url, "hi")
         await ended(url, done["id"])
-        unknown = await arun_all(*((c, url, "no-such-task") for c in ("get", "cancel",
-                                                                        "subscribe")))
+        *unknown, cancel_ended, subscribe_ended, bad_token = await arun_all(
+            *((c, url, "no-such-task") for c in ("get", "cancel", "subscribe")),
+            ("cancel", url, done["id"]), ("subscribe", url, done["id"]),
+            ("list", url, "--page-token", "not-a-token"))
         for code, out, err in unknown:
             assert (code, out) == (3, ""), err
             assert "has no task by that id" in one_line(err), err
-        code, out, err = await arun("cancel", url, done["id"])
+        code, out, err = cancel_ended
         assert (code, out) == (3, ""), err
         assert "terminal tasks cannot be canceled" in one_line(err)
-        code, out, err = await arun("subscribe", url, done["id"])
+        code, out, err = subscribe_ended
         assert (code, out) == (3, ""), err
         assert "is completed" in one_line(err)
-        code, out, err = await arun("list", url, "--state", "sleeping")
-        assert (code, out) == (2, ""), err
-        assert "'sleeping' is not a task state; one of: submitted, working" in one_line(err)
-        code, out, err = await arun("list", url, "--page-size", "0")
-        assert code == 2 and "--page-size" in one_line(err)
-        code, out, err = await arun("list", url, "--page-token", "not-a-token")
+        code, out, err = bad_token
         assert (code, out) == (3, "")
         assert one_line(err).startswith("error: the agent refused the call: "), err
-    # The server is gone.
-    down = await arun_all(("get", url, "t1"), ("list", url), ("cancel", url, "t1"),
-                          ("subscribe", url, "t1"))
+
+
+def test_bad_options_and_a_server_that_is_down_are_one_line() -> None:
+    """Refused before any call, or failing to connect: the server's backend plays no part,
+    so this runs once (a sync test: each CLI process costs a start-up)."""
+    url = f"http://127.0.0.1:{free_port()}/"  # nothing listens there: the server is gone
+
+    async def all_of_them() -> list[tuple[int, str, str]]:
+        return await arun_all(
+            ("list", url, "--state", "sleeping"), ("list", url, "--page-size", "0"),
+            ("send", url, "hi", "--metadata", "no-equals-sign"),
+            ("get", url, "t1"), ("list", url), ("cancel", url, "t1"), ("subscribe", url, "t1"))
+
+    bad_state, bad_size, bad_metadata, *down = anyio.run(all_of_them)
+    code, out, err = bad_state
+    assert (code, out) == (2, ""), err
+    assert "'sleeping' is not a task state; one of: submitted, working" in one_line(err)
+    code, out, err = bad_size
+    assert code == 2 and "--page-size" in one_line(err)
+    code, out, err = bad_metadata
+    assert (code, out) == (2, "")
+    assert one_line(err) == "error: --metadata takes KEY=VALUE, not 'no-equals-sign'\n"
     for code, out, err in down:
         assert (code, out) == (3, ""), err
         assert one_line(err).startswith(f"error: cannot reach the agent at {url}"), err
@@ -206,17 +211,18 @@ async def test_another_callers_tasks_are_not_found(tmp_path: Path, anyio_backend
     async with served(app) as url:
         task = await start_task(url, "slow 600", key="token-alice-1")
         bob = ("--api-key", "token-bob-1")
-        refused = await arun_all(*((c, url, task["id"], *bob) for c in ("get", "cancel",
-                                                                          "subscribe")))
+        *refused, bob_lists, anonymous, alice_lists = await arun_all(
+            *((c, url, task["id"], *bob) for c in ("get", "cancel", "subscribe")),
+            ("list", url, "--token", "token-bob-1"), ("get", url, task["id"]),
+            ("list", url, "--api-key", "token-alice-1"))
         for code, out, err in refused:
             assert (code, out) == (3, ""), err
             assert "has no task by that id" in one_line(err), err
-        code, out, err = await arun("list", url, "--token", "token-bob-1")
-        assert (code, out, err) == (0, "", "")
-        code, out, err = await arun("get", url, task["id"])
+        assert bob_lists == (0, "", "")
+        code, out, err = anonymous
         assert (code, out) == (3, "")
         assert "the agent needs a credential and none was sent" in one_line(err), err
-        code, out, err = await arun("list", url, "--api-key", "token-alice-1")
+        code, out, err = alice_lists
         assert code == 0 and out.split()[:2] == [task["id"], "working"], (out, err)
         code, out, err = await arun("cancel", url, task["id"], "--api-key", "token-alice-1",
                                     "--json")
@@ -242,9 +248,6 @@ async def test_send_metadata_reaches_the_server(anyio_backend: str) -> None:
                                     "note": "not json"}
         code, out, err = await arun("cancel", url, task["id"])
         assert code == 0, err
-        code, out, err = await arun("send", url, "hi", "--metadata", "no-equals-sign")
-        assert (code, out) == (2, "")
-        assert one_line(err) == "error: --metadata takes KEY=VALUE, not 'no-equals-sign'\n"
 
 
 @pytest.mark.parametrize("command", ["get", "list", "cancel", "subscribe"])
