@@ -17,10 +17,10 @@ connection closed, nothing keeps running.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -61,6 +61,8 @@ CARD_PATH = "/.well-known/agent-card.json"
 
 SEND_BACKOFF = Backoff(initial=0.1, factor=2.0, cap=2.0, jitter=0.5)
 """How long a send waits before it is resent after a connection error (per attempt)."""
+
+T = TypeVar("T")
 
 _page_decoder = msgspec.json.Decoder(WirePage)
 _encode = msgspec.json.Encoder().encode
@@ -249,21 +251,26 @@ class A2AClient:
         return missing_credential_text(self._card, sent=sent, status=status,
                                        reason=refusal_reason(body))
 
-    async def _may_resend(self, exc: BaseException, failures: int) -> bool:
-        """Whether to resend after the ``failures``-th failed attempt (and wait before it).
+    async def _resending(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()`` (one send of a message), made again after a failure that allows it,
+        with a wait before each resend; the last failure is raised.
 
-        Only a connection error or -32000 (shutting down, or "try again") is retried, and only
-        to an agent that declares idempotent sends: elsewhere a resend may run the message twice.
+        Only a connection error or -32000 (shutting down, or "try again") is retried, at most
+        ``send_retries`` times, and only to an agent that declares idempotent sends: elsewhere
+        a resend may run the message twice. Cancellation: propagates (mid-attempt or waiting).
         """
-        if failures > self.send_retries or not isinstance(
-                exc, AgentUnreachable | ServerUnavailable):
-            return False
-        card = self._card
-        if card is None or not card.offers_extension(IDEMPOTENT_SEND_EXTENSION_URI):
-            return False
-        self.resends += 1
-        await anyio.sleep(self.send_backoff.delay(failures))
-        return True
+        failures = 0
+        while True:
+            try:
+                return await attempt()
+            except (AgentUnreachable, ServerUnavailable):
+                failures += 1
+                card = self._card
+                if failures > self.send_retries or card is None or \
+                        not card.offers_extension(IDEMPOTENT_SEND_EXTENSION_URI):
+                    raise
+            self.resends += 1
+            await anyio.sleep(self.send_backoff.delay(failures))
 
     async def version(self) -> str:
         """The protocol version this client speaks to the agent (``"1.0"`` or ``"0.3"``)."""
@@ -299,16 +306,9 @@ class A2AClient:
             message, return_immediately=return_immediately, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
         params = codec.send_params(req)  # one messageId for every attempt
-        failures = 0
-        while True:
-            try:
-                raw = await transport.call(codec.send_method, params, bounded=return_immediately)
-            except (AgentUnreachable, ServerUnavailable) as exc:
-                failures += 1
-                if not await self._may_resend(exc, failures):
-                    raise
-                continue
-            return codec.send_result(raw)
+        raw = await self._resending(
+            lambda: transport.call(codec.send_method, params, bounded=return_immediately))
+        return codec.send_result(raw)
 
     @asynccontextmanager
     async def stream(
@@ -327,18 +327,9 @@ class A2AClient:
             message, return_immediately=False, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
         params = codec.send_params(req)  # one messageId for every attempt
-        failures = 0
         async with AsyncExitStack() as stack:
-            while True:
-                try:
-                    response = await stack.enter_async_context(transport.stream(
-                        codec.stream_method, params, extensions=extensions))
-                except (AgentUnreachable, ServerUnavailable) as exc:
-                    failures += 1
-                    if not await self._may_resend(exc, failures):
-                        raise
-                    continue
-                break
+            response = await self._resending(lambda: stack.enter_async_context(
+                transport.stream(codec.stream_method, params, extensions=extensions)))
             events = self._events(response, transport, codec)
             try:
                 yield events
