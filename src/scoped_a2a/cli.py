@@ -22,7 +22,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -53,6 +53,10 @@ from .redis_cli import (
 from .runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS, RunPolicy
 from .store.memory import DEFAULT_MAX_ENDED_BYTES
 
+if TYPE_CHECKING:
+    from .server.auth import Authenticator
+    from .server.card_signing import CardSigner
+
 log = logging.getLogger("scoped_a2a.cli")
 
 
@@ -74,10 +78,6 @@ def _version() -> str:
         return version("scoped-a2a")
     except PackageNotFoundError:  # run from a source tree that is not installed
         return "unknown"
-
-
-def _prog() -> str:
-    return prog_name()
 
 
 _SIZE_UNITS = {
@@ -102,7 +102,7 @@ def parse_size(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = Parser(
-        prog=_prog(), formatter_class=HelpFormatter,
+        prog=prog_name(), formatter_class=HelpFormatter,
         description="Serve an A2A agent; send it a message, look at or cancel its tasks; or "
                     "run a Redis worker.",
         epilog="Each command has its own options: COMMAND --help.")
@@ -195,14 +195,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(args: argparse.Namespace, loaded: LoadedAgent) -> None:
+async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authenticator | None,
+                 signer: CardSigner | None, policy: RunPolicy) -> None:
+    """Serve until signalled, with what ``_main`` built and checked before the loop started."""
     from .push import PushSettings
     from .server.app import A2AApp
     from .server.serve import serve
     from .store.base import TaskStore
     from .store.memory import MemoryTaskStore
-
-    policy = _policy(args)
 
     def make_app(store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
         return A2AApp(
@@ -229,9 +229,6 @@ async def _serve(args: argparse.Namespace, loaded: LoadedAgent) -> None:
                 signing_secret=args.push_signing_secret or None,
             ),
         )
-
-    auth = authenticator_from_args(args)
-    signer = card_signer_from_args(args)
 
     async def on_signals(shutdown: anyio.Event, scope: anyio.CancelScope, *,
                          task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -366,15 +363,17 @@ def _main(argv: Sequence[str] | None) -> int:
         # Loaded before the event loop starts: a bad --agent is one line, not a traceback.
         loaded = load_agent(args.agent, backend=args.backend)
         loaded.card.update(load_card(args.card))
-        authenticator_from_args(args)  # a bad key file is one line here, before the loop
-        card_signer_from_args(args)
-        args.observers = observers_from(args)  # a missing extra is one line too
-        _policy(args)  # a bad --detach-metadata is one line, before the loop
+        # Built here, before the loop: a bad key file, signing key, missing extra or
+        # --detach-metadata is one line and exit 2, not a traceback.
+        auth = authenticator_from_args(args)
+        signer = card_signer_from_args(args)
+        args.observers = observers_from(args)
+        policy = _policy(args)
         if args.store != "memory":
             check_store_url(args.store)
         _check_host(args.host, args.port)
-        return _run_server(_serve, args, loaded, backend=args.backend, host=args.host,
-                           port=args.port)
+        return _run_server(_serve, args, loaded, auth, signer, policy, backend=args.backend,
+                           host=args.host, port=args.port)
     if args.command == "send":
         return run_send(args)
     if args.command in ("get", "list", "cancel", "subscribe"):
