@@ -41,6 +41,7 @@ from ..core import Bench, Metric, Scenario, percentile
 from ..loadgen import Loop, RequestTemplate, connect, connect_many, http_request, rpc_body
 from ..systems import DETACH_RULE, ServerProcess, System
 from .hangup import Hangup
+from .send import _drive, check
 
 CALLERS = 16
 HOLD_KEY = "hold-"
@@ -54,7 +55,6 @@ HANGUP_AFTER = 0.05
 """A detached part's caller hangs up after a random 0 to this many seconds."""
 OPEN_AFTER = 1.0
 RULE_KEY, RULE_VALUE = DETACH_RULE.split("=")
-MARK = b"TASK_STATE_COMPLETED"
 PROBE_ID, DETACHED_IDS, CONTROL_IDS, HOLD_IDS = (k * 10**9 for k in (9, 8, 7, 6))
 """Message id counters of each part: a server may take a repeated message id for a resend."""
 
@@ -95,10 +95,6 @@ SYSTEMS = (
     Served("scoped", SERVER, title=AI_SCOPED, target="benchmarks.peers.pydantic_ai_peer:assistant"),
 )
 EXECUTORS = (SDK_SELF, SDK_SCOPED)
-
-
-def completed(status: int, body: bytes) -> bool:
-    return status == 200 and MARK in body
 
 
 class Adapters(Scenario):
@@ -288,11 +284,11 @@ async def throughput(bench: Bench, system: System, proc: ServerProcess,
     duration = max(bench.sizes.duration, 2.0) if slow else bench.sizes.duration
     async with await connect(proc.port) as probe:
         status, body = await probe.request(template.make(PROBE_ID))
-    if not completed(status, body):
+    if not check(status, body):
         bench.fail(f"{system.label} {what}: answered {status}: {body[:300]!r}")
         return None
     conns = await connect_many(proc.port, CALLERS)
-    loops = [Loop(conn, template, completed, seq_base=(i + 1) * 10**8, port=proc.port)
+    loops = [Loop(conn, template, check, seq_base=(i + 1) * 10**8, port=proc.port)
              for i, conn in enumerate(conns)]
     try:
         await _drive(loops, bench.sizes.warmup, record=False)
@@ -316,14 +312,6 @@ async def throughput(bench: Bench, system: System, proc: ServerProcess,
     bench.progress(f"{system.label:40} {what:7} c={CALLERS} {rps:7.0f}/s  p99 {p99:6.1f} ms  "
                    f"server CPU {srv:.2f}  generator CPU {gen:.2f}")
     return rps, p99
-
-
-async def _drive(loops: list[Loop], duration: float, *, record: bool) -> None:
-    start = time.perf_counter()
-    stop = start + duration
-    futures = [lp.start(start if record else stop + 3600, stop) for lp in loops]
-    async with asyncio.timeout(duration + 60):
-        await asyncio.gather(*futures)
 
 
 async def _model_call(fake: FakeChatModel, key: str, timeout: float) -> Any:
