@@ -12,6 +12,7 @@ from .protocol.principal import Principal
 from .protocol.types import Message, Part, Role, Task, TaskState
 from .runtime.context import Agent, RunContext
 from .runtime.failures import AgentError
+from .runtime.outcome import Outcome
 from .runtime.policy import RunPolicy
 from .server.app import A2AApp
 from .server.serve import serve
@@ -28,6 +29,7 @@ __all__ = [
     "MemorySink",
     "MemoryTaskStore",
     "Message",
+    "Outcome",
     "Part",
     "Principal",
     "Role",

@@ -36,7 +36,6 @@ import anyio
 from ..protocol.errors import TaskNotFound
 from ..protocol.principal import Principal
 from ..protocol.types import Message
-from ..runtime.abandon import run_abandonable
 from ..runtime.context import RunContext
 from ..runtime.outcome import Outcome
 from .base import AdaptedAgent
@@ -144,8 +143,8 @@ class ExecutorAgent(AdaptedAgent):
         request = await self._request_context(ctx, current)
         while True:
             try:
-                await run_abandonable(
-                    ctx._nursery, functools.partial(self.executor.execute, request, queue),
+                await ctx.run_abandonable(
+                    functools.partial(self.executor.execute, request, queue),
                     cancel_grace=self.cancel_grace,
                     name=f"{self.__name__}.execute for task {ctx.task_id}")
             except anyio.get_cancelled_exc_class():
@@ -181,8 +180,8 @@ class ExecutorAgent(AdaptedAgent):
         """Call ``executor.cancel`` (shielded, bounded); its failure is logged, not raised."""
         with anyio.move_on_after(self.cancel_timeout, shield=True) as bounded:
             try:
-                await run_abandonable(
-                    ctx._nursery, functools.partial(self.executor.cancel, request, queue),
+                await ctx.run_abandonable(
+                    functools.partial(self.executor.cancel, request, queue),
                     cancel_grace=self.cancel_grace,
                     name=f"{self.__name__}.cancel for task {ctx.task_id}")
             except Exception:

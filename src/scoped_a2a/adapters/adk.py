@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 
 from ..protocol.principal import TENANT_SEPARATOR
-from ..runtime.abandon import run_abandonable
 from .base import AdaptedAgent
 from .trajectory import MEDIA_INPUT_MODES
 
@@ -186,8 +185,8 @@ class AdkAgent(AdaptedAgent):
             # ADK waits for its own task when its stream closes: a tool that ignores
             # cancellation would hold the run, so the stream is driven from the server
             # nursery and abandoned after cancel_grace (runtime/abandon.py).
-            await run_abandonable(
-                ctx._nursery, functools.partial(
+            await ctx.run_abandonable(
+                functools.partial(
                     self._drive, relay, user_id, ctx.context_id, content, run_config),
                 cancel_grace=self.cancel_grace, name=f"Google ADK run of task {ctx.task_id}")
         return await relay.end()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, ExitStack
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 
@@ -22,7 +22,6 @@ from ..protocol.types import (
     Artifact,
     Message,
     Part,
-    Role,
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
@@ -32,13 +31,17 @@ from ..protocol.types import (
 )
 from ..store.snapshot import DOWNSTREAM_KEY
 from . import calls
+from .abandon import run_abandonable
+from .outcome import Outcome, agent_message, check_text
 from .run import Run
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ..store.base import TaskStore
-    from .outcome import Outcome
+
+
+T = TypeVar("T")
 
 
 class AskFailed(Exception):
@@ -75,25 +78,6 @@ class Agent(Protocol):
     """
 
     def __call__(self, ctx: RunContext, /) -> Awaitable[str | Outcome | Message | None]: ...
-
-
-def _check_text(text: object) -> None:
-    """Refuse a non-str text before it is logged: msgspec structs do not check types when
-    built, and a log event that encodes but cannot be read back would break every later read
-    of its task (the agent gets the TypeError; its run fails with it)."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, not {type(text).__name__}")
-
-
-def agent_message(text: str, *, task_id: str, context_id: str) -> Message:
-    _check_text(text)
-    return Message(
-        message_id=new_id(),
-        role=Role.AGENT,
-        parts=[Part(text=text)],
-        task_id=task_id,
-        context_id=context_id,
-    )
 
 
 class RunContext:
@@ -227,7 +211,7 @@ class RunContext:
         """
         all_parts = []
         if text is not None:
-            _check_text(text)
+            check_text(text)
             all_parts.append(Part(text=text))
         if data is not None:
             all_parts.append(Part(data=data))
@@ -356,6 +340,15 @@ class RunContext:
         if self._parking is not None:
             parking, self._parking = self._parking, None
             parking.close()
+
+    async def run_abandonable(self, fn: Callable[[], Awaitable[T]], *, cancel_grace: float,
+                              name: str) -> T:
+        """Run ``fn()`` as a task of the server nursery, so that code which may ignore
+        cancellation (another framework's) cannot hold this run: on cancellation it is
+        cancelled and waited for at most ``cancel_grace`` seconds, then abandoned (logged,
+        left in the server nursery) and the cancellation goes on
+        (:func:`~scoped_a2a.runtime.abandon.run_abandonable`). Outside a server, inline."""
+        return await run_abandonable(self._nursery, fn, cancel_grace=cancel_grace, name=name)
 
     # --- calls to other agents (see calls.py) ----------------------------------------------
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from ..protocol.types import Message, Task, TaskState
-from .context import agent_message
+from ..protocol.ids import new_id
+from ..protocol.types import Message, Part, Role, Task, TaskState
 
 DIRECT_REPLY = "direct-reply"
 """The end reason of a run whose agent returned a :class:`Message` (a direct reply)."""
@@ -109,7 +109,7 @@ def end_message(state: TaskState, text: str | Message | None, reason: str, *, ta
     A direct reply carries no task id (what :func:`direct_reply` looks for); every other
     message is tied to the task, and one that does not complete it names the ``reason`` (and
     the ``errorId`` of a failure) in its metadata. Raises ValueError for text that cannot be
-    sent (see :func:`~.context.agent_message`).
+    sent (see :func:`agent_message`).
     """
     if isinstance(text, Message) and reason == DIRECT_REPLY:
         return msgspec.structs.replace(text, task_id=None, context_id=context_id)
@@ -127,3 +127,23 @@ def end_message(state: TaskState, text: str | Message | None, reason: str, *, ta
         if error_id is not None:
             msg.metadata["errorId"] = error_id
     return msg
+
+
+def check_text(text: object) -> None:
+    """Refuse a non-str text before it is logged: msgspec structs do not check types when
+    built, and a log event that encodes but cannot be read back would break every later read
+    of its task (the agent gets the TypeError; its run fails with it)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+
+
+def agent_message(text: str, *, task_id: str, context_id: str) -> Message:
+    """The agent's message holding ``text``, tied to a task (status messages, ends)."""
+    check_text(text)
+    return Message(
+        message_id=new_id(),
+        role=Role.AGENT,
+        parts=[Part(text=text)],
+        task_id=task_id,
+        context_id=context_id,
+    )
