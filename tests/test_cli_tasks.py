@@ -271,3 +271,18 @@ def test_help_describes_every_option_and_the_exit_statuses(command: str) -> None
     expected = ["0", "2", "3", "124", "130"] if command in ("list", "cancel") else [
         "0", "1", "2", "3", "124", "130"]
     assert codes == expected
+
+
+def test_a_task_line_is_one_line_however_many_text_parts() -> None:
+    """What ``send``, ``get`` and ``cancel`` print for a task (and ``send`` says on stderr when
+    it failed): the status message's text parts joined on one line, other parts left out."""
+    from scoped_a2a.client.cli_format import task_line
+    from scoped_a2a.protocol.types import Message, Part, Role, Task, TaskState, TaskStatus
+
+    said = Message(message_id="m1", role=Role.AGENT,
+                   parts=[Part(text="It broke"), Part(data={"x": 1}), Part(text=": try again")])
+    task = Task(id="t1", context_id="c1",
+                status=TaskStatus(state=TaskState.FAILED, message=said))
+    assert task_line(task) == "task t1 failed: It broke: try again"
+    quiet = Task(id="t2", context_id="c1", status=TaskStatus(state=TaskState.WORKING))
+    assert task_line(quiet) == "task t2 working"

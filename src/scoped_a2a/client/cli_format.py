@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from ..protocol.types import Task
 
 
 def parts_text(obj: Any) -> str:
@@ -16,6 +19,14 @@ def parts_text(obj: Any) -> str:
 def state_name(state: Any) -> str:
     """``TASK_STATE_INPUT_REQUIRED`` -> ``input-required``."""
     return str(state or "?").removeprefix("TASK_STATE_").lower().replace("_", "-")
+
+
+def task_line(task: Task) -> str:
+    """``task ID STATE: REPLY``, the reply being the status message's text parts joined (one
+    line however many parts it has)."""
+    said = task.status.message
+    reply = "".join(p.text for p in said.parts if p.text) if said else ""
+    return f"task {task.id} {state_name(task.status.state)}" + (f": {reply}" if reply else "")
 
 
 def human_line(kind: str, ev: Any) -> str:

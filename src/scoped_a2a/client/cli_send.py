@@ -48,7 +48,7 @@ from .cli_common import (
     parse_metadata,
     run_client_command,
 )
-from .cli_format import human_line, parts_text, state_name
+from .cli_format import human_line, task_line
 from .client import A2AClient, user_message
 from .pages import LivePage, PageSink
 from .saved_files import save_files
@@ -203,10 +203,7 @@ async def _turn(args: argparse.Namespace, client: A2AClient, message: Message, i
         if not streamed_message:  # --stream has printed the reply already
             printer.emit("result", None, "message", msgspec.to_builtins(result))
     elif not failed:  # a failure is said once, on stderr (below)
-        said = result.status.message
-        reply = parts_text(msgspec.to_builtins(said)) if said else ""
-        out.write(f"task {result.id} {state_name(result.status.state)}"
-                  + (f": {reply}" if reply else "") + "\n")
+        out.write(task_line(result) + "\n")
         if result.status.state.interrupted:
             err.write(f"answer with: {answer_command(args, result)}\n")
     if args.out:
@@ -216,9 +213,7 @@ async def _turn(args: argparse.Namespace, client: A2AClient, message: Message, i
             else:
                 out.write(f"saved {path}\n")
     if isinstance(result, Task) and failed:
-        reply = result.status.message.text if result.status.message else ""
-        err.write(f"error: task {result.id} {state_name(result.status.state)}"
-                  + (f": {reply}" if reply else "") + "\n")
+        err.write(f"error: {task_line(result)}\n")
         return EXIT_TASK_FAILED
     return EXIT_OK
 

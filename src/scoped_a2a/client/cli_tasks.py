@@ -33,7 +33,7 @@ from .cli_common import (
     http_url,
     run_client_command,
 )
-from .cli_format import human_line, parts_text, state_name
+from .cli_format import human_line, parts_text, state_name, task_line
 from .client import A2AClient
 
 _FAILED = (TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
@@ -50,11 +50,6 @@ def task_state(text: str) -> TaskState:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a task state; one of: {', '.join(STATE_NAMES)}")
     return STATE_NAMES[key]
-
-
-def _task_line(task: Task) -> str:
-    reply = task.status.message.text if task.status.message else ""
-    return f"task {task.id} {state_name(task.status.state)}" + (f": {reply}" if reply else "")
 
 
 def _dump(out: TextIO, obj: Any) -> None:
@@ -129,7 +124,7 @@ async def _get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if args.json:
             _dump(out, task)
         else:
-            out.write(_task_line(task) + "\n")
+            out.write(task_line(task) + "\n")
             out.write(f"  context {task.context_id}\n")
             for art in task.artifacts or ():
                 text = parts_text(msgspec.to_builtins(art))
@@ -163,7 +158,7 @@ async def _cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if args.json:
             _dump(out, task)
         else:
-            out.write(_task_line(task) + "\n")
+            out.write(task_line(task) + "\n")
         return EXIT_OK
 
     return await call_agent(args, body, out, err)
