@@ -17,19 +17,16 @@ from typing import Any
 import anyio
 import msgspec
 
-from ..protocol.deadline import budget_from
 from ..protocol.dialect import Dialect
 from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
     PushNotSupported,
-    ServerUnavailable,
     UnsupportedOperation,
 )
-from ..protocol.ids import new_id
 from ..protocol.jsonrpc import decode_params
 from ..protocol.method import BAD_LAST_EVENT_ID, MAX_EVENT_ID_DIGITS, Call, Method, Output
-from ..protocol.principal import ANONYMOUS, Principal, owner_key
+from ..protocol.principal import owner_key
 from ..protocol.trajectory import (
     TRAJECTORY_EXTENSION_URI,
     TrajectoryEvent,
@@ -40,32 +37,23 @@ from ..protocol.trajectory import (
 from ..protocol.types import (
     ListTasksRequest,
     ListTasksResponse,
-    SendMessageRequest,
     Task,
-    TaskPushNotificationConfig,
-    TaskState,
-    TaskStatus,
     normalize_timestamp,
-    utc_timestamp,
 )
 from ..push.rpc import PushRpc
 from ..push.service import PushService
 from ..runtime.outcome import direct_reply
-from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..runtime.tail import ends_stream, tail
 from ..store.base import TaskStore
 from .frames import FrameCache
 from .input_modes import InputModes
-from .resend import Resends, fingerprint
+from .send_setup import SendSetup
 
 _encode = msgspec.json.Encoder().encode
 
 MAX_PAGE_SIZE = 100
 """The largest ListTasks ``pageSize`` (the 1.0 proto's maximum)."""
-
-BEGIN_DEADLINE = 30.0
-"""Seconds the shielded set-up of a send may take (a backstop: its awaits have their own)."""
 
 
 def trim(task: Task, history_length: int | None, *, artifacts: bool = True) -> Task:
@@ -107,13 +95,8 @@ class Methods:
         input_modes: InputModes | None = None,
     ) -> None:
         self.runner = runner
-        self.input_modes = input_modes
-        """The media types the card accepts in message parts (None: any; input_modes.py)."""
         self.store = store
-        self.policy = runner.policy
         self.keepalive_every = keepalive_every
-        self.resends = Resends(store, runner)
-        """The messageId claims that make a resent message the same send (resend.py)."""
         self.frames = FrameCache()
         """Snapshots and events encoded once, shared by every stream that sends them."""
         self.extended_card = extended_card
@@ -136,150 +119,15 @@ class Methods:
         self.push = push if push is not None and push.enabled else None
         if self.push is not None:
             self.table.update(PushRpc(self.push, store).table)
+        self.sends = SendSetup(runner, store, self.push, input_modes)
+        """What a send does before its answer: checks, claims, the task and its run."""
 
     # --- sending --------------------------------------------------------------------------
-
-    async def _begin(
-        self, req: SendMessageRequest, v1: bool = True, principal: Principal = ANONYMOUS
-    ) -> tuple[Task, Run, int]:
-        """Create the task (or continue it) and start (or resume) its run, shielded.
-
-        Shielded from the request's cancellation: a send whose body has arrived whole is
-        carried through to a started run even if its caller hangs up meanwhile (the disconnect
-        watcher cancels the request). Otherwise a hang-up landing on one of the awaits in here
-        (the push URL's resolution, a store write) would drop a detached send that had arrived
-        in full, or leave a stored task whose run never starts (SUBMITTED forever). The hang-up
-        takes effect at the caller's next checkpoint, once it holds the run: an interactive run
-        is then cancelled and recorded as hung up. The awaits in here are bounded (the push URL
-        is resolved within ``connect_timeout``; store operations have their own deadlines), so
-        the shield cannot hold a request forever.
-        """
-        cfg = req.configuration
-        push = cfg.task_push_notification_config if cfg is not None else None
-        if push is None and not self.store.may_suspend:
-            # Nothing in here can wait (no push URL to resolve, a store that never waits), so
-            # no cancellation can land in it and a shield would guard nothing.
-            return await self._begin_unshielded(req, v1, principal)
-        with anyio.move_on_after(BEGIN_DEADLINE, shield=True):
-            return await self._begin_unshielded(req, v1, principal)
-        raise ServerUnavailable(f"setting up the send took over {BEGIN_DEADLINE:g} s; try again")
-
-    async def _begin_unshielded(
-        self, req: SendMessageRequest, v1: bool, principal: Principal
-    ) -> tuple[Task, Run, int]:
-        """Create the task (or continue it) and start (or resume) its run.
-
-        Returns the task snapshot, the run, and the log position to follow from. The caller
-        must take its hold on the run before its next checkpoint. A push config in the send's
-        configuration is checked first (a refused URL creates no task) and stored with the task
-        before the run starts (``v1``: the caller's dialect, which shapes the deliveries).
-        A new task is owned by ``principal`` within the request's tenant; a follow-up to a
-        task of another principal (or tenant) is TaskNotFound, as if it did not exist.
-        """
-        owner = owner_key(principal, req.tenant)
-        msg = req.message
-        if not msg.parts:
-            raise InvalidParams("the message has no parts")
-        if self.input_modes is not None:
-            self.input_modes.check(msg)  # -32005 / 415 before any task exists
-        cfg = req.configuration
-        if cfg is not None and cfg.history_length is not None and cfg.history_length < 0:
-            # Checked here, not when the answer is trimmed: by then the task would exist.
-            raise InvalidParams("configuration.historyLength must not be negative")
-        budget_from(req.metadata, msg.metadata)  # a bad deadline is refused before a task exists
-        reason = self.policy.detach_reason(
-            return_immediately=bool(cfg and cfg.return_immediately),
-            message_metadata=msg.metadata,
-            request_metadata=req.metadata,
-        )
-        push_cfg = await self._accept_push(cfg.task_push_notification_config if cfg else None)
-        fp = fingerprint(msg)  # before the ids are filled in below
-        if msg.task_id:
-            await self.store.check_owner(msg.task_id, owner)
-            task, pos = await self.store.get(msg.task_id)
-            # A resent follow-up answers as the first did (its task may have ended since).
-            prior = await self.resends.claim(owner, msg, fp, task.id, pos, follow_up=True)
-            if prior is not None:
-                return prior
-            try:
-                return await self._follow_up(req, v1, principal, owner, task, pos, reason,
-                                             push_cfg)
-            except BaseException:
-                await self.resends.release(owner, msg, task.id)
-                raise
-        task_id = new_id()
-        prior = await self.resends.claim(owner, msg, fp, task_id, 0, follow_up=False)
-        if prior is not None:
-            return prior
-        try:
-            return await self._new_task(req, v1, principal, owner, task_id, reason, push_cfg)
-        except BaseException:
-            # Nothing ran (or the run never started, recorded as ended): a resend may run it.
-            await self.resends.release(owner, msg, task_id)
-            raise
-
-    async def _follow_up(
-        self, req: SendMessageRequest, v1: bool, principal: Principal, owner: str, task: Task,
-        pos: int, reason: str | None, push_cfg: TaskPushNotificationConfig | None,
-    ) -> tuple[Task, Run, int]:
-        """Deliver a follow-up message to ``task`` (read at ``pos``): resume or start its run."""
-        msg = req.message
-        if task.status.state.terminal:
-            raise UnsupportedOperation(
-                f"task {task.id!r} is {task.status.state.name.lower()}; a terminal task "
-                "accepts no more messages"
-            )
-        if msg.context_id and msg.context_id != task.context_id:
-            raise InvalidParams(f"task {task.id!r} belongs to another contextId")
-        msg.context_id = task.context_id
-        if push_cfg is not None:
-            await self._set_push(task.id, push_cfg, v1, pos, task.status.state)
-        # Its claim is made now, not once delivered: after the delivery below nothing may wait
-        # before the caller holds the run (a failure below releases the claim again).
-        await self.resends.confirm(owner, msg, task.id)
-        run = self.runner.get(task.id)
-        if run is not None:
-            self.runner.resume(run, msg, reason)
-        else:
-            run = await self.runner.launch(
-                task, msg, request_metadata=req.metadata, detach_reason=reason, new=False,
-                principal=principal, owner=owner,
-            )
-        return task, run, pos
-
-    async def _new_task(
-        self, req: SendMessageRequest, v1: bool, principal: Principal, owner: str, task_id: str,
-        reason: str | None, push_cfg: TaskPushNotificationConfig | None,
-    ) -> tuple[Task, Run, int]:
-        """Store a new task ``task_id`` for ``req``'s message and start its run."""
-        msg = req.message
-        context_id = msg.context_id or new_id()
-        msg.task_id, msg.context_id = task_id, context_id
-        task = Task(
-            id=task_id,
-            context_id=context_id,
-            status=TaskStatus(state=TaskState.SUBMITTED, timestamp=utc_timestamp()),
-            history=[msg],
-            metadata=req.metadata,
-        )
-        self.runner.check_accepting()  # before the task is stored: refuse, store nothing
-
-        async def stored() -> None:  # the task exists, its run has not started here yet
-            if push_cfg is not None:
-                await self._set_push(task_id, push_cfg, v1, 0, TaskState.SUBMITTED)
-
-        # Stores the task (on a shared store, with its detached run queued durably), then
-        # starts the run here unless it was queued.
-        run = await self.runner.launch(
-            task, msg, request_metadata=req.metadata, detach_reason=reason, new=True,
-            stored=stored, principal=principal, owner=owner,
-        )
-        return task, run, 0
 
     async def send_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         history = req.configuration.history_length if req.configuration else None
-        task, run, pos = await self._begin(req, call.dialect.v1, call.principal)
+        task, run, pos = await self.sends.begin(req, call.dialect.v1, call.principal)
         if req.configuration is not None and req.configuration.return_immediately:
             await out.result(call.dialect.send_result(trim(task, history)))
             return
@@ -302,33 +150,18 @@ class Methods:
 
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
-        task, run, pos = await self._begin(req, call.dialect.v1, call.principal)
+        task, run, pos = await self.sends.begin(req, call.dialect.v1, call.principal)
         with run.hold():
             if task.status.state.terminal:
                 # A resent message whose task has ended (or a run that ended meanwhile): the
                 # snapshot already holds the end, so the events before it must not follow it
                 # (states would go back from completed to working). The ended task, alone.
                 task, pos = await self.store.get(task.id)
-            # Not from the shared cache: _begin may have awaited after reading this snapshot,
+            # Not from the shared cache: begin may have awaited after reading this snapshot,
             # which the store changes in place as events are appended, so it is not certain to
             # be exactly "the task as of pos" that others could share. One stream, one copy.
             await out.event(call.dialect.stream_task_frame(task), pos)
             await self._stream(call, out, task.id, pos)
-
-    async def _accept_push(
-        self, config: TaskPushNotificationConfig | None
-    ) -> TaskPushNotificationConfig | None:
-        """Check a send's push config (-32602 saying why it is refused; -32003 if push is off)."""
-        if config is None:
-            return None
-        if self.push is None:
-            raise PushNotSupported("push notifications are not supported by this server")
-        return await self.push.accept(config)
-
-    async def _set_push(self, task_id: str, config: TaskPushNotificationConfig, v1: bool,
-                        pos: int, state: TaskState) -> None:
-        assert self.push is not None
-        await self.push.set_config(task_id, config, v1=v1, after=pos, state=state)
 
     async def _stream(self, call: Call, out: Output, task_id: str, after: int) -> None:
         """Write the log after ``after`` as SSE events until the task ends or is interrupted.

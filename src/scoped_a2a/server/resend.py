@@ -72,7 +72,7 @@ def _reason(task: Task) -> str | None:
 
 
 class Resends:
-    """The claim check of one app's sends (used by :class:`.methods.Methods`)."""
+    """The claim check of one app's sends (used by :class:`.send_setup.SendSetup`)."""
 
     def __init__(self, store: TaskStore, runner: Runner) -> None:
         self.store = store
