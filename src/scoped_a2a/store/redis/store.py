@@ -73,6 +73,7 @@ _DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {
 }
 _CACHE_SIZE = 1024  # snapshots of tasks this process writes to, to skip a read per append
 
+
 def _entry(raw: Any) -> LogEntry:
     """A stream entry ``[b"<pos>-0", [b"k", kind, b"e", json]]`` as a LogEntry."""
     entry_id, fields = raw
