@@ -130,10 +130,10 @@ async def serve_on_redis(
 ) -> None:
     """``serve`` with tasks in Redis, plus a worker unless ``--no-worker``.
 
-    ``make_app(store, detached)`` builds the app as ``serve`` configured it. Raises StartupError
-    when Redis does not answer within ``--store-wait`` (before anything listens).
+    ``make_app(store, detached)`` builds the app as ``serve`` configured it. ``--store`` was
+    checked (``check_store_url``) before the loop started. Raises StartupError when Redis does
+    not answer within ``--store-wait`` (before anything listens).
     """
-    check_store_url(args.store)
     from .server.serve import serve
     from .store.redis import Worker, open_redis_store
 
@@ -157,9 +157,9 @@ async def serve_on_redis(
 
 
 async def run_worker(args: argparse.Namespace, agent: Any, on_signals: OnSignals) -> None:
-    """The ``worker`` command: execute queued runs until a signal, then drain. Raises
-    StartupError when Redis does not answer within ``--store-wait``."""
-    check_store_url(args.store)
+    """The ``worker`` command: execute queued runs until a signal, then drain. ``--store`` was
+    checked (``check_store_url``) before the loop started. Raises StartupError when Redis does
+    not answer within ``--store-wait``."""
     from .runtime.runner import Runner
     from .store.redis import Worker, open_redis_store
 
