@@ -5,7 +5,8 @@ characters or nothing at all. Only its last path component is kept, cleaned of w
 should hold; a name that is empty, ``.`` or ``..`` afterwards becomes ``<artifact>-<n>.bin``.
 Nothing is ever written outside DIR/files, nothing existing is overwritten (a second file of the
 same name gets `` (2)`` before its extension), and each file is written atomically
-(:mod:`.atomic`). A file part given as a URL is not fetched: it is listed, not saved.
+(:mod:`.atomic`). A file part given as a URL is not fetched, so not saved (``--json`` prints
+it, in the task).
 """
 
 from __future__ import annotations
