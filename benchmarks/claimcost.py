@@ -34,15 +34,16 @@ from scoped_a2a.store.base import TaskStore
 from scoped_a2a.store.memory import MemoryTaskStore
 
 from .inproc import _Bodies, _one, echo
+from .peers.scoped_noclaims import CLAIM_METHODS
 
 
 class NoClaimsStore(MemoryTaskStore):
-    """The memory store keeping no message claims (the base class's methods)."""
+    """The memory store keeping no message claims (the base class's methods, as the "claims
+    off" peer of the resend scenario gives it)."""
 
-    claim_message = TaskStore.claim_message
-    reclaim_message = TaskStore.reclaim_message
-    confirm_message = TaskStore.confirm_message
-    release_message = TaskStore.release_message
+
+for _name in CLAIM_METHODS:
+    setattr(NoClaimsStore, _name, getattr(TaskStore, _name))
 
 
 async def _batch(app: A2AApp, bodies: _Bodies, size: int, concurrency: int) -> float:
