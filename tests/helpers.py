@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -111,3 +112,10 @@ async def cutting_sends(url: str, n: int = 1, action: str = "cut") -> AsyncItera
             yield f"http://127.0.0.1:{proxy_port}/"
         finally:
             proxy.vanish()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,19 +33,12 @@ from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.server.auth import Authenticator
 from scoped_a2a.server.tls import ClientCertificate
 
-from .helpers import served
+from .helpers import free_port, served
 from .test_cli import StderrLog, start, stop
 from .test_cli_newcomer import ENV, SRC, arun, arun_all, run
 from .test_tls import served_tls
 
 ROOT = Path(SRC).parent
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:

@@ -8,7 +8,6 @@ extension).
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,11 @@ from scoped_a2a.protocol.errors import TaskNotFound
 from scoped_a2a.protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
 
 from .client_helpers import assert_no_followers_left
+from .helpers import free_port
 
 pytestmark = pytest.mark.anyio
 
 SCRIPT = Path(__file__).with_name("sdk_agent.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +37,7 @@ def sdk_agents() -> Iterator[dict[str, str]]:
     urls: dict[str, str] = {}
     try:
         for version, extra in (("1.0", []), ("0.3", ["--only-v03-card"])):
-            port = _free_port()
+            port = free_port()
             procs.append(subprocess.Popen(
                 [sys.executable, str(SCRIPT), "--port", str(port), *extra]))
             urls[version] = f"http://127.0.0.1:{port}/"

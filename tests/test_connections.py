@@ -27,7 +27,7 @@ from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.server.asgi import MAX_BODY_MESSAGES
 
 from .h2client import RawH2
-from .helpers import served, text_message
+from .helpers import free_port, served, text_message
 
 pytestmark = pytest.mark.anyio
 
@@ -129,12 +129,6 @@ def _spawn_server(backend: str, port: int, fd_limit: int,
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -153,7 +147,7 @@ def test_server_process_holds_no_fds_after_2000_keepalive_cycles(backend: str) -
     keep-alive connection, read the answer and close. A second later the server holds no more
     descriptors than before (it held ~1,000 and refused connections before the fix; on trio a
     race between the answer's end and the client's close kept a few for 75 s)."""
-    port = _free_port()
+    port = free_port()
     proc = _spawn_server(backend, port, fd_limit=1024)
     request = _post(_get_task_body())
 
@@ -186,7 +180,7 @@ def test_server_process_holds_no_fds_after_2000_keepalive_cycles(backend: str) -
 def test_fd_exhaustion_is_logged_once_per_interval(backend: str) -> None:
     """A server out of descriptors logs it once per interval, not once per accept(): before,
     3 s of connection attempts gave ~36 tracebacks on trio and ~377 on asyncio (fd limit 64)."""
-    port = _free_port()
+    port = free_port()
     proc = _spawn_server(backend, port, fd_limit=64)
     held: list[socket.socket] = []
     try:
@@ -359,7 +353,7 @@ async def test_http2_is_served_when_asked_for() -> None:
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_serve_command_takes_http2_flag(backend: str) -> None:
     """``python -m scoped_a2a serve --http2`` serves HTTP/2 prior-knowledge clients."""
-    port = _free_port()
+    port = free_port()
     proc = _spawn_server(backend, port, 1024, "--http2")
     try:
         _wait_listening(port, proc)

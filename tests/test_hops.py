@@ -26,7 +26,7 @@ from scoped_a2a import A2AApp, A2AClient, RunContext
 from scoped_a2a.protocol.deadline import BUDGET_KEY, DEADLINE_KEY
 from scoped_a2a.protocol.types import Task, TaskState
 
-from .helpers import rpc, served, text_message
+from .helpers import free_port, rpc, served, text_message
 
 pytestmark = pytest.mark.anyio
 
@@ -203,18 +203,11 @@ async def test_absolute_deadline_and_bad_deadlines() -> None:
 
 # --- an a2a-sdk server as B: it never cancels on disconnect -------------------------------
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @contextmanager
 def _sdk_server(script: Path) -> Iterator[str]:
     """Run an a2a-sdk server script on a free loopback port; yield its URL; always stop it."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, str(script), "--port", str(port)],
                             env=dict(os.environ))
     url = f"http://127.0.0.1:{port}/"

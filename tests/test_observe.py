@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from scoped_a2a.observe.logs import JsonFormatter
 from scoped_a2a.observe.metrics import Metrics
 from scoped_a2a.observe.tracing import Tracing
 
-from .helpers import rpc, served, text_message
+from .helpers import free_port, rpc, served, text_message
 
 pytestmark = pytest.mark.anyio
 
@@ -245,15 +244,9 @@ async def test_no_metrics_page_by_default() -> None:
         assert (await http.get(url + "metrics")).status_code == 404
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_cli_json_logs_and_metrics() -> None:
     """``serve --log-format json --metrics``: every stderr line is JSON; /metrics counts."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "scoped_a2a", "serve", "--port", str(port), "--log-format",
          "json", "--metrics", "--grace", "1"],

@@ -34,6 +34,10 @@ FRAMEWORK_EXTRAS = {"a2a": "a2a-sdk", "google": "adk", "pydantic_ai": "pydantic-
 """The extra that installs a framework, by its top-level package (``google``: ADK's)."""
 
 
+DEFAULT_AGENT = "scoped_a2a.agents.demo:demo_agent"
+"""What ``serve`` and ``worker`` run without ``--agent``: the built-in demo agent."""
+
+
 @dataclass
 class LoadedAgent:
     """The agent to serve and the card fields known for it (under ``--card``'s)."""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from .agent_loading import LoadedAgent, load_agent, load_card
+from .agent_loading import DEFAULT_AGENT, LoadedAgent, load_agent, load_card
 from .cli_auth import (
     add_auth_options,
     add_limit_options,
@@ -69,9 +69,6 @@ async callable taking a RunContext, or an agent of another framework served unch
 a2a-sdk AgentExecutor, a Google ADK agent, a pydantic-ai Agent (docs/adapters.md).
 SIGINT/SIGTERM: new sends are refused, runs get --grace seconds, the rest are cancelled and
 recorded; a second signal stops at once."""
-
-DEFAULT_AGENT = "scoped_a2a.agents.demo:demo_agent"
-
 
 def _version() -> str:
     try:

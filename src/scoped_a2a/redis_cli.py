@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from .agent_loading import DEFAULT_AGENT
 from .cli_auth import tls_from_args
 from .cli_help import HelpFormatter, StartupError, add_log_level
 from .cli_types import at_least_one, seconds, seconds_or_zero
@@ -70,7 +71,7 @@ def add_worker_command(sub: Any) -> None:
                     "no HTTP server.\nRun as many workers as you like against one Redis. "
                     "SIGINT/SIGTERM: take no new runs, give\nrunning ones --grace seconds, "
                     "then leave the rest in the queue for another worker.")
-    w.add_argument("--agent", default="scoped_a2a.agents.demo:demo_agent",
+    w.add_argument("--agent", default=DEFAULT_AGENT,
                    help="MODULE:ATTR of the agent, an async callable (the default is the "
                         "built-in demo agent)")
     w.add_argument("--backend", choices=["trio", "asyncio"], default="trio",

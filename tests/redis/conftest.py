@@ -23,15 +23,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from ..helpers import free_port
+
 REDIS_SERVER = shutil.which("redis-server")
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "tests.redis.agents:probe_agent"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ping(port: int) -> bool:
@@ -48,7 +44,7 @@ class RedisServer:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
