@@ -141,40 +141,38 @@ class ExecutorAgent(AdaptedAgent):
         queue = RunEventQueue(ctx, known_task=not ctx.new_task)
         current = None if ctx.new_task else await ctx.read_task(ctx.task_id)
         request = await self._request_context(ctx, current)
-        while True:
-            try:
-                await ctx.run_abandonable(
-                    functools.partial(self.executor.execute, request, queue),
-                    cancel_grace=self.cancel_grace,
-                    name=f"{self.__name__}.execute for task {ctx.task_id}")
-            except anyio.get_cancelled_exc_class():
-                queue.close()
-                await self._cancel(ctx, request, queue)
-                raise
-            except Exception:
+        try:
+            while True:  # one execute per message: the first, then each answer to a question
+                try:
+                    await ctx.run_abandonable(
+                        functools.partial(self.executor.execute, request, queue),
+                        cancel_grace=self.cancel_grace,
+                        name=f"{self.__name__}.execute for task {ctx.task_id}")
+                except Exception:
+                    if (failure := queue.failure()) is not None:
+                        return failure  # it raised the broken rule we raised into it
+                    raise
                 if (failure := queue.failure()) is not None:
                     return failure
-                raise
-            finally:
-                if queue.dropped:
-                    log.warning("task %s: %d events the executor enqueued after the end were "
-                                "dropped", ctx.task_id, queue.dropped)
-            if (failure := queue.failure()) is not None:
-                return failure
-            if queue.reply is not None:
-                return queue.reply  # a direct reply: the caller gets the message, no task
-            if queue.outcome is not None:
-                return queue.outcome
-            if not queue.interrupted:
-                return None  # returned without ending its task: completed
-            try:
+                if queue.reply is not None:
+                    return queue.reply  # a direct reply: the caller gets the message, no task
+                if queue.outcome is not None:
+                    return queue.outcome
+                if not queue.interrupted:
+                    return None  # returned without ending its task: completed
                 await ctx.next_input()
-            except anyio.get_cancelled_exc_class():
-                queue.close()
-                await self._cancel(ctx, request, queue)
-                raise
-            queue.interrupted = False
-            request = await self._request_context(ctx, await ctx.read_task(ctx.task_id))
+                queue.interrupted = False
+                request = await self._request_context(ctx, await ctx.read_task(ctx.task_id))
+        except anyio.get_cancelled_exc_class():
+            # Whether execute was running or the run waited for an answer: a2a-sdk's contract
+            # is execute cancelled, then cancel() called with the request being served.
+            queue.close()
+            await self._cancel(ctx, request, queue)
+            raise
+        finally:
+            if queue.dropped:
+                log.warning("task %s: %d events the executor enqueued after the end were "
+                            "dropped", ctx.task_id, queue.dropped)
 
     async def _cancel(self, ctx: RunContext, request: Any, queue: Any) -> None:
         """Call ``executor.cancel`` (shielded, bounded); its failure is logged, not raised."""
