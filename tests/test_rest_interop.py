@@ -54,9 +54,9 @@ from scoped_a2a.protocol.types import Task as OurTask
 from scoped_a2a.protocol.types import TaskState as OurState
 from scoped_a2a.push import PushSettings
 
-from .helpers import served
+from .helpers import free_port, served
 from .push_receiver import Receiver, eventually, receiving
-from .test_client_interop import SCRIPT, _free_port
+from .test_client_interop import SCRIPT
 
 pytestmark = pytest.mark.anyio
 
@@ -216,7 +216,7 @@ def subscriber_of(client: Client, task_id: str, seen: list[StreamResponse],
 @pytest.fixture(scope="module")
 def sdk_rest_agent() -> Iterator[str]:
     """The a2a-sdk server with its REST routes, its card listing HTTP+JSON first."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port), "--rest"])
     url = f"http://127.0.0.1:{port}/"
     try:
