@@ -32,7 +32,8 @@ class OnRedis:
             assert self.app is not None, "a request before the lifespan started"
             await self.app(scope, receive, send)
             return
-        from scoped_a2a.store.redis import Worker, open_redis_store
+        from scoped_a2a.runtime.durable_worker import Worker
+        from scoped_a2a.store.redis import open_redis_store
 
         async with open_redis_store(self.url) as store, anyio.create_task_group() as nursery:
             self.app = app = self.make_app(store, nursery)

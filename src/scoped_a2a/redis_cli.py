@@ -135,8 +135,9 @@ async def serve_on_redis(
     checked (``check_store_url``) before the loop started. Raises StartupError when Redis does
     not answer within ``--store-wait`` (before anything listens).
     """
+    from .runtime.durable_worker import Worker
     from .server.serve import serve
-    from .store.redis import Worker, open_redis_store
+    from .store.redis import open_redis_store
 
     async with open_redis_store(
         args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
@@ -161,8 +162,9 @@ async def run_worker(args: argparse.Namespace, agent: Any, on_signals: OnSignals
     """The ``worker`` command: execute queued runs until a signal, then drain. ``--store`` was
     checked (``check_store_url``) before the loop started. Raises StartupError when Redis does
     not answer within ``--store-wait``."""
+    from .runtime.durable_worker import Worker
     from .runtime.runner import Runner
-    from .store.redis import Worker, open_redis_store
+    from .store.redis import open_redis_store
 
     async with open_redis_store(
         args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks

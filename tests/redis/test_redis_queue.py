@@ -26,7 +26,7 @@ async def test_a_run_is_leased_to_one_worker_at_a_time_and_a_stale_one_cannot_wr
         await queue.submit(task, task.history[0], request_metadata={"k": "v"},
                            detach_reason="test")
         assert (await store.get(task.id))[0].status.state is TaskState.SUBMITTED
-        await queue.ensure_group()
+        await queue.prepare()
         (job,) = await queue.read_new("w1", 10, 100)
         assert (job.task_id, job.request_metadata, job.detach_reason) == (task.id, {"k": "v"},
                                                                            "test")

@@ -6,10 +6,13 @@
         app = A2AApp(agent, store=store)          # detached runs go to the durable queue
         async with anyio.create_task_group() as tg:
             tg.start_soon(Worker(store.queue, app.runner).run)   # or: python -m scoped_a2a worker
+
+(``Worker`` is :class:`scoped_a2a.runtime.durable_worker.Worker`, the one worker of every
+durable queue.)
             await serve(app)
 
 Modules: :mod:`.connection` (client, keys, listener), :mod:`.store` (the TaskStore),
-:mod:`.queue` (the run queue), :mod:`.worker` (its consumer), :mod:`.scripts` (the Lua).
+:mod:`.queue` (the run queue), :mod:`.scripts` (the Lua).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from ..claims import DEFAULT_CLAIM_WINDOW
 from .connection import RedisConnection
 from .queue import RunQueue
 from .store import RedisTaskStore
-from .worker import Worker
 
 
 @asynccontextmanager
@@ -48,4 +50,4 @@ async def open_redis_store(
         )
 
 
-__all__ = ["RedisConnection", "RedisTaskStore", "RunQueue", "Worker", "open_redis_store"]
+__all__ = ["RedisConnection", "RedisTaskStore", "RunQueue", "open_redis_store"]

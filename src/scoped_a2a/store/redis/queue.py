@@ -5,7 +5,8 @@ stores a new task and appends its run to the ``runs`` stream in one Lua script, 
 acknowledged only once both are in Redis. :meth:`RunQueue.cancel_elsewhere` publishes on the
 ``cancel`` channel, which every process's listener hands to the runners bound here.
 
-Consumer side (used by :class:`.worker.Worker`): XREADGROUP hands new entries to one worker;
+Consumer side (a :class:`~scoped_a2a.store.launcher.DurableQueue`, used by the runtime's
+``durable_worker.Worker``): XREADGROUP hands new entries to one worker;
 XAUTOCLAIM hands entries idle for ``min_idle`` (their worker died or stalled) to another; a
 per-run lease key (SET NX PX, renewed by the worker's heartbeat together with the entry's idle
 time) makes sure a run executes in one place at a time; XACK + XDEL retire an entry once the
@@ -20,7 +21,6 @@ import logging
 import weakref
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
@@ -28,7 +28,7 @@ from coredis.exceptions import StreamDuplicateConsumerGroupError
 
 from ...protocol.ids import new_id
 from ...protocol.types import Message, Task
-from ..launcher import RunRegistry
+from ..launcher import Job, RunRegistry
 from . import scripts
 from .connection import RedisConnection
 
@@ -38,18 +38,6 @@ GROUP = "workers"
 _encode = msgspec.json.Encoder().encode
 _decode_message = msgspec.json.Decoder(Message).decode
 _decode_meta = msgspec.json.Decoder(dict[str, Any] | None).decode
-
-
-@dataclass(slots=True)
-class Job:
-    """One queued run, as read from the stream."""
-
-    entry_id: bytes
-    task_id: str
-    message: Message
-    request_metadata: dict[str, Any] | None
-    detach_reason: str
-    owner: str = ""  # the principal id of the sender (the run's ctx.principal.id)
 
 
 class QueueStore(Protocol):
@@ -117,7 +105,11 @@ class RunQueue:
 
     # --- consumer side --------------------------------------------------------------------
 
-    async def ensure_group(self) -> None:
+    def fenced(self, task_id: str, token: str) -> AbstractContextManager[None]:
+        """While in the body, this process's appends to ``task_id`` need its lease ``token``."""
+        return self.store.fenced(task_id, token)
+
+    async def prepare(self) -> None:
         """Create the consumer group (reading from the start of the stream) unless it exists."""
         async def create() -> None:
             with contextlib.suppress(StreamDuplicateConsumerGroupError):

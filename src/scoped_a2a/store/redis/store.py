@@ -111,7 +111,7 @@ class RedisTaskStore(TaskStore):
         self.ended_ttl = ended_ttl
         self.poll_interval = poll_interval
         self.queue = RunQueue(conn, self)
-        """The durable run queue; workers consume it (see :class:`.worker.Worker`)."""
+        """The durable run queue; workers consume it (``runtime.durable_worker.Worker``)."""
         self.durable_runs = durable_runs
         self._create = conn.script(scripts.CREATE)
         self._append = conn.script(scripts.APPEND)

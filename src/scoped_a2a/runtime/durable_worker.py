@@ -1,4 +1,7 @@
-"""A worker: executes queued detached runs, each under a lease kept alive by a heartbeat.
+"""The worker of the durable run queues: executes queued detached runs, each under a lease kept
+alive by a heartbeat. One worker for every store that offers a queue
+(:class:`~scoped_a2a.store.launcher.DurableQueue`: Redis, SQLite); it lives in the runtime layer
+because it starts runs, and the stores never import it.
 
 Ownership. :meth:`Worker.run` is one task (in ``serve``'s server nursery, or the ``worker``
 command's): it reads the queue and starts one job task per run in its own task group; each run
@@ -7,13 +10,14 @@ shutdown (grace period, then cancel) applies to it. The worker stops taking runs
 runner is closing, and returns once its jobs are done.
 
 Delivery. A run is taken from the queue (new entries first, then entries idle for
-``claim_idle`` seconds whose worker died or stalled), its lease is taken (one attempt), and it is
+``claim_idle`` seconds whose worker died or stalled, or every entry a killed process left), its
+lease is taken (one attempt), and it is
 executed with ``ctx.attempt`` set. Every ``claim_idle / 4`` seconds the heartbeat renews the lease
-and the entry's idle time together. If the lease is lost (Redis unreachable for most of
-``claim_idle``, or taken over), the run is cancelled at once and records nothing: the worker
+and the entry's idle time together. If the lease is lost (the store unreachable for most
+of ``claim_idle``, or taken over), the run is cancelled at once and records nothing: the worker
 that takes it over runs it again. Once the run's end is recorded the entry is acknowledged.
 
-Errors. Redis trouble never ends the worker: it backs off (capped at 1 s) and tries again.
+Errors. Store trouble never ends the worker: it backs off (capped at 1 s) and tries again.
 """
 
 from __future__ import annotations
@@ -25,14 +29,14 @@ import time
 
 import anyio
 
-from ...protocol.errors import ServerUnavailable, UnsupportedOperation
-from ...protocol.ids import new_id
-from ...protocol.principal import principal_of_owner
-from ...runtime.run import Run
-from ...runtime.runner import Runner
-from .queue import Job, RunQueue
+from ..protocol.errors import ServerUnavailable, UnsupportedOperation
+from ..protocol.ids import new_id
+from ..protocol.principal import principal_of_owner
+from ..store.launcher import DurableQueue, Job
+from .run import Run
+from .runner import Runner
 
-log = logging.getLogger("scoped_a2a.redis.worker")
+log = logging.getLogger("scoped_a2a.worker")
 
 
 class Worker:
@@ -40,7 +44,7 @@ class Worker:
 
     def __init__(
         self,
-        queue: RunQueue,
+        queue: DurableQueue,
         runner: Runner,
         *,
         concurrency: int = 16,
@@ -79,7 +83,7 @@ class Worker:
                     continue
                 try:
                     if not grouped:
-                        await self.queue.ensure_group()
+                        await self.queue.prepare()
                         grouped = True
                     batch: list[Job] = []
                     if time.monotonic() >= next_reclaim:
@@ -92,7 +96,7 @@ class Worker:
                         batch = await self.queue.read_new(self.name, free, block_ms)
                 except ServerUnavailable as exc:
                     log.warning("worker %s: %s (retrying in %.2fs)", self.name, exc, backoff)
-                    grouped = False  # Redis may have lost the group: create it again
+                    grouped = False  # the store may have lost its group: prepare again
                     await anyio.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
                     continue
@@ -123,8 +127,7 @@ class Worker:
             return
         if task is None:  # another worker holds the lease and keeps the entry alive
             return
-        store = self.queue.store
-        with store.fenced(job.task_id, token):
+        with self.queue.fenced(job.task_id, token):
             try:
                 run = self.runner.start(
                     task, job.message, request_metadata=job.request_metadata,
@@ -165,7 +168,7 @@ class Worker:
                     log.warning("could not renew the lease of task %s: %s", job.task_id, exc)
             if status is None:
                 if time.monotonic() - last_ok > self.claim_idle * 0.75:
-                    log.error("lost the lease of task %s (Redis unreachable); stopping its run",
+                    log.error("lost the lease of task %s (store unreachable); stopping its run",
                               job.task_id)
                     run.cancel("lease-lost")
                     return
