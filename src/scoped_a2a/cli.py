@@ -168,6 +168,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="also accept HTTP/2 (h2c) clients; off by default because its known "
                         "hypercorn bugs are worked around by patching hypercorn's private "
                         "HTTP/2 code (docs/connections.md)")
+    s.add_argument("--grpc", action="store_true",
+                   help="also serve A2A's gRPC binding on the same port (HTTP/2 with "
+                        "content-type application/grpc; turns HTTP/2 on; needs the [grpc] "
+                        "extra; docs/grpc.md)")
     add_auth_options(s)
     add_limit_options(s)
     # Push notifications (scoped_a2a.push).
@@ -209,6 +213,7 @@ async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authentica
             grace=args.grace,
             public_url=args.public_url,
             card_1_0_only=args.card_1_0_only,
+            grpc=args.grpc,
             max_body_bytes=args.max_body_bytes,
             stream_write_timeout=args.stream_write_timeout,
             keepalive=args.keepalive,

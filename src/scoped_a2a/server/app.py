@@ -135,6 +135,10 @@ class A2AApp:
         ``protocolVersion``, ``supportsAuthenticatedExtendedCard``), which the 1.0 card schema
         refuses; 0.3 clients then cannot find the endpoint from the card (they read ``url``).
         Default False: one card for both generations. The 0.3 dialect is still served.
+    :param grpc: also serve A2A 1.0's gRPC binding (``lf.a2a.v1.A2AService``, docs/grpc.md)
+        on the same port: HTTP/2 calls with ``content-type: application/grpc`` go to it, and
+        the card lists a ``GRPC`` interface. Needs the ``[grpc]`` extra (protobuf) and HTTP/2
+        (``serve`` switches it on for such an app).
     """
 
     def __init__(
@@ -159,6 +163,7 @@ class A2AApp:
         card_signer: CardSigner | None = None,
         observe: Observer | Sequence[Observer] | None = None,
         card_1_0_only: bool = False,
+        grpc: bool = False,
     ) -> None:
         if preferred_binding not in ("JSONRPC", "HTTP+JSON"):
             raise ValueError("preferred_binding must be 'JSONRPC' or 'HTTP+JSON'")
@@ -204,6 +209,8 @@ class A2AApp:
                                 write_timeout=stream_write_timeout, expose_errors=expose_errors,
                                 observe=self.observe)
         """The HTTP+JSON binding (:mod:`.rest`) over the same method table."""
+        self.grpc = self._grpc_binding() if grpc else None
+        """The gRPC binding (:mod:`.grpc`) over the same method table, or None."""
         self.ready = anyio.Event()
         """Set once the server side runs (lifespan started): ``serve`` waits for it."""
         self.lifespan_ending = anyio.Event()
@@ -214,6 +221,20 @@ class A2AApp:
         if detached is not None:
             self.runner.attach(detached)
             self.push.attach(detached)
+    def _grpc_binding(self) -> Any:
+        try:
+            from .grpc.binding import GrpcBinding
+        except ImportError as exc:  # protobuf is the [grpc] extra
+            raise RuntimeError("gRPC needs protobuf: pip install 'scoped-a2a[grpc]'") from exc
+
+        def refused() -> None:
+            self.auth_failures += 1
+
+        return GrpcBinding(self.methods, authenticate=self.authenticate,
+                           max_body_bytes=self.max_body_bytes,
+                           write_timeout=self.stream_write_timeout,
+                           expose_errors=self.expose_errors, observe=self.observe,
+                           refused=refused)
 
     # --- lifetime -------------------------------------------------------------------------
 
@@ -326,6 +347,15 @@ class A2AApp:
         if path == JWKS_PATH and self.card_signer is not None and method in ("GET", "HEAD"):
             await send_response(send, 200, _encode(self.card_signer.jwks()),
                                 headers=[(b"cache-control", b"max-age=300")])
+            return
+        if self.grpc is not None and self.grpc.accepts(scope):
+            # gRPC answers every refusal (credentials included) with a status in trailers.
+            self.open_requests += 1
+            try:
+                with self.observe.request(scope):
+                    await self.grpc(scope, receive, send)
+            finally:
+                self.open_requests -= 1
             return
         # Every route but the public card needs a principal, resolved before routing (so an
         # unauthenticated caller learns nothing about paths or methods either).
@@ -461,7 +491,8 @@ class A2AApp:
                               extended=self._extended is not None,
                               preferred_binding=self.preferred_binding,
                               idempotent_send=self.store.dedupes_sends,
-                              v03_fields=not self.card_1_0_only)
+                              v03_fields=not self.card_1_0_only,
+                              grpc=self.grpc is not None)
             card = self._signed(card, url)
             body = _encode(card)
             cached = self._card_cache[url] = (body, entity_tag(body))
@@ -477,7 +508,7 @@ class A2AApp:
                           cancel_on_disconnect=self.policy.cancel_on_disconnect, extended=True,
                           preferred_binding=self.preferred_binding,
                           idempotent_send=self.store.dedupes_sends,
-                          v03_fields=not self.card_1_0_only)
+                          v03_fields=not self.card_1_0_only, grpc=self.grpc is not None)
         return _encode(self._signed(card, url))
 
     def _signed(self, card: dict[str, Any], url: str) -> dict[str, Any]:

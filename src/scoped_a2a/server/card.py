@@ -34,6 +34,7 @@ def build_card(
     preferred_binding: str = "JSONRPC",
     idempotent_send: bool = False,
     v03_fields: bool = True,
+    grpc: bool = False,
 ) -> dict[str, Any]:
     """The card for an agent served at ``url``; ``overrides`` replace top-level fields.
 
@@ -46,6 +47,8 @@ def build_card(
     ``supportsAuthenticatedExtendedCard``); False serves a card the 1.0 schema accepts, whose
     ``additionalProperties: false`` refuses them (docs/conformance.md). The 0.3 interface
     stays listed in ``supportedInterfaces`` either way: it is a valid 1.0 entry, and served.
+    ``grpc``: list the gRPC interface too (after the other two 1.0 ones), whose ``url`` is the
+    gRPC target ``host:port`` of ``url`` (what gRPC clients dial), when ``url`` names a host.
     """
     one_oh = [
         {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
@@ -53,6 +56,9 @@ def build_card(
     ]
     if preferred_binding == "HTTP+JSON":
         one_oh.reverse()
+    target = grpc_target(url) if grpc else None
+    if target is not None:
+        one_oh.append({"url": target, "protocolBinding": "GRPC", "protocolVersion": "1.0"})
     overrides = dict(overrides or {})
     caps = {
         "streaming": True,
@@ -99,3 +105,15 @@ def build_card(
                     supportsAuthenticatedExtendedCard=extended)
     card.update(overrides)
     return card
+
+
+def grpc_target(url: str) -> str | None:
+    """The gRPC target (``host:port``) of a base URL, or None when it names no host."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port}"

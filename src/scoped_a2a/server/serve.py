@@ -128,7 +128,7 @@ async def serve(
         handled on 0.17/0.18: lost requests, a PRIORITY flood, rapid reset, no
         back-pressure); with it off, a client
         that opens with the HTTP/2 preface has its connection closed and everyone else is
-        served over HTTP/1.1.
+        served over HTTP/1.1. Always on for an app that serves gRPC (``A2AApp(grpc=True)``).
     :returns: after a graceful shutdown: for an A2AApp whose runs obey cancellation, about
         ``grace`` seconds after ``shutdown`` (plus the push grace if deliveries are pending);
         with a client that neither sends nor reads, ``ANSWER_SECONDS`` later (hypercorn closes
@@ -180,6 +180,8 @@ async def serve(
     # connection races the client's next request on it. A connection the client closed is
     # released at once (hypercorn_fixes), so this does not hold descriptors.
     config.keep_alive_timeout = 75
+    # gRPC is HTTP/2: an app serving it (A2AApp(grpc=True)) has HTTP/2 on whatever was asked.
+    http2 = http2 or getattr(app, "grpc", None) is not None
     setattr(config, hypercorn_fixes.HTTP2_FLAG, http2)
     if http2:
         # After this many streams hypercorn sends HTTP/2 GOAWAY, and requests the client had

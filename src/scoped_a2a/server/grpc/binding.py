@@ -1,0 +1,188 @@
+"""The gRPC binding of A2A 1.0 (``lf.a2a.v1.A2AService``): decoding and routing, nothing else.
+
+A request arrives on HTTP/2 at ``/lf.a2a.v1.A2AService/<Method>`` with ``content-type:
+application/grpc``. Its one protobuf message is turned into ProtoJSON, which is exactly the
+params the 1.0 method of the same name takes on JSON-RPC and HTTP+JSON, and the call runs
+through the same :class:`~..methods.Methods` table and :func:`~..dispatch.run_method`: holds,
+detach policy, hang-ups, owner scoping, limits and shutdown are the other bindings' rules. Only
+the answer differs (:mod:`.output`): protobuf messages, and the status in the trailers
+(:mod:`.errors`).
+
+Metadata (HTTP/2 headers): ``a2a-version`` (absent: 1.0; a 0.x version is refused, the 0.3
+gRPC service is another one), ``a2a-extensions``, credentials as on every binding
+(``authorization``, the API key header; mTLS from the connection), ``last-event-id`` for a
+resumed ``SubscribeToTask``, and ``grpc-timeout``, which becomes the run's deadline on a send
+(the deadline extension's budget, unless the request's metadata gives an earlier one).
+
+Cancellation: once the method runs, a client that cancels its call (RST_STREAM) or drops the
+connection is a hang-up exactly as on HTTP/1.1: hypercorn delivers ``http.disconnect`` and the
+disconnect watcher cancels the call, which ends an interactive run and leaves a detached one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from google.protobuf.message import DecodeError
+
+from ...observe.base import NOOP, Observer
+from ...protocol.deadline import BUDGET_KEY
+from ...protocol.dialect import V10_DIALECT, check_version
+from ...protocol.errors import (
+    A2AError,
+    InvalidParams,
+    LimitExceeded,
+    PermissionDenied,
+    ServerUnavailable,
+    Unauthenticated,
+    VersionNotSupported,
+)
+from ...protocol.grpc.messages import SERVICE, methods, to_json
+from ...protocol.jsonrpc import RpcRequest
+from ...protocol.method import Call
+from ..asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    discard_body,
+    header,
+    read_body,
+)
+from ..auth import Authenticate, resolve_principal
+from ..dispatch import extensions, last_event_id, run_method
+from ..methods import Methods
+from .errors import UNIMPLEMENTED
+from .framing import CONTENT_TYPE, PREFIX, UnsupportedEncoding, one_message, status_trailers
+from .framing import timeout_seconds as _timeout_seconds
+from .output import GrpcOutput
+
+_encode = msgspec.json.Encoder().encode
+_SENDS = ("SendMessage", "SendStreamingMessage")
+
+
+def is_grpc(scope: Scope) -> bool:
+    """Whether an ASGI request is a gRPC call: HTTP/2 and ``content-type: application/grpc``
+    (``+proto`` and other suffixes too; gRPC-Web is not this)."""
+    if scope.get("http_version") != "2":
+        return False
+    ctype = (header(scope, b"content-type") or "").lower()
+    return ctype.startswith(CONTENT_TYPE.decode()) and not ctype.startswith("application/grpc-web")
+
+
+class GrpcBinding:
+    """Answers the gRPC calls of one app with its method table.
+
+    :param methods: the app's :class:`~..methods.Methods` (the one method layer).
+    :param authenticate: the app's authenticator (None: every caller is anonymous).
+    :param max_body_bytes: a larger request message is refused (RESOURCE_EXHAUSTED).
+    :param write_timeout: a stream whose client takes nothing for this long is closed.
+    :param refused: called for every request refused for its credentials (the app counts).
+    """
+
+    def __init__(self, methods: Methods, *, authenticate: Authenticate | None = None,
+                 max_body_bytes: int = 8 << 20, write_timeout: float = 30.0,
+                 expose_errors: bool = False, observe: Observer = NOOP,
+                 refused: Callable[[], None] | None = None) -> None:
+        self.methods = methods
+        self.authenticate = authenticate
+        self.max_body_bytes = max_body_bytes
+        self.write_timeout = write_timeout
+        self.expose_errors = expose_errors
+        self.observe = observe
+        self._refused = refused
+
+    def accepts(self, scope: Scope) -> bool:
+        """Whether the request is a gRPC call (:func:`is_grpc`)."""
+        return is_grpc(scope)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one gRPC call. Errors before the method runs are answered at once (the
+        request body discarded); from then on :func:`~..dispatch.run_method` owns the call,
+        so a hang-up cancels it. Never raises for a bad request."""
+        service, _, name = str(scope.get("path") or "").lstrip("/").partition("/")
+        rpc = methods().get(name) if service == SERVICE else None
+        handler = self.methods.table.get(name) if rpc is not None else None
+        if rpc is None or handler is None:
+            await discard_body(scope, receive)
+            out = GrpcOutput(send, methods()["GetTask"].response, self.write_timeout)
+            await out.status(status_trailers(
+                UNIMPLEMENTED, f"no method {scope.get('path')!r}: this server serves "
+                f"{SERVICE} (A2A 1.0)"))
+            return
+        out = GrpcOutput(send, rpc.response, self.write_timeout)
+        self.observe.request_method(name, "1.0", "GRPC")
+        try:
+            principal = await resolve_principal(self.authenticate, scope)
+        except (Unauthenticated, PermissionDenied, ServerUnavailable) as exc:
+            if self._refused is not None and not isinstance(exc, ServerUnavailable):
+                self._refused()
+            await discard_body(scope, receive)
+            await out.error(exc)
+            return
+        try:
+            body = await read_body(scope, receive, self.max_body_bytes + PREFIX.size)
+        except BodyTooLarge as exc:
+            if exc.more_body:
+                await discard_body(scope, receive)
+            await out.error(LimitExceeded(
+                f"the request message exceeds {self.max_body_bytes} bytes"))
+            return
+        except ClientGone:
+            return
+        try:
+            _check_version(scope)
+            params = self._params(scope, rpc.request, body, name)
+        except A2AError as exc:
+            await out.error(exc)
+            return
+        except UnsupportedEncoding as exc:
+            await out.status(status_trailers(
+                UNIMPLEMENTED, f"grpc-encoding {exc} is not supported; send identity or gzip"))
+            return
+        call = Call(V10_DIALECT, RpcRequest(b"null", name, msgspec.Raw(params)),
+                    extensions(scope), last_event_id(scope), principal)
+        await run_method(handler, call, out, receive, name, expose_errors=self.expose_errors)
+
+    def _params(self, scope: Scope, request: Any, body: bytes, name: str) -> bytes:
+        """The method's params: the request message as ProtoJSON, plus the call's deadline."""
+        data = one_message(body, header(scope, b"grpc-encoding"), self.max_body_bytes)
+        try:
+            params = to_json(request.FromString(data))
+        except DecodeError:
+            raise InvalidParams(f"the request is not a valid {request.DESCRIPTOR.name} "
+                                "message") from None
+        timeout = _timeout_seconds(header(scope, b"grpc-timeout"))
+        if timeout is not None and name in _SENDS:
+            _give_budget(params, timeout)
+        return _encode(params)
+
+
+def _give_budget(params: dict[str, Any], timeout: float) -> None:
+    """Put the call's ``grpc-timeout`` in the request metadata as the deadline extension's
+    budget, unless the caller set an earlier (or a malformed, to be refused as such) one."""
+    metadata = params.setdefault("metadata", {})
+    if not isinstance(metadata, dict):
+        return  # not an object: the method's typed decode refuses it
+    given = metadata.get(BUDGET_KEY)
+    ms = timeout * 1000.0
+    if given is None or (isinstance(given, (int, float)) and not isinstance(given, bool)
+                         and math.isfinite(given) and given > ms):
+        metadata[BUDGET_KEY] = ms
+
+
+def _check_version(scope: Scope) -> None:
+    """``a2a-version``: absent is 1.0 here (this service is 1.0's); 0.x is refused."""
+    value = header(scope, b"a2a-version")
+    if value is not None and value.strip().startswith("0."):
+        raise VersionNotSupported(
+            f"a2a-version {value.strip()!r} is not served over gRPC here; send 1.0 (this is "
+            f"the 1.0 service {SERVICE})")
+    check_version(value if value is not None else "1.0")
+
+
+__all__ = ["GrpcBinding", "is_grpc"]

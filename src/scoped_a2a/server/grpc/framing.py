@@ -1,0 +1,97 @@
+"""gRPC over HTTP/2, the bytes: message framing, timeouts, status trailers (no I/O).
+
+A gRPC message on the wire is a 5-byte prefix (a compressed flag, then the length as a 4-byte
+big-endian integer) followed by the message. Requests of unary and server-streaming calls carry
+exactly one. The call's outcome travels in the trailers: ``grpc-status`` (a code),
+``grpc-message`` (percent-encoded text) and ``grpc-status-details-bin`` (a serialized
+``google.rpc.Status``, base64). ``grpc-timeout`` is the client's deadline for the call.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+from ...protocol.errors import InvalidRequest
+
+PREFIX = struct.Struct(">?I")
+"""The message prefix: compressed flag, length."""
+
+CONTENT_TYPE = b"application/grpc"
+ACCEPT_ENCODING = b"identity,gzip"
+"""What this server reads in a request (``grpc-accept-encoding``); it answers uncompressed."""
+
+_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
+class UnsupportedEncoding(Exception):
+    """The request's ``grpc-encoding`` is one this server does not decompress."""
+
+
+def frame(message: bytes) -> bytes:
+    """One uncompressed length-prefixed message."""
+    return PREFIX.pack(False, len(message)) + message
+
+
+def one_message(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """The single message a unary or server-streaming request body holds.
+
+    ``encoding``: the request's ``grpc-encoding`` (a compressed message is inflated, at most
+    ``limit`` bytes). Raises InvalidRequest when the body is not exactly one whole message,
+    UnsupportedEncoding for a compression other than gzip.
+    """
+    if len(body) < PREFIX.size:
+        raise InvalidRequest("the request holds no gRPC message (expected one, length-prefixed)")
+    compressed, length = PREFIX.unpack_from(body)
+    if len(body) != PREFIX.size + length:
+        raise InvalidRequest("the request must hold exactly one whole gRPC message "
+                             f"(its prefix says {length} bytes, {len(body) - PREFIX.size} came)")
+    data = body[PREFIX.size:]
+    if not compressed:
+        return data
+    if (encoding or "identity").strip().lower() != "gzip":
+        raise UnsupportedEncoding(encoding or "identity")
+    try:
+        inflated = zlib.decompressobj(wbits=31)
+        data = inflated.decompress(data, limit + 1)
+    except zlib.error:
+        raise InvalidRequest("the compressed gRPC message is not valid gzip") from None
+    if len(data) > limit:
+        raise InvalidRequest(f"the request message inflates to more than {limit} bytes")
+    return data
+
+
+def timeout_seconds(value: str | None) -> float | None:
+    """``grpc-timeout`` (``100m``, ``5S``: at most 8 digits and a unit) in seconds; None when
+    absent or malformed (a malformed one is ignored rather than refused, as grpc servers do)."""
+    if not value:
+        return None
+    value = value.strip()
+    digits, unit = value[:-1], value[-1:]
+    if not (1 <= len(digits) <= 8 and digits.isascii() and digits.isdigit()) or unit not in _UNITS:
+        return None
+    return int(digits) * _UNITS[unit]
+
+
+def percent_encode(text: str) -> bytes:
+    """``grpc-message``'s encoding: printable ASCII but ``%`` as is, every other byte ``%XX``."""
+    out = bytearray()
+    for byte in text.encode("utf-8"):
+        if 0x20 <= byte <= 0x7E and byte != 0x25:
+            out.append(byte)
+        else:
+            out += b"%%%02X" % byte
+    return bytes(out)
+
+
+def status_trailers(code: int, message: str = "",
+                    details: bytes | None = None) -> list[tuple[bytes, bytes]]:
+    """The trailers of a call that ended with ``code`` (0: OK)."""
+    trailers = [(b"grpc-status", str(code).encode())]
+    if message:
+        trailers.append((b"grpc-message", percent_encode(message)))
+    if details is not None:
+        # Binary metadata is base64; gRPC emits it without padding (and accepts either).
+        trailers.append((b"grpc-status-details-bin", base64.b64encode(details).rstrip(b"=")))
+    return trailers
