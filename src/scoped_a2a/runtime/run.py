@@ -14,11 +14,41 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ..protocol.trajectory import LogEvent
 from ..protocol.types import Message
+
+# --- the run watch ------------------------------------------------------------------------
+# Read-only hooks through which a live view (the console) follows every run. The runner calls
+# the watch, when one is set (``Runner.watch``), as a run starts, as a caller takes or releases
+# a hold, as the run appends to its task's log, and as it ends. Without a watch each hook costs
+# one ``is not None`` test. A watch only records: it must not raise, must not block (the hooks
+# are synchronous and run inside the run's or the request's task), and must not change the run.
+
+HOLD_KINDS = ("send", "stream", "subscribe")
+"""Who holds an interactive run: a blocking send, the stream that started it, a subscriber."""
+
+
+class RunWatch(Protocol):
+    """Follows runs; every hook is synchronous and must not raise."""
+
+    def started(self, run: Run) -> None:
+        """A run started (``run.owner``, ``run.detach_reason`` are set)."""
+
+    def held(self, run: Run, kind: str, delta: int) -> None:
+        """A caller of ``kind`` (one of :data:`HOLD_KINDS`) took (+1) or released (-1) a hold;
+        called before the run reacts to the release (so a hang-up is seen before its cancel)."""
+
+    def appended(self, run: Run, event: LogEvent, position: int) -> None:
+        """The run appended ``event`` to its task's log at ``position``."""
+
+    def ended(self, run: Run, state: str, reason: str, seconds: float) -> None:
+        """The run ended and its end is recorded: ``state`` is the terminal state's name
+        (``completed``, ``canceled``...), ``reason`` why (``hang-up``, ``CancelTask``...)."""
 
 
 class ParkedRuns:
@@ -57,6 +87,9 @@ class Run:
         self.done = anyio.Event()
         self._cancel_reason: str | None = None
         self.cancelled_at: float | None = None  # monotonic time of the first cancel (metrics)
+        self.canceled_by: str | None = None  # who asked for the first cancel (the console)
+        self.owner = ""  # the task's owner key (principal and tenant), set by the runner
+        self.watch: RunWatch | None = None  # the live view following this run (the console)
         self._parked = False  # waiting in ctx.ask for the caller's next message
         self._parked_runs = parked_runs if parked_runs is not None else ParkedRuns(math.inf)
         self.started = time.monotonic()
@@ -96,10 +129,11 @@ class Run:
             return "deadline"
         return self._cancel_reason
 
-    def cancel(self, reason: str) -> None:
-        """Cancel the run's scope; the first reason given is the one recorded."""
+    def cancel(self, reason: str, *, by: str | None = None) -> None:
+        """Cancel the run's scope; the first reason given (and ``by`` whom) is the one recorded."""
         if self.cancel_reason is None and not self.done.is_set():
             self._cancel_reason = reason
+            self.canceled_by = by
             self.cancelled_at = time.monotonic()
         self.scope.cancel()
 
@@ -124,18 +158,23 @@ class Run:
         return max(self.scope.deadline - anyio.current_time(), 0.0)
 
     @contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self, kind: str = "send") -> Iterator[None]:
         """Keep an interactive run alive while the ``with`` body runs.
 
         Leaving the body by any route (return, error, cancellation of the caller) releases the
         hold; releasing the last hold of an interactive run that is not parked in ``ctx.ask``
-        cancels it with reason ``hang-up``. Entering and leaving never checkpoint.
+        cancels it with reason ``hang-up``. Entering and leaving never checkpoint. ``kind``
+        says who holds (``send``, ``stream``, ``subscribe``), for the run's watch only.
         """
         self._holders += 1
+        if self.watch is not None:
+            self.watch.held(self, kind, 1)
         try:
             yield
         finally:
             self._holders -= 1
+            if self.watch is not None:
+                self.watch.held(self, kind, -1)
             self._release_check()
 
     def _release_check(self) -> None:

@@ -43,7 +43,7 @@ from .failures import AgentError, failure_text, new_error_id
 from .limits import CallerLimits, CallerRuns
 from .outcome import end_message, end_of
 from .policy import RunPolicy
-from .run import ParkedRuns, Run
+from .run import ParkedRuns, Run, RunWatch
 
 log = logging.getLogger("scoped_a2a.runs")
 
@@ -90,6 +90,8 @@ class Runner:
         self._idle.set()
         self.observe: Observer = NOOP
         """Traces and metrics of runs (the app sets it; observe/)."""
+        self.watch: RunWatch | None = None
+        """A live view of the runs started from now on (the console sets it; run.RunWatch)."""
 
     # --- wiring ---------------------------------------------------------------------------
 
@@ -152,6 +154,8 @@ class Runner:
             # launch()'s early check together cannot both take the last slot.
             self.callers.check(principal.id)
         run = Run(task.id, task.context_id, detach_reason, self._parked)
+        run.owner = principal.id if owner is None else owner
+        run.watch = self.watch
         run.set_budget(budget_from(request_metadata, message.metadata))  # deadline extension
         ctx = RunContext(
             run,
@@ -169,6 +173,8 @@ class Runner:
         self._runs[task.id] = run
         self.callers.add(principal.id, run)
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        if run.watch is not None:
+            run.watch.started(run)
         if self.observe is NOOP:  # why: one coroutine frame less per run when nobody observes
             self._nursery.start_soon(self._execute, run, ctx, continuing, redeliverable,
                                      principal.id, name=f"scoped_a2a run {task.id}")
@@ -288,12 +294,15 @@ class Runner:
 
     async def _append(self, run: Run, event: LogEvent) -> int:
         try:
-            return await self.store.append(run.task_id, event)
+            position = await self.store.append(run.task_id, event)
         except TaskEnded:
             # Someone recorded an end first (CancelTask without a live run, another replica).
             run.cancel("CancelTask")
             await anyio.lowlevel.checkpoint()
             raise
+        if run.watch is not None:
+            run.watch.appended(run, event, position)
+        return position
 
     # --- executing ------------------------------------------------------------------------
 
@@ -342,6 +351,8 @@ class Runner:
                                  and not ask_failed):
                 reason = run.cancel_reason or "nursery"
                 state, text = TaskState.CANCELED, f"Canceled: {REASON_TEXT.get(reason, reason)}"
+                if run.canceled_by is not None and reason == run.cancel_reason:
+                    text += f" (by {run.canceled_by})"
             if redeliverable and state is TaskState.CANCELED and reason in REDELIVER_REASONS:
                 # Not an outcome: the durable queue runs it again on another worker.
                 log.warning("run of task %s stopped (%s); left for redelivery",
@@ -362,6 +373,8 @@ class Runner:
             if not self._runs:
                 self._idle.set()
             self.observe.run_ended(run, state.name.lower(), reason, time.monotonic() - run.started)
+            if run.watch is not None:
+                run.watch.ended(run, state.name.lower(), reason, time.monotonic() - run.started)
             log.info(
                 "run end task=%s outcome=%s duration_ms=%.1f reason=%s",
                 run.task_id, state.name.lower(), (time.monotonic() - run.started) * 1000, reason,
@@ -373,11 +386,14 @@ class Runner:
     ) -> None:
         msg = end_message(state, text, reason, task_id=run.task_id, context_id=run.context_id,
                           error_id=error_id)
+        metadata = {"reason": reason}
+        if run.canceled_by is not None and state is TaskState.CANCELED:
+            metadata["canceledBy"] = run.canceled_by  # the console's operator (or owner)
         event = TaskStatusUpdateEvent(
             task_id=run.task_id,
             context_id=run.context_id,
             status=TaskStatus(state=state, message=msg, timestamp=utc_timestamp()),
-            metadata={"reason": reason},
+            metadata=metadata,
         )
         try:
             await self.store.append(run.task_id, event)
@@ -389,8 +405,12 @@ class Runner:
 
     # --- cancelling -----------------------------------------------------------------------
 
-    async def cancel_task(self, task_id: str, *, reason: str = "CancelTask") -> Task:
+    async def cancel_task(
+        self, task_id: str, *, reason: str = "CancelTask", by: str | None = None
+    ) -> Task:
         """Cancel a task's run (or, without one, record it canceled); return the canceled task.
+
+        ``by``: who asked (the console records its user), kept with the recorded end.
 
         Raises TaskNotFound, or TaskNotCancelable when the task is already terminal, or when it
         ended some other way while the cancel was on its way (a run that returns as it is
@@ -406,14 +426,16 @@ class Runner:
             )
         run = self._runs.get(task_id)
         if run is not None:
-            run.cancel(reason)
+            run.cancel(reason, by=by)
             with anyio.move_on_after(RECORD_TIMEOUT):
                 await run.done.wait()
         else:
             text = f"Canceled: {REASON_TEXT.get(reason, reason)}"
-            await self._record_end(
-                Run(task_id, task.context_id, None), TaskState.CANCELED, text, reason
-            )
+            stand_in = Run(task_id, task.context_id, None)
+            if by is not None:
+                stand_in.canceled_by = by
+                text += f" (by {by})"
+            await self._record_end(stand_in, TaskState.CANCELED, text, reason)
             if self.launcher is not None:
                 # The run may execute in another process: the recorded end already stops its
                 # next write; this stops it at once.

@@ -143,7 +143,7 @@ class Methods:
             return send_answer(dialect, final, history)
 
         out.answer_on_hangup(answer)
-        with run.hold():
+        with run.hold("send"):
             await tail(self.store, task.id, pos)
         task, _ = await self.store.get(task.id)
         await out.result(send_answer(call.dialect, task, history))
@@ -151,7 +151,7 @@ class Methods:
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         task, run, pos = await self.sends.begin(req, call.dialect.v1, call.principal)
-        with run.hold():
+        with run.hold("stream"):
             if task.status.state.terminal:
                 # A resent message whose task has ended (or a run that ended meanwhile): the
                 # snapshot already holds the end, so the events before it must not follow it
@@ -250,7 +250,7 @@ class Methods:
                 "that has not ended (GetTask reads an ended one)"
             )
         run = self.runner.get(task.id)
-        hold = run.hold() if run is not None else _no_hold()
+        hold = run.hold("subscribe") if run is not None else _no_hold()
         with hold:
             if resume is None:
                 await out.event(self.frames.task(call.dialect, task, pos), pos)
