@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -82,6 +82,9 @@ from .methods import Methods
 from .rest import MEDIA_TYPE, RestBinding, is_rest_path
 from .sse import SSEWriter
 
+if TYPE_CHECKING:
+    from .console import Console, ConsoleSettings
+
 log = logging.getLogger("scoped_a2a.server")
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
@@ -135,6 +138,9 @@ class A2AApp:
         ``protocolVersion``, ``supportsAuthenticatedExtendedCard``), which the 1.0 card schema
         refuses; 0.3 clients then cannot find the endpoint from the card (they read ``url``).
         Default False: one card for both generations. The 0.3 dialect is still served.
+    :param console: serve the live console at ``/console`` with these settings
+        (:class:`~scoped_a2a.server.console.ConsoleSettings`; docs/console.md). Absent: no
+        console, and nothing of it is imported.
     :param grpc: also serve A2A 1.0's gRPC binding (``lf.a2a.v1.A2AService``, docs/grpc.md)
         on the same port: HTTP/2 calls with ``content-type: application/grpc`` go to it, and
         the card lists a ``GRPC`` interface. Needs the ``[grpc]`` extra (protobuf) and HTTP/2
@@ -163,6 +169,7 @@ class A2AApp:
         card_signer: CardSigner | None = None,
         observe: Observer | Sequence[Observer] | None = None,
         card_1_0_only: bool = False,
+        console: ConsoleSettings | None = None,
         grpc: bool = False,
     ) -> None:
         if preferred_binding not in ("JSONRPC", "HTTP+JSON"):
@@ -221,6 +228,15 @@ class A2AApp:
         if detached is not None:
             self.runner.attach(detached)
             self.push.attach(detached)
+        self.console: Console | None = None
+        """The live console (``console=``), or None."""
+        if console is not None:
+            from .console import Console
+
+            self.console = Console(console, runner=self.runner, store=self.store,
+                                   authenticate=authenticate, public_url=public_url,
+                                   write_timeout=stream_write_timeout)
+
     def _grpc_binding(self) -> Any:
         try:
             from .grpc.binding import GrpcBinding
@@ -356,6 +372,9 @@ class A2AApp:
                     await self.grpc(scope, receive, send)
             finally:
                 self.open_requests -= 1
+            return
+        if self.console is not None and path.startswith("/console"):
+            await self.console(scope, receive, send, path)  # its own authentication
             return
         # Every route but the public card needs a principal, resolved before routing (so an
         # unauthenticated caller learns nothing about paths or methods either).
