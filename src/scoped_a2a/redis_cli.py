@@ -1,4 +1,5 @@
-"""The command line's Redis side: ``serve --store redis://...`` and the ``worker`` command.
+"""The command line's durable stores: ``serve --store redis://...`` and the ``worker`` command,
+and the dispatch of ``serve --store sqlite:PATH`` to :mod:`.sqlite_cli`.
 
 Kept apart from :mod:`.cli` so the in-memory default never imports the Redis client; coredis
 is only imported once a Redis URL is given (``pip install 'scoped-a2a[redis]'``).
@@ -28,6 +29,7 @@ from .cli_auth import tls_from_args
 from .cli_help import HelpFormatter, StartupError, add_log_level
 from .cli_types import at_least_one, seconds, seconds_or_zero
 from .runtime.policy import RunPolicy
+from .sqlite_cli import serve_on_sqlite, sqlite_path
 
 log = logging.getLogger("scoped_a2a.cli")
 
@@ -45,11 +47,16 @@ def add_store_options(parser: argparse.ArgumentParser, *, worker: bool = False) 
         parser.add_argument("--store", required=True, metavar="redis://HOST:PORT/DB",
                             help="the Redis the servers use")
     else:
-        parser.add_argument("--store", default="memory", metavar="memory|redis://HOST:PORT/DB",
-                            help="where tasks live: in memory or in a shared Redis, which also "
-                                 "makes detached runs durable")
+        parser.add_argument("--store", default="memory",
+                            metavar="memory|sqlite:PATH|redis://HOST:PORT/DB",
+                            help="where tasks live: in memory, in an SQLite file (one process; "
+                                 "survives restarts) or in a shared Redis; both make detached "
+                                 "runs durable (docs/stores.md)")
         parser.add_argument("--no-worker", action="store_true",
                             help="with a Redis store: do not execute queued runs in this process")
+        parser.add_argument("--retain", type=seconds, default=None, metavar="SECONDS",
+                            help="with an SQLite store: delete ended tasks older than this (and "
+                                 "beyond --max-ended-tasks / --max-ended-bytes, oldest first)")
     parser.add_argument("--store-wait", type=seconds_or_zero, default=0.0, metavar="SECONDS",
                         help="with a Redis store: wait up to this long for Redis to answer at "
                              "start-up (0: it must answer at once); then stop with exit status 2")
@@ -88,10 +95,13 @@ def add_worker_command(sub: Any) -> None:
 
 
 def check_store_url(url: str) -> None:
-    """SystemExit with one line unless ``url`` is a Redis URL and the redis extra is installed
-    (called before the event loop starts)."""
+    """SystemExit with one line unless ``url`` is an SQLite store (``sqlite:PATH``) or a Redis
+    URL with the redis extra installed (called before the event loop starts)."""
+    if url.startswith("sqlite:"):
+        sqlite_path(url)  # a missing path is one line
+        return
     if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise SystemExit(f"--store must be 'memory' or a redis:// URL, not {url!r}")
+        raise SystemExit(f"--store must be 'memory', sqlite:PATH or a redis:// URL, not {url!r}")
     # coredis logs each (expected) script reload at INFO: keep the run log readable.
     logging.getLogger("coredis").setLevel(logging.WARNING)
     try:
@@ -133,8 +143,12 @@ async def serve_on_redis(
 
     ``make_app(store, detached)`` builds the app as ``serve`` configured it. ``--store`` was
     checked (``check_store_url``) before the loop started. Raises StartupError when Redis does
-    not answer within ``--store-wait`` (before anything listens).
+    not answer within ``--store-wait`` (before anything listens). An ``sqlite:PATH`` store is
+    served by :func:`.sqlite_cli.serve_on_sqlite` instead.
     """
+    if sqlite_path(args.store) is not None:
+        await serve_on_sqlite(args, make_app, on_signals)
+        return
     from .runtime.durable_worker import Worker
     from .server.serve import serve
     from .store.redis import open_redis_store
@@ -165,6 +179,10 @@ async def run_worker(args: argparse.Namespace, agent: Any, on_signals: OnSignals
     from .runtime.durable_worker import Worker
     from .runtime.runner import Runner
     from .store.redis import open_redis_store
+
+    if sqlite_path(args.store) is not None:
+        raise StartupError("an SQLite store is executed by its serve process (one process owns "
+                           "the file); the worker command is for a redis:// store")
 
     async with open_redis_store(
         args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks

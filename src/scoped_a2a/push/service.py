@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -173,8 +173,17 @@ class PushService:
                                 "notification configs; delete one first")
         await self.store.set_push_config(task_id, stored)
         if not state.terminal:
+            await self.store.push_progress(task_id, stored.id, after, state.value, v1)
             self._watch(task_id, stored.id, v1=v1, after=after, state=state)
         return stored
+
+    async def resume(self, pending: Iterable[tuple[str, str, int, str, bool]]) -> None:
+        """Watch again what a previous process of a durable store left undelivered
+        (``TaskStore.pending_pushes``: task, config, cursor, state, dialect); state changes
+        after each cursor are delivered (again, if one was in flight when it stopped)."""
+        for task_id, config_id, cursor, state, v1 in pending:
+            self._watch(task_id, config_id, v1=v1, after=cursor, state=TaskState(state))
+        await anyio.lowlevel.checkpoint()
 
     async def delete_config(self, task_id: str, config_id: str) -> bool:
         """Delete a config; its delivery in flight is recorded undelivered, the rest skipped."""
@@ -293,6 +302,9 @@ class PushService:
         watch.current = record
         await self.sender.deliver(record, body, lambda: self._config(watch))
         watch.current = None
+        # A durable store remembers it: a restart resumes after this delivery, not before.
+        await self.store.push_progress(watch.task_id, watch.config_id, entry.position,
+                                       watch.state.value, watch.v1)
 
     async def _record_undelivered(self, watch: _Watch, reason: str) -> None:
         """Record the delivery in flight and every unread state change as undelivered."""

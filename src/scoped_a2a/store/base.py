@@ -130,6 +130,18 @@ class TaskStore(abc.ABC):
     @abc.abstractmethod
     async def delete_push_config(self, task_id: str, config_id: str) -> bool: ...
 
+    async def push_progress(  # noqa: B027  # only a store that outlives its process keeps it
+        self, task_id: str, config_id: str, cursor: int, state: str, v1: bool
+    ) -> None:
+        """A push config's watch has handled the log up to ``cursor``, where the task's state
+        was ``state`` (``v1``: the config's dialect). A store that survives a restart keeps it,
+        so the next process resumes the watch there (``pending_pushes``)."""
+
+    async def pending_pushes(self) -> list[tuple[str, str, int, str, bool]]:
+        """The push watches a previous process left unfinished, as ``push_progress`` last
+        recorded them: (task id, config id, cursor, state, v1). None in memory."""
+        return []
+
     # message claims: a resent messageId is the same send (docs/exactly-once.md)
     @property
     def dedupes_sends(self) -> bool:

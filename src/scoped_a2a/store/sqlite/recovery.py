@@ -1,0 +1,100 @@
+"""What opening the file finds, and what a restart does about it.
+
+Loaded into memory: every task that has not ended (its snapshot and position) and every queued
+run. Then, for each task that had not ended:
+
+- it has a queued run (a detached run): the run is made ready again; the worker executes it
+  with ``ctx.attempt`` one more than the leases taken so far (> 1 if a run had started);
+- it has none (an interactive run, whose caller's connection died with the process): its end is
+  recorded as ``canceled`` with the reason ``restart`` and a message saying so.
+
+Ended tasks are not loaded (they are read from the file when asked for), so start-up time grows
+with the running tasks, not the stored ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+from typing import Any
+
+import anyio
+
+from ...protocol.errors import ServerUnavailable
+from ...protocol.ids import new_id
+from ...protocol.types import (
+    Message,
+    Part,
+    Role,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    utc_timestamp,
+)
+from ..base import TaskEnded
+from .queue import SQLiteRunQueue, job_of
+from .schema import StoreOpenError
+from .store import Record, SQLiteTaskStore, decode_task
+
+log = logging.getLogger("scoped_a2a.sqlite")
+
+RESTART_TEXT = ("Canceled: the server stopped while this interactive run was in flight, and its "
+                "caller's connection went with it; send the message again")
+
+
+def _load(conn: sqlite3.Connection) -> tuple[list[Any], list[Any], tuple[int, int]]:
+    conn.execute("BEGIN")
+    try:
+        tasks = conn.execute("SELECT seq, id, owner, context_id, snap, last FROM tasks "
+                             "WHERE ended_at IS NULL ORDER BY seq").fetchall()
+        runs = conn.execute("SELECT task_id, message, meta, why, owner FROM runs "
+                            "ORDER BY seq").fetchall()
+        ended = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM tasks "
+                             "WHERE ended_at IS NOT NULL").fetchone()
+        return tasks, runs, (int(ended[0]), int(ended[1]))
+    finally:
+        conn.execute("COMMIT")
+
+
+async def recover(store: SQLiteTaskStore, queue: SQLiteRunQueue) -> tuple[int, int]:
+    """Load the file's running tasks and queued runs; record interrupted interactive runs as
+    ended. Returns (runs made ready again, interactive runs recorded ended)."""
+    tasks, runs, (count, size) = await anyio.to_thread.run_sync(_load, store.db.reader)
+    store.ended_count, store.ended_bytes = count, size
+    for seq, task_id, owner, context_id, snap, last in tasks:
+        snap = bytes(snap)
+        store.live[task_id] = Record(seq, task_id, owner, context_id, decode_task(snap), snap,
+                                     last)
+    queued = set()
+    for row in runs:
+        job = job_of(row)
+        queued.add(job.task_id)
+        queue.ready(job)
+    orphans = [rec for rec in store.live.values() if rec.id not in queued]
+
+    async def end(rec: Record) -> None:
+        message = Message(message_id=new_id(), role=Role.AGENT, parts=[Part(text=RESTART_TEXT)],
+                          task_id=rec.id, context_id=rec.context_id)
+        event = TaskStatusUpdateEvent(
+            task_id=rec.id, context_id=rec.context_id, metadata={"reason": "restart"},
+            status=TaskStatus(state=TaskState.CANCELED, message=message,
+                              timestamp=utc_timestamp()))
+        try:
+            with contextlib.suppress(TaskEnded):
+                await store.append(rec.id, event)
+        except ServerUnavailable as exc:  # e.g. the disk is full: say so, start nothing
+            failed.append(str(exc))
+
+    failed: list[str] = []
+    # Concurrently, so the writer commits them in a few batches rather than one each.
+    async with anyio.create_task_group() as tg:
+        for rec in orphans:
+            tg.start_soon(end, rec)
+    if failed:
+        raise StoreOpenError(f"cannot record the interrupted runs: {failed[0]}")
+    if queued or orphans:
+        log.info("SQLite store %s: %d queued run(s) ready again, %d interrupted interactive "
+                 "run(s) recorded canceled", store.path, len(queued), len(orphans))
+    await store._retain()
+    return len(queued), len(orphans)

@@ -1,0 +1,84 @@
+"""Push configs at rest: sealed with a key kept outside the database file (stdlib only).
+
+A push config holds a webhook's token and credentials. The SQLite store never writes them in
+clear text: each config's JSON is encrypted and authenticated (encrypt-then-MAC) with a 32-byte
+key read from a key file beside the database (``<file>.key``, created with mode 0600 on first
+use; give another path with ``key_file``). A copy of the database alone (a backup, a file
+attached to a bug report) then reveals no credential; whoever can read the key file as well
+can. A config whose seal does not verify (a wrong key file) is refused with a clear error, never
+sent anywhere.
+
+Construction: keys for encryption and for the MAC are derived from the key file's key with
+HMAC-SHA256; the keystream is HMAC-SHA256(enc key, nonce || counter) (a PRF in counter mode),
+the tag HMAC-SHA256(mac key, nonce || ciphertext) truncated to 16 bytes. A fresh 16-byte random
+nonce per seal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+KEY_BYTES = 32
+_NONCE = 16
+_TAG = 16
+_VERSION = b"\x01"
+
+
+class SealBroken(Exception):
+    """A sealed value does not verify with this key (another key file, or a changed byte)."""
+
+
+def load_key(path: Path) -> bytes:
+    """The key in ``path``, created (0600, random) if the file does not exist."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_bytes()
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"the key file {path} is not a store key ({KEY_BYTES} bytes); "
+                             "restore it from where you keep it, or move it away to start "
+                             "afresh (sealed push configs are then unreadable)") from None
+        return key
+    key = secrets.token_bytes(KEY_BYTES)
+    try:
+        os.write(fd, key)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return key
+
+
+class Sealer:
+    """Seals and opens values with one key."""
+
+    def __init__(self, key: bytes) -> None:
+        self._enc = hmac.new(key, b"scoped-a2a push seal: encrypt", hashlib.sha256).digest()
+        self._mac = hmac.new(key, b"scoped-a2a push seal: authenticate", hashlib.sha256).digest()
+
+    def _stream(self, nonce: bytes, size: int) -> bytes:
+        blocks = []
+        for counter in range((size + 31) // 32):
+            blocks.append(hmac.new(self._enc, nonce + counter.to_bytes(8, "big"),
+                                   hashlib.sha256).digest())
+        return b"".join(blocks)[:size]
+
+    def seal(self, plain: bytes) -> bytes:
+        nonce = secrets.token_bytes(_NONCE)
+        stream = self._stream(nonce, len(plain))
+        cipher = bytes(a ^ b for a, b in zip(plain, stream, strict=True))
+        tag = hmac.new(self._mac, _VERSION + nonce + cipher, hashlib.sha256).digest()[:_TAG]
+        return _VERSION + nonce + cipher + tag
+
+    def open(self, sealed: bytes) -> bytes:
+        if len(sealed) < 1 + _NONCE + _TAG or sealed[:1] != _VERSION:
+            raise SealBroken("not a sealed value")
+        nonce, cipher, tag = sealed[1:1 + _NONCE], sealed[1 + _NONCE:-_TAG], sealed[-_TAG:]
+        want = hmac.new(self._mac, sealed[:-_TAG], hashlib.sha256).digest()[:_TAG]
+        if not hmac.compare_digest(tag, want):
+            raise SealBroken("the seal does not verify with this key")
+        stream = self._stream(nonce, len(cipher))
+        return bytes(a ^ b for a, b in zip(cipher, stream, strict=True))

@@ -1,0 +1,482 @@
+"""The SQLite task store: every task, log, push config, claim and queued run in one file.
+
+Memory and disk. One process owns the file (schema.py's lock), so what it keeps in memory is
+the truth for the tasks that can still change: every running task is held as a record (its
+snapshot folded as events are accepted, its committed position, its recent log entries), and
+reads of running tasks are answered from memory. Ended tasks never change: they are read from
+the file (a few recently ended ones stay in memory as well). Every write goes through the
+:class:`.writer.Writer`: it is decided in memory (position, fold, "terminal states never
+change"), committed in a batch, and only then visible to readers and answered. So a reader never
+sees an event that a crash could lose, and an append's caller learns its position only once it
+is on disk.
+
+Blocking. No SQLite call runs on the event loop: writes in the writer thread, reads in the
+reader thread (its own connection and capacity limiter; WAL lets it read while the writer
+writes).
+
+Cancellation: every method is safe to cancel (writer.py: an op either happens completely or
+not at all). Errors: ServerUnavailable when the file cannot be written (full disk, ...), with
+what to fix.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import msgspec
+
+from ...protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
+from ...protocol.trajectory import LogEvent, TrajectoryEvent
+from ...protocol.types import (
+    ListTasksRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
+from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
+from ..claims import PriorSend, claim_key
+from ..snapshot import apply_event
+from . import claims, retention
+from .schema import Database
+from .seal import Sealer
+from .writer import Work, Writer
+
+_encode = msgspec.json.Encoder().encode
+decode_task = msgspec.json.Decoder(Task).decode
+_decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
+_KIND_OF: dict[type[Any], int] = {
+    TaskStatusUpdateEvent: ord("s"), TaskArtifactUpdateEvent: ord("a"), TrajectoryEvent: ord("t"),
+}
+_DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
+    ord("s"): msgspec.json.Decoder(TaskStatusUpdateEvent),
+    ord("a"): msgspec.json.Decoder(TaskArtifactUpdateEvent),
+    ord("t"): msgspec.json.Decoder(TrajectoryEvent),
+}
+RECENT_ENDED = 1024  # ended tasks also kept in memory (a blocking send reads its end at once)
+MEMORY_EVENTS = 1024  # log entries kept in memory per running task (older ones: from the file)
+ENDED_POLL = 5.0  # seconds a wait on an ended task lasts (nothing will be appended)
+
+
+class _NotLive(Exception):
+    pass
+
+
+class Record:
+    """A task held in memory. ``work``/``wlast``/``wsnap``: as the writer has decided it (may
+    be ahead of the file during a commit); ``snap``/``last``/``events``: as committed."""
+
+    __slots__ = ("changed", "context_id", "ended", "events", "id", "last", "owner", "seq",
+                 "snap", "wlast", "work", "wsnap")
+
+    def __init__(self, seq: int, task_id: str, owner: str, context_id: str, work: Task,
+                 snap: bytes, last: int) -> None:
+        self.seq, self.id, self.owner, self.context_id = seq, task_id, owner, context_id
+        self.work, self.wlast, self.wsnap = work, last, snap
+        self.snap, self.last = snap, last
+        self.events: deque[LogEntry] = deque(maxlen=MEMORY_EVENTS)
+        self.changed: anyio.Event | None = None
+        self.ended = False
+
+    def snapshot(self) -> Task:
+        """The committed snapshot: the writer's object when nothing is in flight, else a copy."""
+        return self.work if self.wlast == self.last else decode_task(self.snap)
+
+    def wake(self) -> None:
+        if self.changed is not None:
+            self.changed.set()
+            self.changed = None
+
+    def undo(self) -> None:
+        """Back to what is committed (a batch failed)."""
+        self.work, self.wlast, self.wsnap = decode_task(self.snap), self.last, self.snap
+
+
+class SQLiteTaskStore(TaskStore):
+    """Tasks in one SQLite file, owned by this process (see the module docstring).
+
+    Build it with :func:`~scoped_a2a.store.sqlite.open_sqlite_store`.
+    """
+
+    def __init__(self, db: Database, sealer: Sealer, *, max_events_per_task: int = 10_000,
+                 policy: retention.Retention | None = None) -> None:
+        if max_events_per_task < 1:
+            raise ValueError("store bounds must be positive")
+        self.db = db
+        self.path = db.path
+        self.sealer = sealer
+        self.max_events_per_task = max_events_per_task
+        self.policy = policy or retention.Retention()
+        self.writer = Writer(db.writer, db.path)
+        self._read_limiter = anyio.CapacityLimiter(1)
+        self.live: dict[str, Record] = {}
+        self._recent: OrderedDict[str, Record] = OrderedDict()
+        self.ended_count = 0
+        self.ended_bytes = 0
+        self._next_age_sweep = 0.0
+        self.lease_of: Callable[[str], str | None] = lambda task_id: None
+        self._fences: dict[str, str] = {}
+        self.queue: Any = None  # the run queue (queue.py), set by open_sqlite_store
+
+    def run_launcher(self) -> Any:
+        """The run queue: a detached run is stored with its task, and re-run after a crash."""
+        return self.queue
+
+    # --- reading ---------------------------------------------------------------------------
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        def run(conn: sqlite3.Connection) -> Any:
+            conn.execute("BEGIN")  # one snapshot of the file for the whole read
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")
+        try:
+            return await anyio.to_thread.run_sync(run, self.db.reader,
+                                                  limiter=self._read_limiter)
+        except sqlite3.Error as exc:
+            raise ServerUnavailable(f"the task store ({self.path}) could not be read: "
+                                    f"{exc}") from None
+
+    def _cached(self, task_id: str) -> Record | None:
+        rec = self.live.get(task_id)
+        return rec if rec is not None else self._recent.get(task_id)
+
+    async def _row(self, task_id: str) -> Record:
+        """The task as a record: from memory, or read from the file (ended tasks)."""
+        rec = self._cached(task_id)
+        if rec is not None:
+            return rec
+        row = await self._read(lambda c: c.execute(
+            "SELECT seq, owner, context_id, snap, last FROM tasks WHERE id = ?",
+            (task_id,)).fetchone())
+        if row is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        seq, owner, context_id, snap, last = row
+        rec = self._cached(task_id)  # (it may have been created or ended meanwhile)
+        if rec is not None:
+            return rec
+        rec = Record(seq, task_id, owner, context_id, decode_task(snap), bytes(snap), last)
+        rec.ended = True
+        self._remember(rec)
+        return rec
+
+    def _remember(self, rec: Record) -> None:
+        self._recent[rec.id] = rec
+        self._recent.move_to_end(rec.id)
+        if len(self._recent) > RECENT_ENDED:
+            self._recent.popitem(last=False)
+
+    async def owner_of(self, task_id: str) -> str:
+        return (await self._row(task_id)).owner
+
+    async def get(self, task_id: str) -> tuple[Task, int]:
+        rec = await self._row(task_id)
+        return rec.snapshot(), rec.last
+
+    async def read(
+        self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
+    ) -> LogPage:
+        rec = await self._row(task_id)
+        max_events = max(1, max_events)
+        last, task = rec.last, rec.snapshot()
+        first = max(1, last - self.max_events_per_task + 1)
+        start = max(after + 1, first)
+        held = rec.events
+        raw: list[tuple[int, int, bytes]]
+        if start > last:
+            entries: list[LogEntry] = []
+        elif held and held[0].position <= start:
+            entries = []
+            size = 0
+            for i in range(start - held[0].position, len(held)):
+                entry = held[i]
+                size += len(entry.encoded)
+                # The first entry is always returned, whatever its size.
+                if entries and (len(entries) >= max_events or size > max_bytes):
+                    break
+                entries.append(entry)
+        else:
+            seq = rec.seq
+            raw = await self._read(lambda c: c.execute(
+                "SELECT pos, kind, body FROM events WHERE task = ? AND pos >= ? AND pos <= ? "
+                "ORDER BY pos LIMIT ?", (seq, start, last, max_events)).fetchall())
+            entries, size = [], 0
+            for pos, kind, body in raw:
+                size += len(body)
+                if entries and size > max_bytes:
+                    break
+                body = bytes(body)
+                entries.append(LogEntry(pos, _DECODERS[kind].decode(body), body))
+        nxt = entries[-1].position if entries else max(after, first - 1)
+        return LogPage(entries, nxt, nxt < last, task, first)
+
+    async def wait(self, task_id: str, after: int) -> None:
+        rec = self.live.get(task_id)
+        if rec is None:
+            rec = await self._row(task_id)
+            if rec.last > after or not rec.ended:
+                return
+            await anyio.sleep(ENDED_POLL)  # ended: nothing more will come; re-read now and then
+            return
+        if rec.last > after:
+            return
+        if rec.changed is None:
+            rec.changed = anyio.Event()
+        await rec.changed.wait()
+
+    async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
+        size = request.page_size or 50
+        if not 1 <= size <= 100:
+            raise InvalidParams("pageSize must be between 1 and 100")
+        before: int | None = None
+        if request.page_token:
+            try:
+                before = int(request.page_token)
+            except ValueError:
+                raise InvalidParams("pageToken is not one this server issued") from None
+        where, args = ["1"], []
+        for clause, value in (("owner = ?", owner), ("context_id = ?", request.context_id),
+                              ("state = ?", request.status.value if request.status else None),
+                              ("coalesce(ts, '') >= ?", request.status_timestamp_after)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        cond = " AND ".join(where)
+
+        def query(c: sqlite3.Connection) -> tuple[int, list[tuple[int, bytes]], bool]:
+            total = c.execute(f"SELECT count(*) FROM tasks WHERE {cond}", args).fetchone()[0]
+            page_cond = cond + (" AND seq < ?" if before is not None else "")
+            page_args = [*args, before] if before is not None else args
+            rows = c.execute(f"SELECT seq, snap FROM tasks WHERE {page_cond} ORDER BY seq DESC "
+                             "LIMIT ?", [*page_args, size + 1]).fetchall()
+            return total, rows[:size], len(rows) > size
+
+        total, rows, more = await self._read(query)
+        token = str(rows[-1][0]) if more and rows else ""
+        return TaskPage([decode_task(snap) for _, snap in rows], token, total, size)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def create_work(self, task: Task, owner: str,
+                    extra: Callable[[sqlite3.Connection], None] | None = None,
+                    then: Callable[[], None] | None = None) -> Callable[[], Work]:
+        """The op that stores ``task`` (``extra``: more SQL in the same transaction, ``then``:
+        run once it is committed). The run queue adds its entry this way."""
+        snap = _encode(task)
+        row = (task.id, owner, task.context_id, task.status.state.value,
+               task.status.timestamp, snap, len(snap))
+
+        def prepare() -> Work:
+            if task.id in self.live or task.id in self._recent:
+                raise InvalidParams(f"task {task.id!r} already exists")
+
+            def run(conn: sqlite3.Connection) -> int:
+                cur = conn.execute("INSERT INTO tasks (id, owner, context_id, state, ts, last, "
+                                   "snap, ended_at, size) VALUES (?, ?, ?, ?, ?, 0, ?, NULL, ?)",
+                                   row)
+                if extra is not None:
+                    extra(conn)
+                return int(cur.lastrowid or 0)
+
+            def done(seq: int) -> None:
+                self.live[task.id] = Record(seq, task.id, owner, task.context_id, task, snap, 0)
+                if then is not None:
+                    then()
+
+            return Work(run, done)
+
+        return prepare
+
+    async def create(self, task: Task, *, owner: str = "") -> None:
+        await self.write(self.create_work(task, owner))
+
+    async def write(self, prepare: Callable[[], Work]) -> Any:
+        """Commit one op; an IntegrityError (a task id taken) is the caller's InvalidParams."""
+        try:
+            return await self.writer.write(prepare)
+        except sqlite3.IntegrityError:
+            raise InvalidParams("a task with this id already exists") from None
+
+    @contextmanager
+    def fenced(self, task_id: str, token: str) -> Iterator[None]:
+        """While in the body, appends to ``task_id`` need the run queue's lease ``token``."""
+        self._fences[task_id] = token
+        try:
+            yield
+        finally:
+            self._fences.pop(task_id, None)
+
+    async def append(self, task_id: str, event: LogEvent) -> int:
+        # Encoded first: an event JSON cannot encode is refused before it takes a position.
+        encoded = _encode(event)
+        kind = _KIND_OF[type(event)]
+
+        def prepare() -> Work:
+            rec = self.live.get(task_id)
+            if rec is None:
+                raise _NotLive
+            if rec.work.status.state.terminal:
+                raise TaskEnded(task_id)
+            fence = self._fences.get(task_id)
+            if fence is not None and self.lease_of(task_id) != fence:
+                raise TaskEnded(task_id)  # our lease went elsewhere: record nothing
+            pos = rec.wlast + 1
+            snap: bytes | None = None
+            if not isinstance(event, TrajectoryEvent):
+                apply_event(rec.work, event)
+                snap = _encode(rec.work)
+            grow = len(encoded) + (len(snap) - len(rec.wsnap) if snap is not None else 0)
+            rec.wlast = pos
+            if snap is not None:
+                rec.wsnap = snap
+            status = rec.work.status
+            ended_at = time.time() if status.state.terminal else None
+            seq, trim = rec.seq, pos - self.max_events_per_task
+
+            def run(conn: sqlite3.Connection) -> None:
+                conn.execute("INSERT INTO events VALUES (?, ?, ?, ?)", (seq, pos, kind, encoded))
+                if snap is None:
+                    conn.execute("UPDATE tasks SET last = ?, size = size + ? WHERE seq = ?",
+                                 (pos, grow, seq))
+                else:
+                    conn.execute("UPDATE tasks SET last = ?, snap = ?, state = ?, ts = ?, "
+                                 "ended_at = ?, size = size + ? WHERE seq = ?",
+                                 (pos, snap, status.state.value, status.timestamp, ended_at,
+                                  grow, seq))
+                if trim >= 1:
+                    conn.execute("DELETE FROM events WHERE task = ? AND pos = ?", (seq, trim))
+
+            def done(_: None) -> int:
+                rec.last = pos
+                rec.events.append(LogEntry(pos, event, encoded))
+                if snap is not None:
+                    rec.snap = snap
+                if ended_at is not None:
+                    self._ended(rec)
+                rec.wake()
+                return pos
+
+            return Work(run, done, rec.undo, refusable=False)
+
+        try:
+            pos: int = await self.writer.write(prepare)
+        except _NotLive:
+            await self._row(task_id)  # TaskNotFound if it does not exist
+            raise TaskEnded(task_id) from None
+        if task_id not in self.live:
+            await self._retain(keep=task_id)
+        return pos
+
+    def _ended(self, rec: Record) -> None:
+        rec.ended = True
+        self.live.pop(rec.id, None)
+        self._remember(rec)
+        self.ended_count += 1
+        self.ended_bytes += len(rec.snap) + sum(len(e.encoded) for e in rec.events)
+
+    async def _retain(self, keep: str | None = None) -> None:
+        """Delete ended tasks beyond the retention policy (one op in the writer's batch)."""
+        policy = self.policy
+        now = time.monotonic()
+        by_age = policy.retain is not None and now >= self._next_age_sweep
+        if not by_age and self.ended_count <= policy.max_ended_tasks \
+                and self.ended_bytes <= policy.max_ended_bytes:
+            return
+        if by_age:
+            assert policy.retain is not None
+            self._next_age_sweep = now + min(max(policy.retain / 10, 0.05), 60.0)
+
+        def prepare() -> Work:
+            count, size = self.ended_count, self.ended_bytes
+
+            def done(gone: list[tuple[str, int]]) -> None:
+                for task_id, task_size in gone:
+                    self.ended_count -= 1
+                    self.ended_bytes -= task_size
+                    rec = self._recent.pop(task_id, None)
+                    if rec is not None:
+                        rec.wake()
+                self.ended_count = max(self.ended_count, 0)
+                self.ended_bytes = max(self.ended_bytes, 0)
+
+            return Work(lambda c: retention.sweep(c, policy, count, size, keep), done)
+
+        await self.writer.write(prepare)
+
+    # --- message claims (docs/exactly-once.md) ---------------------------------------------
+
+    async def claim_message(
+        self, owner: str, message_id: str, fingerprint: bytes, task_id: str, *,
+        position: int = 0, created: bool = False,
+    ) -> PriorSend | None:
+        key = claim_key(owner, message_id)
+        result: PriorSend | None = await self.writer.write(lambda: Work(
+            lambda c: claims.claim(c, key, fingerprint, task_id, position, created)))
+        return result
+
+    async def reclaim_message(
+        self, owner: str, message_id: str, old_task_id: str, new_task_id: str
+    ) -> PriorSend | None:
+        key = claim_key(owner, message_id)
+        result: PriorSend | None = await self.writer.write(lambda: Work(
+            lambda c: claims.reclaim(c, key, old_task_id, new_task_id)))
+        return result
+
+    async def release_message(self, owner: str, message_id: str, task_id: str) -> None:
+        key = claim_key(owner, message_id)
+        await self.writer.write(lambda: Work(lambda c: claims.release(c, key, task_id)))
+
+    # --- push configs (sealed: seal.py) ----------------------------------------------------
+
+    async def set_push_config(self, task_id: str, config: TaskPushNotificationConfig) -> None:
+        assert config.id is not None
+        rec = await self._row(task_id)
+        body = self.sealer.seal(_encode(config))
+        row = (rec.seq, config.id, body, rec.last, rec.work.status.state.value)
+        await self.writer.write(lambda: Work(lambda c: c.execute(
+            "INSERT INTO push VALUES (?, ?, ?, ?, ?, 1) ON CONFLICT (task, config_id) "
+            "DO UPDATE SET body = excluded.body", row)))
+
+    async def push_configs(self, task_id: str) -> list[TaskPushNotificationConfig]:
+        seq = (await self._row(task_id)).seq
+        rows = await self._read(lambda c: c.execute(
+            "SELECT body FROM push WHERE task = ?", (seq,)).fetchall())
+        return [_decode_push(self.sealer.open(bytes(body))) for (body,) in rows]
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        seq = (await self._row(task_id)).seq
+        n = await self.writer.write(lambda: Work(lambda c: c.execute(
+            "DELETE FROM push WHERE task = ? AND config_id = ?", (seq, config_id)).rowcount))
+        return bool(n)
+
+    async def push_progress(self, task_id: str, config_id: str, cursor: int, state: str,
+                            v1: bool) -> None:
+        """How far the watch of a push config got (its deliveries resume there after a
+        restart)."""
+        try:
+            seq = (await self._row(task_id)).seq
+        except TaskNotFound:
+            return  # deleted by retention meanwhile: nothing left to resume
+        await self.writer.write(lambda: Work(lambda c: c.execute(
+            "UPDATE push SET cursor = ?, state = ?, v1 = ? WHERE task = ? AND config_id = ?",
+            (cursor, state, int(v1), seq, config_id))))
+
+    async def pending_pushes(self) -> list[tuple[str, str, int, str, bool]]:
+        rows = await self._read(lambda c: c.execute(
+            "SELECT t.id, p.config_id, p.cursor, p.state, p.v1 FROM push p "
+            "JOIN tasks t ON t.seq = p.task").fetchall())
+        return [(t, c, cur, st, bool(v1)) for t, c, cur, st, v1 in rows
+                if not TaskState(st).terminal]
+
+    async def aclose(self) -> None:
+        """Close the file (checkpointing its WAL) and release its lock."""
+        with anyio.CancelScope(shield=True):
+            await self.writer.call(lambda _: self.db.close())
