@@ -1,7 +1,10 @@
 """Scenario 9: what observability costs: blocking ``SendMessage`` at 64 concurrent callers to
 scoped-a2a on hypercorn's asyncio worker with everything off, with ``--metrics``, and with
 ``--tracing`` and the OpenTelemetry SDK's in-memory exporter (two spans per request: the
-request's and the run's; the echo agent calls no one).
+request's and the run's; the echo agent calls no one), and with ``--console`` and one console
+page open (a client reading ``/console/api/runs/stream``, the page's live feed, throughout the
+window: every run's start, holds and end reach the console's hub, and the page gets a
+snapshot at most every 0.15 s).
 
 The three servers run side by side and are measured one after another, twice in turn (off,
 metrics, OTel, off, metrics, OTel); each row is the better of its two windows, so a burst of load
@@ -10,6 +13,8 @@ the off row's.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from ..core import Bench, Metric, Scenario, percentile
 from ..loadgen import Loop, RequestTemplate, connect_many
@@ -33,7 +38,29 @@ VARIANTS: dict[str, System] = {
     "off": System("scoped", "hypercorn-asyncio"),
     "metrics": System("scoped", "hypercorn-asyncio", ("--metrics",)),
     "OTel (in-memory exporter)": _Traced("scoped", "hypercorn-asyncio", ("traced",)),
+    "console, one page open": System("scoped", "hypercorn-asyncio", ("--console",)),
 }
+
+
+class _ConsolePage:
+    """What an open console page costs the server: its live feed, read as it comes."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.snapshots = 0
+
+    async def read(self) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            writer.write(b"GET /console/api/runs/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Accept: text/event-stream\r\n\r\n")
+            tail = b""
+            while chunk := await reader.read(1 << 16):
+                data = tail + chunk
+                self.snapshots += data.count(b"event: snapshot")
+                tail = data[-32:]
+        finally:
+            writer.close()
 
 
 class ObserveCost(Scenario):
@@ -82,6 +109,18 @@ class ObserveCost(Scenario):
 
     async def measure(self, bench: Bench, label: str, proc: ServerProcess
                       ) -> tuple[float, float, float, float] | None:
+        if label == "console, one page open":
+            page = _ConsolePage(proc.port)
+            async with asyncio.TaskGroup() as tg:
+                feed = tg.create_task(page.read())
+                try:
+                    return await self._measure(bench, label, proc, page)
+                finally:
+                    feed.cancel()
+        return await self._measure(bench, label, proc, None)
+
+    async def _measure(self, bench: Bench, label: str, proc: ServerProcess,
+                       page: _ConsolePage | None) -> tuple[float, float, float, float] | None:
         template = RequestTemplate(proc.port, "SendMessage", "echo hello")
         conns = await connect_many(proc.port, CONCURRENCY)
         loops = [Loop(conn, template, check, seq_base=(i + 1) * 10**8, port=proc.port)
@@ -104,6 +143,10 @@ class ObserveCost(Scenario):
         rps = len(latencies) / window
         p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
         per_request = cpu / len(latencies)
+        if page is not None and page.snapshots == 0:
+            bench.fail(f"{label}: the console page received no snapshot")
+            return None
+        fed = f"  page: {page.snapshots} snapshots" if page is not None else ""
         bench.progress(f"{label:28} {rps:7.0f} req/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  "
-                       f"server CPU {per_request * 1e6:.0f} µs/req")
+                       f"server CPU {per_request * 1e6:.0f} µs/req{fed}")
         return rps, p50, p99, per_request

@@ -56,6 +56,7 @@ from .store.memory import DEFAULT_MAX_ENDED_BYTES
 if TYPE_CHECKING:
     from .server.auth import Authenticator
     from .server.card_signing import CardSigner
+    from .server.console.access import ConsoleSettings
 
 log = logging.getLogger("scoped_a2a.cli")
 
@@ -188,6 +189,15 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: $SCOPED_A2A_PUSH_SIGNING_SECRET)")
     s.add_argument("--no-push", action="store_true", help="switch push notifications off")
     add_observe_options(s)
+    # The live console (server/console, docs/console.md).
+    s.add_argument("--console", action="store_true",
+                   help="serve the live console at /console: runs in flight, who holds them, "
+                        "why they ended (off by default; docs/console.md)")
+    s.add_argument("--console-operator", action="append", default=[], metavar="PRINCIPAL",
+                   help="a principal id that sees (and may cancel) every run on the console; "
+                        "others see their own (repeatable)")
+    s.add_argument("--console-operator-scope", metavar="SCOPE",
+                   help="a JWT scope whose bearer is a console operator")
     add_send_parser(sub)
     add_task_commands(sub)  # get, list, cancel, subscribe
     # --- Redis: shared tasks, durable detached runs, the worker command (redis_cli.py) ---
@@ -224,6 +234,7 @@ async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authentica
             caller_limits=limits_from_args(args),
             card_signer=signer,
             observe=args.observers,
+            console=_console_settings(args),
             push=PushSettings(
                 enabled=not args.no_push,
                 allow_hosts=tuple(args.allow_webhook_host),
@@ -253,6 +264,15 @@ async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authentica
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
                     http2=args.http2, gc_tuning=not args.no_gc_tuning, **tls_from_args(args))
         tg.cancel_scope.cancel()
+
+
+def _console_settings(args: argparse.Namespace) -> ConsoleSettings | None:
+    """``--console``'s settings, or None (then nothing of the console is imported)."""
+    if not args.console:
+        return None
+    from .server.console.access import ConsoleSettings
+
+    return ConsoleSettings(frozenset(args.console_operator), args.console_operator_scope)
 
 
 def _policy(args: argparse.Namespace) -> RunPolicy:
