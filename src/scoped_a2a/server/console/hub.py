@@ -34,7 +34,7 @@ from ...runtime.run import HOLD_KINDS, Run
 MAX_ENDED = 1000
 """Ended runs kept for the console (oldest dropped first)."""
 
-MAX_MARKS = 200
+MAX_MARKS = 64
 """Marks (holders coming and going, start, end) kept per run."""
 
 WINDOW_MINUTES = 15

@@ -56,7 +56,11 @@ export class Timeline {
       el("span", { class: "label" }, label),
       extra.length ? el("span", { class: "extra" }, extra.join(" · ")) : null,
       item.text ? el("pre", { class: "text" }, item.text) : null);
-    this.list.append(row);
+    // Follow the newest item, unless the reader scrolled up to look at older ones.
+    const list = this.list;
+    const atEnd = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+    list.append(row);
+    if (atEnd) list.scrollTop = list.scrollHeight;
     if (item.kind === "status" && item.state) this.stateLabel.textContent = item.state;
   }
 
