@@ -212,3 +212,31 @@ async def test_streams_show_a_new_run_its_timeline_and_its_hang_up(tmp_path: Pat
         assert marks == ["stream took a hold", "stream let go"]
         end = [data for name, data in seen if data.get("state") == "canceled"]
         assert end[0]["reason"] == "hang-up"
+
+
+async def test_an_open_feed_shows_the_shutdown_ends_then_lets_the_server_stop(
+        tmp_path: Path) -> None:
+    seen: list[tuple[str, Any]] = []
+    async with httpx.AsyncClient(timeout=10) as client, anyio.create_task_group() as tg:
+        async with served(make_app(tmp_path), grace=0.1) as url:
+            async def feed() -> None:
+                async with client.stream("GET", url + "console/api/runs/stream",
+                                         headers=key("ops")) as runs:
+                    async for item in sse(runs):
+                        seen.append(item)
+
+            tg.start_soon(feed)
+            send = {"message": text_message("detached work"),
+                    "configuration": {"returnImmediately": True}}
+            reply = await rpc(client, url, "SendMessage", send, headers=key("alice"))
+            task_id = reply["result"]["task"]["id"]
+            with anyio.fail_after(2):
+                while not any(task_id in str(data.get("live")) for _, data in seen):
+                    await anyio.sleep(0.02)
+            started = time.monotonic()
+        # The server stopped (served waited for it) without waiting out the feed.
+        assert time.monotonic() - started < 3
+    assert seen[-1][0] == "shutdown"
+    ended = [r for _, data in seen for r in data.get("ended", [])]
+    assert [(r["taskId"], r["reason"], r["why"]) for r in ended] == [
+        (task_id, "shutdown", "return-immediately")]

@@ -50,6 +50,10 @@ class RunWatch(Protocol):
         """The run ended and its end is recorded: ``state`` is the terminal state's name
         (``completed``, ``canceled``...), ``reason`` why (``hang-up``, ``CancelTask``...)."""
 
+    def closing(self) -> None:
+        """The server began shutting down: no new run starts (a live view ends its feeds, so
+        they do not hold the server's graceful shutdown open)."""
+
 
 class ParkedRuns:
     """How many of one runner's runs wait in ``ctx.ask`` now, and how many may.

@@ -466,6 +466,8 @@ class Runner:
 
         Runs already started carry on; :meth:`shutdown` ends them.
         """
+        if not self.closing and self.watch is not None:
+            self.watch.closing()
         self.closing = True
 
     async def shutdown(self, grace: float) -> None:

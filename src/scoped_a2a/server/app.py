@@ -373,7 +373,7 @@ class A2AApp:
             finally:
                 self.open_requests -= 1
             return
-        if self.console is not None and path.startswith("/console"):
+        if self.console is not None and (path == "/console" or path.startswith("/console/")):
             await self.console(scope, receive, send, path)  # its own authentication
             return
         # Every route but the public card needs a principal, resolved before routing (so an

@@ -140,6 +140,8 @@ class RunHub:
         self.counts: dict[tuple[int, str], dict[str, int]] = {}
         self._changed: anyio.Event | None = None
         self._task_changed: dict[str, anyio.Event] = {}
+        self.closed = False
+        """The server is shutting down: feeds end once no run is left (see :meth:`closing`)."""
 
     # --- the watch hooks (runtime/run.py RunWatch) --------------------------------------------
 
@@ -199,6 +201,19 @@ class RunHub:
             self._prune(minute)
         self._touch(run.task_id)
 
+    def closing(self) -> None:
+        """Wake every feed: from now on each ends once no run is left (after showing how the
+        last ones ended), so an open page does not hold the server's graceful shutdown open
+        until its timeout."""
+        self.closed = True
+        self.version += 1
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+        for event in self._task_changed.values():
+            event.set()
+        self._task_changed.clear()
+
     # --- reading --------------------------------------------------------------------------
 
     def view(self, task_id: str) -> tuple[Run | None, RunView] | None:
@@ -243,7 +258,8 @@ class RunHub:
         await self._changed.wait()
 
     async def wait_task(self, task_id: str) -> None:
-        """Return at the next change of ``task_id``'s run (a log event, a hold, its end)."""
+        """Return at the next change of ``task_id``'s run (a log event, a hold, its end), or
+        when the server begins shutting down."""
         event = self._task_changed.get(task_id)
         if event is None:
             event = self._task_changed[task_id] = anyio.Event()

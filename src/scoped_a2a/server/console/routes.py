@@ -214,6 +214,9 @@ class Console:
             data = self.snapshot(viewer, sent_seq, {}, 200 if sent_seq == 0 else 1000)
             sent_seq = data["endedSeq"]
             await out.event("snapshot", data)
+            if hub.closed and not hub.live:  # shutting down, and every run has ended
+                await out.event("shutdown", {"error": "the server is shutting down"})
+                return
             while True:
                 with anyio.move_on_after(KEEPALIVE) as idle:
                     await hub.wait_changed(version)

@@ -121,6 +121,8 @@ async def stream_timeline(out: EventStream, store: TaskStore, hub: RunHub, task_
             await out.event("end", {"taskId": task_id,
                                     "state": state_name(page.task.status.state)})
             return
+        if hub.closed and not live:  # shutting down, and nothing more will come from here
+            return
         with anyio.move_on_after(KEEPALIVE) as idle:
             await _first_of(partial(store.wait, task_id, cursor),
                             partial(hub.wait_task, task_id))

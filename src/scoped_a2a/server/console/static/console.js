@@ -123,6 +123,7 @@ function connect() {
     error: () => { connection.textContent = "reconnecting…"; connection.className = "connection off"; },
     snapshot: onSnapshot,
     logout: () => window.location.reload(),
+    shutdown: () => { connection.textContent = "server shut down"; connection.className = "connection off"; },
   });
 }
 
