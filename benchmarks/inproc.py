@@ -1,7 +1,7 @@
 """Our layer alone: CPU per request of ``A2AApp`` driven directly, with no server stack.
 
     python -m benchmarks.inproc [--backend asyncio|trio] [--requests N] [--concurrency C]
-        [--method SendMessage|SendStreamingMessage] [--observe off|metrics|tracing]
+        [--method SendMessage|SendStreamingMessage] [--observe off|metrics|tracing|console]
         [--gc default|tuned|off] [--profile]
 
 The HTTP scenarios measure scoped-a2a with its server, where the server's own share (parsing,
@@ -9,7 +9,9 @@ socket writes) is most of the time and the machine's other load moves every figu
 the ASGI app in-process with pre-built messages, so what it reports is the CPU scoped-a2a itself
 spends per request (process time, not wall time: steadier on a shared machine), plus how many
 objects each request leaves in reference cycles (which only the cyclic collector frees, at a cost
-every request pays). ``--profile`` prints cProfile's top functions. Use it to compare a change
+every request pays). ``--observe console`` serves the live console with one page's live feed
+open (``/console/api/runs/stream``, read in-process). ``--profile`` prints cProfile's top
+functions. Use it to compare a change
 before and after; use the HTTP scenarios for figures to publish.
 """
 
@@ -101,10 +103,31 @@ def _observer(kind: str) -> Observer | None:
     return None
 
 
+async def _console_page(app: A2AApp) -> None:
+    """One open console page: its live feed, read until cancelled."""
+    scope = {**_SCOPE, "method": "GET", "path": "/console/api/runs/stream", "headers": []}
+    gone = anyio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    await app(scope, receive, send)
+
+
 async def _run(args: argparse.Namespace) -> None:
-    app = A2AApp(echo, observe=_observer(args.observe))
+    if args.observe == "console":
+        from scoped_a2a.server.console import ConsoleSettings
+        app = A2AApp(echo, console=ConsoleSettings())
+    else:
+        app = A2AApp(echo, observe=_observer(args.observe))
     body = _Bodies(args.method)
-    async with app.running():
+    async with app.running(), anyio.create_task_group() as pages:
+        if args.observe == "console":
+            pages.start_soon(_console_page, app)
         for _ in range(200):  # warm-up: lazily made objects, caches
             await _one(app, body())
         gc.collect()
@@ -138,6 +161,7 @@ async def _run(args: argparse.Namespace) -> None:
         if profile is not None:
             profile.disable()
         cpu = time.process_time() - started
+        pages.cancel_scope.cancel()
     done = args.requests // args.concurrency * args.concurrency
     print(f"{args.backend:8} {args.method:22} observe={args.observe:8} gc={args.gc:8} "
           f"{cpu / done * 1e6:7.1f} µs CPU/request  {cyclic:5.1f} objects in cycles/request")
@@ -152,7 +176,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--method", default="SendMessage",
                         choices=("SendMessage", "SendStreamingMessage"))
-    parser.add_argument("--observe", default="off", choices=("off", "metrics", "tracing"))
+    parser.add_argument("--observe", default="off",
+                        choices=("off", "metrics", "tracing", "console"))
     parser.add_argument("--gc", default="default", choices=("default", "tuned", "off"))
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()

@@ -50,9 +50,12 @@ def split_owner(owner: str) -> tuple[str, str]:
     return principal, tenant
 
 
+_STATE_NAMES = {state: state.name.lower().replace("_", "-") for state in TaskState}
+
+
 def state_name(state: TaskState) -> str:
     """``TASK_STATE_INPUT_REQUIRED`` -> ``input-required``: what the page shows."""
-    return state.name.lower().replace("_", "-")
+    return _STATE_NAMES[state]
 
 
 @dataclass(slots=True)
@@ -63,15 +66,28 @@ class Mark:
     at: float  # wall-clock seconds
     after: float  # the log position it followed (AFTER_ALL: after the run's end)
     kind: str  # "hold" | "release" | "start" | "end"
-    text: str
-    holders: dict[str, int] | None = None
+    # What the text is made of (made when read: marks are many, reads few): the holder's
+    # kind, the detach reason (start), or (state, reason, canceled by) (end).
+    detail: Any = None
+    holders: tuple[int, ...] | None = None  # after a hold or release, in HOLD_KINDS order
 
     def to_json(self) -> dict[str, Any]:
-        item: dict[str, Any] = {"kind": "holder" if self.kind in ("hold", "release") else "run",
-                                "mark": self.kind, "at": round(self.at * 1000),
-                                "text": self.text}
+        kind, detail = self.kind, self.detail
+        if kind == "hold":
+            text = f"{detail} took a hold"
+        elif kind == "release":
+            text = f"{detail} let go"
+        elif kind == "start":
+            mode = (f"detached ({detail})" if detail is not None
+                    else "interactive: ends when its last holder goes")
+            text = f"run started, {mode}"
+        else:
+            state, reason, by = detail
+            text = f"run ended: {state}, reason {reason}" + (f" by {by}" if by else "")
+        item: dict[str, Any] = {"kind": "holder" if kind in ("hold", "release") else "run",
+                                "mark": kind, "at": round(self.at * 1000), "text": text}
         if self.holders is not None:
-            item["holders"] = dict(self.holders)
+            item["holders"] = dict(zip(HOLD_KINDS, self.holders, strict=False))
         return item
 
 
@@ -97,12 +113,12 @@ class RunView:
     canceled_by: str | None = None
     seq: int = 0  # order of ending (the stream sends ended runs it has not sent yet)
 
-    def mark(self, kind: str, text: str, *, after: float | None = None,
-             holders: dict[str, int] | None = None) -> None:
+    def mark(self, kind: str, detail: Any = None, *, after: float | None = None,
+             holders: tuple[int, ...] | None = None) -> None:
         self.mark_seq += 1
         self.marks.append(Mark(self.mark_seq, time.time(),
-                               self.last_position if after is None else after, kind, text,
-                               None if holders is None else dict(holders)))
+                               self.last_position if after is None else after, kind, detail,
+                               holders))
 
     def to_json(self, now: float, run: Run | None = None) -> dict[str, Any]:
         principal, tenant = split_owner(self.owner)
@@ -147,9 +163,7 @@ class RunHub:
 
     def started(self, run: Run) -> None:
         view = RunView(run.task_id, run.context_id, run.owner, run.detach_reason, time.time())
-        mode = (f"detached ({run.detach_reason})" if run.detach_reason is not None
-                else "interactive: ends when its last holder goes")
-        view.mark("start", f"run started, {mode}")
+        view.mark("start", run.detach_reason)
         self.live[run.task_id] = (run, view)
         self._touch(run.task_id)
 
@@ -160,10 +174,10 @@ class RunHub:
             return
         # After the end (a blocking send answered), the release still shows on the timeline.
         after = None if entry is not None else AFTER_ALL
-        view.holders[kind] = max(view.holders.get(kind, 0) + delta, 0)
-        word = "took a hold" if delta > 0 else "let go"
-        view.mark("hold" if delta > 0 else "release", f"{kind} {word}", after=after,
-                  holders=view.holders)
+        holders = view.holders
+        holders[kind] = max(holders.get(kind, 0) + delta, 0)
+        view.mark("hold" if delta > 0 else "release", kind, after=after,
+                  holders=tuple(holders.values()))
         self._touch(run.task_id)
 
     def appended(self, run: Run, event: LogEvent, position: int) -> None:
@@ -187,8 +201,7 @@ class RunHub:
         view.state, view.reason, view.seconds = state, reason, round(seconds, 3)
         view.ended_at = time.time()
         view.canceled_by = run.canceled_by if state == "canceled" else None
-        by = f" by {view.canceled_by}" if view.canceled_by else ""
-        view.mark("end", f"run ended: {state}, reason {reason}{by}", after=AFTER_ALL)
+        view.mark("end", (state, reason, view.canceled_by), after=AFTER_ALL)
         self.ended_seq += 1
         view.seq = self.ended_seq
         self.ended_runs[run.task_id] = view

@@ -49,8 +49,9 @@ from .timeline import stream_timeline
 log = logging.getLogger("scoped_a2a.console")
 
 COALESCE = 0.15
-"""Seconds a runs stream waits after a change before its next snapshot: a burst of changes
-(64 runs starting at once) makes one snapshot, and a change still shows well within 1 s."""
+"""The least time between two snapshots of a runs stream: a burst of changes (64 runs starting
+at once) makes one snapshot, and a change still shows well within 1 s (a change after a quiet
+spell goes out at once)."""
 
 KEEPALIVE = 15.0
 RECHECK = 30.0
@@ -214,6 +215,7 @@ class Console:
             data = self.snapshot(viewer, sent_seq, {}, 200 if sent_seq == 0 else 1000)
             sent_seq = data["endedSeq"]
             await out.event("snapshot", data)
+            sent_at = anyio.current_time()
             if hub.closed and not hub.live:  # shutting down, and every run has ended
                 await out.event("shutdown", {"error": "the server is shutting down"})
                 return
@@ -230,7 +232,7 @@ class Console:
                     await out.event("logout", {"error": "the console session ended"})
                     return
                 checked = time.monotonic()
-            await anyio.sleep(COALESCE)
+            await anyio.sleep(max(sent_at + COALESCE - anyio.current_time(), 0.0))
 
     async def _streaming(self, scope: Scope, receive: Receive, send: Send, body: Any,
                          *args: Any) -> None:
