@@ -240,3 +240,35 @@ async def test_an_open_feed_shows_the_shutdown_ends_then_lets_the_server_stop(
     ended = [r for _, data in seen for r in data.get("ended", [])]
     assert [(r["taskId"], r["reason"], r["why"]) for r in ended] == [
         (task_id, "shutdown", "return-immediately")]
+
+
+async def test_without_authentication_the_console_shows_every_run(tmp_path: Path) -> None:
+    app = A2AApp(agent, console=ConsoleSettings())
+    async with served(app) as url, httpx.AsyncClient() as client:
+        page = await client.get(url + "console")
+        assert page.status_code == 200 and "live-body" in page.text
+        assert (await client.get(url + "console/api/me")).json() == {
+            "principal": "", "operator": True, "authentication": False}
+        async with held_run(client, url, "alice") as task_id:  # the key is ignored: anonymous
+            runs = (await client.get(url + "console/api/runs")).json()
+            assert [r["taskId"] for r in runs["live"]] == [task_id]
+            cancel = url + f"console/api/tasks/{task_id}/cancel"
+            assert (await client.post(cancel)).status_code == 403  # still no cross-site write
+            assert (await client.post(cancel, headers=WRITE)).status_code == 200
+
+
+def test_operators_by_id_or_jwt_scope_and_owners_by_tenant() -> None:
+    from scoped_a2a.protocol.principal import Principal
+    from scoped_a2a.server.console.access import Access, Viewer
+
+    access = Access(None, ConsoleSettings(frozenset({"ops"}), "console:admin"), None)
+    assert access._operator(Principal("ops"))
+    assert access._operator(Principal("svc", {"scope": "read console:admin"}))
+    assert access._operator(Principal("svc", {"scp": ["console:admin"]}))
+    assert not access._operator(Principal("svc", {"scope": "console:admin:x read"}))
+    assert not access._operator(Principal("alice"))
+    alice = Viewer(Principal("alice", tenants=frozenset({"acme"})), operator=False)
+    assert alice.sees("alice\x1facme")
+    assert not alice.sees("alice\x1fother") and not alice.sees("alice")
+    assert not alice.sees("bob\x1facme")
+    assert Viewer(Principal("alice"), operator=False).sees("alice\x1fany")
