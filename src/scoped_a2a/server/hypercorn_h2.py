@@ -33,6 +33,16 @@ D. **No back-pressure.** An app's ``send()`` on an HTTP/2 stream puts the bytes 
    app ends a response it had not finished (that deadline, a hang-up), the stream is reset
    (``RST_STREAM CANCEL``) and its buffer emptied at once, instead of being held until the
    client grants a window or leaves.
+E. **GOAWAY after ``keep_alive_max_requests`` loses the streams in flight.** Past the cap
+   (1,000 streams by default) hypercorn closes the h2 connection at once: it sends GOAWAY and
+   can send nothing more, so every request still running on the connection, and those the
+   client had already sent, are never answered (grpcio: UNAVAILABLE, "GOAWAY received"; 123
+   of 600 calls with a cap of 100). Now the cap drains the connection instead: a GOAWAY
+   (``NO_ERROR``) names the last stream taken, the streams up to it are answered, streams the
+   client opens after it are refused with ``RST_STREAM REFUSED_STREAM`` (never started, so a
+   client may retry them elsewhere; gRPC clients do), and once the last stream has ended the
+   connection is closed. ``serve`` lifts the cap for HTTP/2 anyway (one connection is one
+   client); this is for hypercorn configured by hand.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ def install() -> None:
     _forget_data_for_closed_streams(H2Protocol)
     _bound_priority_and_resets(H2Protocol)
     _wait_for_the_window(H2Protocol)
+    _drain_after_max_requests(H2Protocol)
 
 
 # --- B. DATA for a stream that has been answered -------------------------------------------
@@ -210,3 +221,75 @@ def _wait_for_the_window(protocol_class: Any) -> None:
 
     buffer_class.pop = pop
     protocol_class.stream_send = guarded_stream_send
+
+
+# --- E. the request cap drains the connection --------------------------------------------
+
+
+def _drain_after_max_requests(protocol_class: Any) -> None:
+    import h2.errors
+    import h2.events
+    import h2.exceptions
+    from hypercorn.events import RawData
+    from hypercorn.protocol.events import StreamClosed
+    from hyperframe.frame import GoAwayFrame
+
+    create_stream: Callable[[Any, Any], Awaitable[None]] = protocol_class._create_stream
+    handle_events: Callable[[Any, list[Any]], Awaitable[None]] = protocol_class._handle_events
+    stream_send: Callable[[Any, Any], Awaitable[None]] = protocol_class.stream_send
+
+    async def _create_stream(self: Any, request: Any) -> None:
+        await create_stream(self, request)
+        self._scoped_a2a_taken = getattr(self, "_scoped_a2a_taken", 0) + 1
+        self._scoped_a2a_highest = request.stream_id
+        # hypercorn compares this count with the cap after each new stream and closes the
+        # connection outright; the cap is kept here instead (_handle_events), as a drain.
+        self.keep_alive_requests = 0
+
+    async def _handle_events(self: Any, events: list[Any]) -> None:
+        last: int | None = getattr(self, "_scoped_a2a_last", None)
+        if last is not None:
+            kept = []
+            for event in events:
+                if isinstance(event, h2.events.RequestReceived) and event.stream_id > last:
+                    # Opened after our GOAWAY: refused, never started (safe to retry).
+                    # (Already closed by the client: nothing to refuse.)
+                    with contextlib.suppress(h2.exceptions.ProtocolError):
+                        self.connection.reset_stream(
+                            event.stream_id, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
+                else:
+                    kept.append(event)
+            events = kept
+        await handle_events(self, events)
+        taken = getattr(self, "_scoped_a2a_taken", 0)
+        if last is None and taken >= self.config.keep_alive_max_requests and not self.closed:
+            last = self._scoped_a2a_last = self._scoped_a2a_highest
+            # h2 can only send a GOAWAY that ends the connection at once (it refuses every
+            # frame after it), so this one, which lets the streams up to ``last`` finish, is
+            # written beside it: what h2 has queued first, then the frame.
+            await self._flush()
+            goaway = GoAwayFrame(0)
+            goaway.last_stream_id = last
+            goaway.error_code = h2.errors.ErrorCodes.NO_ERROR
+            await self.send(RawData(data=goaway.serialize()))
+            await _close_if_drained(self)
+
+    async def _close_if_drained(self: Any) -> None:
+        if getattr(self, "_scoped_a2a_last", None) is None or self.closed:
+            return
+        if all(stream.idle for stream in self.streams.values()):
+            # As hypercorn ends a connection it drains for shutdown: the final GOAWAY, and the
+            # client closes the socket (not Closed() here: the finished streams' tasks are
+            # still returning through the connection's task group).
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.connection.close_connection()
+            await self._flush()
+
+    async def drained_stream_send(self: Any, event: Any) -> None:
+        await stream_send(self, event)
+        if isinstance(event, StreamClosed):
+            await _close_if_drained(self)
+
+    protocol_class._create_stream = _create_stream
+    protocol_class._handle_events = _handle_events
+    protocol_class.stream_send = drained_stream_send

@@ -59,7 +59,7 @@ from ..methods import Methods
 from .errors import UNIMPLEMENTED
 from .framing import CONTENT_TYPE, PREFIX, UnsupportedEncoding, one_message, status_trailers
 from .framing import timeout_seconds as _timeout_seconds
-from .output import GrpcOutput
+from .output import EncodedCache, GrpcOutput
 
 _encode = msgspec.json.Encoder().encode
 _SENDS = ("SendMessage", "SendStreamingMessage")
@@ -95,6 +95,8 @@ class GrpcBinding:
         self.expose_errors = expose_errors
         self.observe = observe
         self._refused = refused
+        self.encoded = EncodedCache()
+        """Stream events encoded once for every gRPC stream that sends them."""
 
     def accepts(self, scope: Scope) -> bool:
         """Whether the request is a gRPC call (:func:`is_grpc`)."""
@@ -114,7 +116,7 @@ class GrpcBinding:
                 UNIMPLEMENTED, f"no method {scope.get('path')!r}: this server serves "
                 f"{SERVICE} (A2A 1.0)"))
             return
-        out = GrpcOutput(send, rpc.response, self.write_timeout)
+        out = GrpcOutput(send, rpc.response, self.write_timeout, self.encoded)
         self.observe.request_method(name, "1.0", "GRPC")
         try:
             principal = await resolve_principal(self.authenticate, scope)
