@@ -140,6 +140,8 @@ async def test_everything_survives_closing_and_reopening_the_file(tmp_path: Path
                       status(task, TaskState.COMPLETED, "done")):
             await store.append(task.id, event)
         await store.create(running, owner="bob")
+        for i in range(100):  # more events than a snapshot is written after: folded on loading
+            await store.append(running.id, chunk(running, f"{i},", append=i > 0))
         cfg = TaskPushNotificationConfig(
             url="http://127.0.0.1:1/hook", id="p1", task_id=task.id, token=secret,
             authentication=AuthenticationInfo(scheme="Bearer", credentials=secret))
@@ -160,7 +162,10 @@ async def test_everything_survives_closing_and_reopening_the_file(tmp_path: Path
         assert prior is not None and prior.task_id == task.id
         # The interactive run that was in flight is recorded ended, saying why.
         got, pos = await store.get(running.id)
-        assert got.status.state is TaskState.CANCELED and pos == 1
+        assert got.status.state is TaskState.CANCELED and pos == 101
+        assert got.artifacts is not None
+        assert "".join(p.text or "" for p in got.artifacts[0].parts) == "".join(
+            f"{i}," for i in range(100))
         assert got.status.message is not None
         assert "caller" in (got.status.message.parts[0].text or "")
     # Another key file cannot open the sealed configs: a clear error, nothing sent anywhere.
@@ -231,11 +236,16 @@ async def test_retention_by_count_bytes_and_age_reuses_the_space(tmp_path: Path)
             await store.get(t.id)
         await store.get(running.id)  # running tasks are never deleted
     async with open_sqlite_store(path, max_ended_bytes=200_000) as store:
+        def checkpoint(conn: sqlite3.Connection) -> None:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
         await ended(store, 40, pad=20_000)
         assert store.ended_bytes <= 200_000
+        await store.writer.call(checkpoint)
         size = path.stat().st_size
         for _ in range(3):
             await ended(store, 40, pad=20_000)
+        await store.writer.call(checkpoint)
         # The pages freed by deleted tasks are reused: the file does not keep growing.
         assert path.stat().st_size <= size * 1.5 + 100_000
     async with open_sqlite_store(path, retain=0.2) as store:
@@ -342,3 +352,74 @@ async def test_a_read_only_directory_and_a_full_disk_are_one_line_and_lose_nothi
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         _umount(small)
+
+
+async def test_a_file_of_the_first_schema_version_is_migrated_forward(tmp_path: Path) -> None:
+    from scoped_a2a.store.sqlite.schema import MIGRATIONS
+
+    path = tmp_path / "v1.db"
+    task = new_task()
+    done = msgspec.structs.replace(task, status=status(task, TaskState.COMPLETED).status)
+    with sqlite3.connect(path) as conn:  # what version 1 wrote: a snapshot at every event
+        for statement in MIGRATIONS[1]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (1, 0)")
+        conn.execute("INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, "
+                     "size) VALUES (?, 'alice', 'ctx', 'TASK_STATE_COMPLETED', NULL, 1, ?, 1, 9)",
+                     (task.id, _encode(done)))
+        conn.execute("INSERT INTO events VALUES (1, 1, ?, ?)",
+                     (ord("s"), _encode(status(task, TaskState.COMPLETED))))
+    async with open_sqlite_store(path) as store:
+        got, pos = await store.get(task.id)
+        assert got.status.state is TaskState.COMPLETED and pos == 1
+        assert await store.owner_of(task.id) == "alice"
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 2
+        assert conn.execute("SELECT snap_pos FROM tasks").fetchone()[0] == 1
+
+
+async def test_identical_sends_racing_run_once_on_sqlite(tmp_path: Path) -> None:
+    """Two identical sends at once (blocking and returnImmediately): one run, one task for
+    both callers; the claim survives a restart (a resend then finds the same task)."""
+    import httpx
+
+    from scoped_a2a import A2AApp
+    from scoped_a2a.runtime.durable_worker import Worker
+
+    from .helpers import rpc, served, text_message
+    from .test_exactly_once import Counting, send_params, wait_state
+
+    agent = Counting()
+    rounds = 30
+    sent: list[dict[str, Any]] = []
+    async with open_sqlite_store(tmp_path / "tasks.db") as store, \
+            anyio.create_task_group() as nursery:
+        app = A2AApp(agent, store=store, detached=nursery)
+        nursery.start_soon(Worker(store.queue, app.runner).run)
+        async with served(app) as url, httpx.AsyncClient(timeout=30) as a, \
+                httpx.AsyncClient(timeout=30) as b:
+            answers: dict[int, list[dict[str, Any]]] = {}
+
+            async def one(client: httpx.AsyncClient, i: int, msg: dict[str, Any]) -> None:
+                body = await rpc(client, url, "SendMessage",
+                                 send_params(msg, detached=i % 2 == 1))
+                answers.setdefault(i, []).append(body)
+
+            for i in range(rounds):
+                msg = text_message(f"round {i}")
+                sent.append(msg)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(one, a, i, msg)
+                    tg.start_soon(one, b, i, msg)
+            for i in range(rounds):
+                ids = {body["result"]["task"]["id"] for body in answers[i]}
+                assert len(ids) == 1, answers[i]
+                await wait_state(a, url, ids.pop(), "TASK_STATE_COMPLETED")
+        nursery.cancel_scope.cancel()
+    assert len(agent.starts) == rounds and set(agent.starts.values()) == {1}
+    async with open_sqlite_store(tmp_path / "tasks.db") as store:
+        app = A2AApp(agent, store=store)
+        async with served(app) as url, httpx.AsyncClient(timeout=30) as a:
+            again = await rpc(a, url, "SendMessage", send_params(sent[0]))
+            assert again["result"]["task"]["id"] == agent.tasks["round 0"][0]
+    assert set(agent.starts.values()) == {1}

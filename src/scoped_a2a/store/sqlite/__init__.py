@@ -66,12 +66,25 @@ async def open_sqlite_store(
             db, Sealer(key), max_events_per_task=max_events_per_task,
             policy=Retention(retain, max_ended_tasks, max_ended_bytes, claim_window))
         store.queue = SQLiteRunQueue(store)
-        await recover(store, store.queue)
     except BaseException:
         db.close()
         raise
     try:
-        yield store
+        # The writer's loop belongs to this context: it commits until the body is done, then
+        # what is still queued, then the file is closed.
+        async with anyio.create_task_group() as tg:
+            await tg.start(store.writer.run)
+            try:
+                await recover(store, store.queue)
+                yield store
+            finally:
+                store.writer.close()
+    except BaseExceptionGroup as group:
+        # The loop never raises: a lone error is the body's (or recovery's), raised as itself.
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0],
+                                                         BaseExceptionGroup):
+            raise group.exceptions[0] from None
+        raise
     finally:
         await store.aclose()
 

@@ -30,15 +30,13 @@ import msgspec
 from ...protocol.errors import TaskNotFound
 from ...protocol.types import Message, Task
 from ..launcher import Job, RunRegistry
+from .store import SQLiteTaskStore, copy_task
 from .writer import Work
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from .store import SQLiteTaskStore
-
 _encode = msgspec.json.Encoder().encode
-_decode_task = msgspec.json.Decoder(Task).decode
 _decode_message = msgspec.json.Decoder(Message).decode
 _decode_meta = msgspec.json.Decoder(dict[str, Any] | None).decode
 
@@ -131,18 +129,16 @@ class SQLiteRunQueue:
         if held is not None and held[0] != token and held[1] > time.monotonic():
             return -2, None
 
-        def prepare() -> Work:
-            def run(conn: sqlite3.Connection) -> int:
-                got = conn.execute("UPDATE runs SET attempts = attempts + 1 WHERE task_id = ? "
-                                   "RETURNING attempts", (job.task_id,)).fetchone()
-                return int(got[0]) if got is not None else -1
-            return Work(run)
+        def run(conn: sqlite3.Connection) -> int:
+            got = conn.execute("UPDATE runs SET attempts = attempts + 1 WHERE task_id = ? "
+                               "RETURNING attempts", (job.task_id,)).fetchone()
+            return int(got[0]) if got is not None else -1
 
-        attempt: int = await store.writer.write(prepare)
+        attempt: int = await store.writer.write(Work(run))
         if attempt < 1:
             return -1, None
         self._leases[job.task_id] = (token, time.monotonic() + lease_ms / 1000)
-        return attempt, _decode_task(rec.snap)
+        return attempt, copy_task(rec.view)
 
     async def renew(self, job: Job, consumer: str, token: str, lease_ms: int) -> int:
         await anyio.lowlevel.checkpoint()
@@ -159,7 +155,7 @@ class SQLiteRunQueue:
         if job.task_id in self.store.live:
             self.ready(job)  # stopped without an end: deliver it again
             return False
-        await self.store.writer.write(lambda: Work(lambda c: c.execute(
+        await self.store.writer.write(Work(lambda c: c.execute(
             "DELETE FROM runs WHERE task_id = ?", (job.task_id,))))
         return True
 

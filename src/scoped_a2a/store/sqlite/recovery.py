@@ -32,10 +32,11 @@ from ...protocol.types import (
     TaskStatusUpdateEvent,
     utc_timestamp,
 )
-from ..base import TaskEnded
+from ..base import LogEntry, TaskEnded
+from ..snapshot import apply_event
 from .queue import SQLiteRunQueue, job_of
 from .schema import StoreOpenError
-from .store import Record, SQLiteTaskStore, decode_task
+from .store import DECODERS, Record, SQLiteTaskStore, copy_task, decode_task
 
 log = logging.getLogger("scoped_a2a.sqlite")
 
@@ -43,16 +44,20 @@ RESTART_TEXT = ("Canceled: the server stopped while this interactive run was in 
                 "caller's connection went with it; send the message again")
 
 
-def _load(conn: sqlite3.Connection) -> tuple[list[Any], list[Any], tuple[int, int]]:
+def _load(conn: sqlite3.Connection) -> tuple[list[Any], list[Any], list[Any], tuple[int, int]]:
     conn.execute("BEGIN")
     try:
-        tasks = conn.execute("SELECT seq, id, owner, context_id, snap, last FROM tasks "
-                             "WHERE ended_at IS NULL ORDER BY seq").fetchall()
+        tasks = conn.execute("SELECT seq, id, owner, context_id, snap, snap_pos, last, size "
+                             "FROM tasks WHERE ended_at IS NULL ORDER BY seq").fetchall()
+        # The events each running task's snapshot does not reflect yet.
+        events = conn.execute(
+            "SELECT e.task, e.pos, e.kind, e.body FROM tasks t JOIN events e ON e.task = t.seq "
+            "WHERE t.ended_at IS NULL AND e.pos > t.snap_pos ORDER BY e.task, e.pos").fetchall()
         runs = conn.execute("SELECT task_id, message, meta, why, owner FROM runs "
                             "ORDER BY seq").fetchall()
         ended = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM tasks "
                              "WHERE ended_at IS NOT NULL").fetchone()
-        return tasks, runs, (int(ended[0]), int(ended[1]))
+        return tasks, events, runs, (int(ended[0]), int(ended[1]))
     finally:
         conn.execute("COMMIT")
 
@@ -60,12 +65,21 @@ def _load(conn: sqlite3.Connection) -> tuple[list[Any], list[Any], tuple[int, in
 async def recover(store: SQLiteTaskStore, queue: SQLiteRunQueue) -> tuple[int, int]:
     """Load the file's running tasks and queued runs; record interrupted interactive runs as
     ended. Returns (runs made ready again, interactive runs recorded ended)."""
-    tasks, runs, (count, size) = await anyio.to_thread.run_sync(_load, store.db.reader)
+    tasks, events, runs, (count, size) = await anyio.to_thread.run_sync(_load, store.db.reader)
     store.ended_count, store.ended_bytes = count, size
-    for seq, task_id, owner, context_id, snap, last in tasks:
-        snap = bytes(snap)
-        store.live[task_id] = Record(seq, task_id, owner, context_id, decode_task(snap), snap,
-                                     last)
+    logs: dict[int, list[LogEntry]] = {}
+    for seq, pos, kind, body in events:
+        body = bytes(body)
+        logs.setdefault(seq, []).append(LogEntry(pos, DECODERS[kind].decode(body), body))
+    for seq, task_id, owner, context_id, snap, snap_pos, last, task_size in tasks:
+        work = decode_task(snap)
+        log_ = logs.get(seq, [])
+        for entry in log_:
+            apply_event(work, entry.event)
+        rec = Record(seq, task_id, owner, context_id, work, copy_task(work), last, snap_pos,
+                     task_size)
+        rec.events.extend(log_)
+        store.live[task_id] = rec
     queued = set()
     for row in runs:
         job = job_of(row)

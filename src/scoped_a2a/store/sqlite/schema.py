@@ -28,7 +28,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version this code writes; files of a newer version are refused."""
 
 MIGRATIONS: dict[int, list[str]] = {
@@ -64,6 +64,13 @@ MIGRATIONS: dict[int, list[str]] = {
             seq INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL UNIQUE,
             message BLOB NOT NULL, meta BLOB NOT NULL, why TEXT NOT NULL, owner TEXT NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 0)""",
+    ],
+    # Version 2: the snapshot is written every few events and at the end, not at every event;
+    # ``snap_pos`` is the position it reflects (the events after it are folded on loading).
+    # Version 1 wrote it at every event: its snapshots are as of ``last``.
+    2: [
+        "ALTER TABLE tasks ADD COLUMN snap_pos INTEGER NOT NULL DEFAULT 0",
+        "UPDATE tasks SET snap_pos = last",
     ],
 }
 

@@ -47,7 +47,7 @@ from ..snapshot import apply_event
 from . import claims, retention
 from .schema import Database
 from .seal import Sealer
-from .writer import Work, Writer
+from .writer import Appended, Work, Writer
 
 _encode = msgspec.json.Encoder().encode
 decode_task = msgspec.json.Decoder(Task).decode
@@ -55,7 +55,7 @@ _decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
 _KIND_OF: dict[type[Any], int] = {
     TaskStatusUpdateEvent: ord("s"), TaskArtifactUpdateEvent: ord("a"), TrajectoryEvent: ord("t"),
 }
-_DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
+DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
     ord("s"): msgspec.json.Decoder(TaskStatusUpdateEvent),
     ord("a"): msgspec.json.Decoder(TaskArtifactUpdateEvent),
     ord("t"): msgspec.json.Decoder(TrajectoryEvent),
@@ -65,29 +65,38 @@ MEMORY_EVENTS = 1024  # log entries kept in memory per running task (older ones:
 ENDED_POLL = 5.0  # seconds a wait on an ended task lasts (nothing will be appended)
 
 
-class _NotLive(Exception):
-    pass
+SNAP_EVERY = 64
+"""A running task's snapshot is written to the file every this many events (and at its end);
+loading folds the events after it (recovery.py). Writing it at every event would cost a
+stream's artifact chunks quadratic bytes."""
+
+
+def copy_task(task: Task) -> Task:
+    return decode_task(_encode(task))
 
 
 class Record:
-    """A task held in memory. ``work``/``wlast``/``wsnap``: as the writer has decided it (may
-    be ahead of the file during a commit); ``snap``/``last``/``events``: as committed."""
+    """A task held in memory. ``work``/``wlast``/``wsnap_pos``: as decided by the writes handed
+    to the writer (ahead of the file while they wait for their commit); ``view``/``last``/
+    ``events``/``snap_pos``: as committed, which is all readers ever see."""
 
-    __slots__ = ("changed", "context_id", "ended", "events", "id", "last", "owner", "seq",
-                 "snap", "wlast", "work", "wsnap")
+    __slots__ = ("changed", "context_id", "ended", "events", "id", "last", "owner", "poisoned",
+                 "seq", "size", "snap_pos", "view", "wlast", "work", "wsnap_pos")
 
     def __init__(self, seq: int, task_id: str, owner: str, context_id: str, work: Task,
-                 snap: bytes, last: int) -> None:
+                 view: Task, last: int, snap_pos: int, size: int) -> None:
         self.seq, self.id, self.owner, self.context_id = seq, task_id, owner, context_id
-        self.work, self.wlast, self.wsnap = work, last, snap
-        self.snap, self.last = snap, last
+        self.work, self.wlast, self.wsnap_pos = work, last, snap_pos
+        self.view, self.last, self.snap_pos = view, last, snap_pos
+        self.size = size  # about the bytes it takes in the file (retention counts it)
         self.events: deque[LogEntry] = deque(maxlen=MEMORY_EVENTS)
         self.changed: anyio.Event | None = None
         self.ended = False
+        self.poisoned: str | None = None  # queued events of it were lost (a failed commit)
 
     def snapshot(self) -> Task:
-        """The committed snapshot: the writer's object when nothing is in flight, else a copy."""
-        return self.work if self.wlast == self.last else decode_task(self.snap)
+        """The committed snapshot (shared: do not change it; encode it before an await)."""
+        return self.view
 
     def wake(self) -> None:
         if self.changed is not None:
@@ -95,8 +104,9 @@ class Record:
             self.changed = None
 
     def undo(self) -> None:
-        """Back to what is committed (a batch failed)."""
-        self.work, self.wlast, self.wsnap = decode_task(self.snap), self.last, self.snap
+        """Back to what is committed (a batch failed); the run learns at its next append."""
+        self.work, self.wlast, self.wsnap_pos = copy_task(self.view), self.last, self.snap_pos
+        self.poisoned = "the task store could not write this task's latest events"
 
 
 class SQLiteTaskStore(TaskStore):
@@ -123,6 +133,7 @@ class SQLiteTaskStore(TaskStore):
         self._next_age_sweep = 0.0
         self.lease_of: Callable[[str], str | None] = lambda task_id: None
         self._fences: dict[str, str] = {}
+        self._pending = claims.Pending()
         self.queue: Any = None  # the run queue (queue.py), set by open_sqlite_store
 
     def run_launcher(self) -> Any:
@@ -163,7 +174,8 @@ class SQLiteTaskStore(TaskStore):
         rec = self._cached(task_id)  # (it may have been created or ended meanwhile)
         if rec is not None:
             return rec
-        rec = Record(seq, task_id, owner, context_id, decode_task(snap), bytes(snap), last)
+        task = decode_task(snap)  # an ended task's snapshot is written at its end
+        rec = Record(seq, task_id, owner, context_id, task, task, last, last, 0)
         rec.ended = True
         self._remember(rec)
         return rec
@@ -214,7 +226,7 @@ class SQLiteTaskStore(TaskStore):
                 if entries and size > max_bytes:
                     break
                 body = bytes(body)
-                entries.append(LogEntry(pos, _DECODERS[kind].decode(body), body))
+                entries.append(LogEntry(pos, DECODERS[kind].decode(body), body))
         nxt = entries[-1].position if entries else max(after, first - 1)
         return LogPage(entries, nxt, nxt < last, task, first)
 
@@ -251,57 +263,64 @@ class SQLiteTaskStore(TaskStore):
                 args.append(value)
         cond = " AND ".join(where)
 
-        def query(c: sqlite3.Connection) -> tuple[int, list[tuple[int, bytes]], bool]:
+        def query(c: sqlite3.Connection) -> tuple[int, list[tuple[int, str, bytes]], bool]:
             total = c.execute(f"SELECT count(*) FROM tasks WHERE {cond}", args).fetchone()[0]
             page_cond = cond + (" AND seq < ?" if before is not None else "")
             page_args = [*args, before] if before is not None else args
-            rows = c.execute(f"SELECT seq, snap FROM tasks WHERE {page_cond} ORDER BY seq DESC "
-                             "LIMIT ?", [*page_args, size + 1]).fetchall()
+            rows = c.execute(f"SELECT seq, id, snap FROM tasks WHERE {page_cond} "
+                             "ORDER BY seq DESC LIMIT ?", [*page_args, size + 1]).fetchall()
             return total, rows[:size], len(rows) > size
 
         total, rows, more = await self._read(query)
         token = str(rows[-1][0]) if more and rows else ""
-        return TaskPage([decode_task(snap) for _, snap in rows], token, total, size)
+        tasks = []
+        for _, task_id, snap in rows:
+            rec = self.live.get(task_id)  # a running task's file snapshot may lag: memory's
+            tasks.append(rec.view if rec is not None else decode_task(snap))
+        return TaskPage(tasks, token, total, size)
 
     # --- writing ---------------------------------------------------------------------------
 
     def create_work(self, task: Task, owner: str,
                     extra: Callable[[sqlite3.Connection], None] | None = None,
-                    then: Callable[[], None] | None = None) -> Callable[[], Work]:
+                    then: Callable[[], None] | None = None) -> Work:
         """The op that stores ``task`` (``extra``: more SQL in the same transaction, ``then``:
-        run once it is committed). The run queue adds its entry this way."""
+        run once it is committed). The run queue adds its entry this way. InvalidParams if the
+        id is taken."""
+        if task.id in self.live or task.id in self._recent:
+            raise InvalidParams(f"task {task.id!r} already exists")
         snap = _encode(task)
         row = (task.id, owner, task.context_id, task.status.state.value,
                task.status.timestamp, snap, len(snap))
+        made = self._pending.rows_of(task.id)  # its message claims are made with it
 
-        def prepare() -> Work:
-            if task.id in self.live or task.id in self._recent:
-                raise InvalidParams(f"task {task.id!r} already exists")
+        def run(conn: sqlite3.Connection) -> int:
+            cur = conn.execute("INSERT INTO tasks (id, owner, context_id, state, ts, last, "
+                               "snap, ended_at, size, snap_pos) "
+                               "VALUES (?, ?, ?, ?, ?, 0, ?, NULL, ?, 0)", row)
+            if made:
+                claims.write_made(conn, made)
+            if extra is not None:
+                extra(conn)
+            return int(cur.lastrowid or 0)
 
-            def run(conn: sqlite3.Connection) -> int:
-                cur = conn.execute("INSERT INTO tasks (id, owner, context_id, state, ts, last, "
-                                   "snap, ended_at, size) VALUES (?, ?, ?, ?, ?, 0, ?, NULL, ?)",
-                                   row)
-                if extra is not None:
-                    extra(conn)
-                return int(cur.lastrowid or 0)
+        def done(seq: int) -> None:
+            for key, *_ in made:
+                self._pending.drop(key)
+            self.live[task.id] = Record(seq, task.id, owner, task.context_id, task,
+                                        decode_task(snap), 0, 0, len(snap))
+            if then is not None:
+                then()
 
-            def done(seq: int) -> None:
-                self.live[task.id] = Record(seq, task.id, owner, task.context_id, task, snap, 0)
-                if then is not None:
-                    then()
-
-            return Work(run, done)
-
-        return prepare
+        return Work(run, done)
 
     async def create(self, task: Task, *, owner: str = "") -> None:
         await self.write(self.create_work(task, owner))
 
-    async def write(self, prepare: Callable[[], Work]) -> Any:
+    async def write(self, work: Work) -> Any:
         """Commit one op; an IntegrityError (a task id taken) is the caller's InvalidParams."""
         try:
-            return await self.writer.write(prepare)
+            return await self.writer.write(work)
         except sqlite3.IntegrityError:
             raise InvalidParams("a task with this id already exists") from None
 
@@ -318,60 +337,58 @@ class SQLiteTaskStore(TaskStore):
         # Encoded first: an event JSON cannot encode is refused before it takes a position.
         encoded = _encode(event)
         kind = _KIND_OF[type(event)]
-
-        def prepare() -> Work:
-            rec = self.live.get(task_id)
-            if rec is None:
-                raise _NotLive
-            if rec.work.status.state.terminal:
-                raise TaskEnded(task_id)
-            fence = self._fences.get(task_id)
-            if fence is not None and self.lease_of(task_id) != fence:
-                raise TaskEnded(task_id)  # our lease went elsewhere: record nothing
-            pos = rec.wlast + 1
-            snap: bytes | None = None
-            if not isinstance(event, TrajectoryEvent):
-                apply_event(rec.work, event)
-                snap = _encode(rec.work)
-            grow = len(encoded) + (len(snap) - len(rec.wsnap) if snap is not None else 0)
-            rec.wlast = pos
-            if snap is not None:
-                rec.wsnap = snap
-            status = rec.work.status
-            ended_at = time.time() if status.state.terminal else None
-            seq, trim = rec.seq, pos - self.max_events_per_task
-
-            def run(conn: sqlite3.Connection) -> None:
-                conn.execute("INSERT INTO events VALUES (?, ?, ?, ?)", (seq, pos, kind, encoded))
-                if snap is None:
-                    conn.execute("UPDATE tasks SET last = ?, size = size + ? WHERE seq = ?",
-                                 (pos, grow, seq))
-                else:
-                    conn.execute("UPDATE tasks SET last = ?, snap = ?, state = ?, ts = ?, "
-                                 "ended_at = ?, size = size + ? WHERE seq = ?",
-                                 (pos, snap, status.state.value, status.timestamp, ended_at,
-                                  grow, seq))
-                if trim >= 1:
-                    conn.execute("DELETE FROM events WHERE task = ? AND pos = ?", (seq, trim))
-
-            def done(_: None) -> int:
-                rec.last = pos
-                rec.events.append(LogEntry(pos, event, encoded))
-                if snap is not None:
-                    rec.snap = snap
-                if ended_at is not None:
-                    self._ended(rec)
-                rec.wake()
-                return pos
-
-            return Work(run, done, rec.undo, refusable=False)
-
-        try:
-            pos: int = await self.writer.write(prepare)
-        except _NotLive:
+        rec = self.live.get(task_id)
+        if rec is None:
             await self._row(task_id)  # TaskNotFound if it does not exist
-            raise TaskEnded(task_id) from None
-        if task_id not in self.live:
+            raise TaskEnded(task_id)
+        ends = isinstance(event, TaskStatusUpdateEvent) and event.status.state.terminal
+        if rec.poisoned is not None and not ends:
+            text, rec.poisoned = rec.poisoned, None
+            raise ServerUnavailable(text)
+        if rec.work.status.state.terminal:
+            raise TaskEnded(task_id)
+        fence = self._fences.get(task_id)
+        if fence is not None and self.lease_of(task_id) != fence:
+            raise TaskEnded(task_id)  # our lease went elsewhere: record nothing
+        # Decided now, in order: the position, the fold, whether the snapshot is written.
+        pos = rec.wlast + 1
+        status_changed = not isinstance(event, TrajectoryEvent)
+        if status_changed:
+            apply_event(rec.work, event)
+        rec.wlast = pos
+        status = rec.work.status
+        ended_at = time.time() if ends else None
+        snap: bytes | None = None
+        if ends or pos - rec.wsnap_pos >= min(SNAP_EVERY, self.max_events_per_task):
+            snap = _encode(rec.work)
+            rec.wsnap_pos = pos
+        grow = len(encoded) + (len(snap) if snap is not None else 0)
+        row = Appended(rec.seq, pos, kind, encoded, grow, snap=snap,
+                       trim=max(pos - self.max_events_per_task, 0))
+        if isinstance(event, TaskStatusUpdateEvent):
+            row.state, row.ts, row.ended_at = status.state.value, status.timestamp, ended_at
+
+        def done(_: None) -> int:
+            rec.last = pos
+            rec.size += grow
+            if status_changed:
+                apply_event(rec.view, event)
+            if snap is not None:
+                rec.snap_pos = pos
+            rec.events.append(LogEntry(pos, event, encoded))
+            if ends:
+                self._ended(rec)
+            rec.wake()
+            return pos
+
+        work = Work(None, done, rec.undo, refusable=False, append=row)
+        if not ends and self.writer.has_room:
+            # Published (to readers) at its commit; the run need not wait for the disk.
+            self.writer.push(work)
+            return pos
+        # An end is acknowledged only once stored (the queue retires a run on it).
+        await self.writer.write(work)
+        if ends:
             await self._retain(keep=task_id)
         return pos
 
@@ -380,7 +397,7 @@ class SQLiteTaskStore(TaskStore):
         self.live.pop(rec.id, None)
         self._remember(rec)
         self.ended_count += 1
-        self.ended_bytes += len(rec.snap) + sum(len(e.encoded) for e in rec.events)
+        self.ended_bytes += rec.size
 
     async def _retain(self, keep: str | None = None) -> None:
         """Delete ended tasks beyond the retention policy (one op in the writer's batch)."""
@@ -394,45 +411,76 @@ class SQLiteTaskStore(TaskStore):
             assert policy.retain is not None
             self._next_age_sweep = now + min(max(policy.retain / 10, 0.05), 60.0)
 
-        def prepare() -> Work:
-            count, size = self.ended_count, self.ended_bytes
+        count, size = self.ended_count, self.ended_bytes
 
-            def done(gone: list[tuple[str, int]]) -> None:
-                for task_id, task_size in gone:
-                    self.ended_count -= 1
-                    self.ended_bytes -= task_size
-                    rec = self._recent.pop(task_id, None)
-                    if rec is not None:
-                        rec.wake()
-                self.ended_count = max(self.ended_count, 0)
-                self.ended_bytes = max(self.ended_bytes, 0)
+        def done(gone: list[tuple[str, int]]) -> None:
+            for task_id, task_size in gone:
+                self.ended_count -= 1
+                self.ended_bytes -= task_size
+                rec = self._recent.pop(task_id, None)
+                if rec is not None:
+                    rec.wake()
+            self.ended_count = max(self.ended_count, 0)
+            self.ended_bytes = max(self.ended_bytes, 0)
 
-            return Work(lambda c: retention.sweep(c, policy, count, size, keep), done)
-
-        await self.writer.write(prepare)
+        await self.writer.write(
+            Work(lambda c: retention.sweep(c, policy, count, size, keep), done))
 
     # --- message claims (docs/exactly-once.md) ---------------------------------------------
+
+    # A claim for a task that exists (a follow-up) is committed at once; a new task's claim is
+    # held in memory until the task's own transaction writes it (claims.Pending).
+
+    def _pending_prior(self, key: bytes) -> PriorSend | None:
+        held = self._pending.get(key)
+        if held is None:
+            return None
+        fp, task_id, position = held
+        return PriorSend(task_id, fp, position, task_id in self.live or task_id in self._recent)
 
     async def claim_message(
         self, owner: str, message_id: str, fingerprint: bytes, task_id: str, *,
         position: int = 0, created: bool = False,
     ) -> PriorSend | None:
         key = claim_key(owner, message_id)
-        result: PriorSend | None = await self.writer.write(lambda: Work(
-            lambda c: claims.claim(c, key, fingerprint, task_id, position, created)))
-        return result
+        if created or task_id in self.live or task_id in self._recent:
+            result: PriorSend | None = await self.writer.write(Work(
+                lambda c: claims.claim(c, key, fingerprint, task_id, position, True)))
+            return result
+        prior = self._pending_prior(key)
+        if prior is not None:
+            return prior
+        prior = await self._read(lambda c: claims.lookup(c, key))
+        if prior is None:
+            prior = self._pending_prior(key)  # claimed here while the file was read
+        if prior is not None:
+            return prior
+        self._pending.add(key, fingerprint, task_id, position)
+        return None
 
     async def reclaim_message(
         self, owner: str, message_id: str, old_task_id: str, new_task_id: str
     ) -> PriorSend | None:
         key = claim_key(owner, message_id)
-        result: PriorSend | None = await self.writer.write(lambda: Work(
+        held = self._pending.get(key)
+        if held is not None:
+            if held[1] != old_task_id:
+                return self._pending_prior(key)
+            self._pending.drop(key)
+            self._pending.add(key, held[0], new_task_id, 0)
+            return None
+        result: PriorSend | None = await self.writer.write(Work(
             lambda c: claims.reclaim(c, key, old_task_id, new_task_id)))
         return result
 
     async def release_message(self, owner: str, message_id: str, task_id: str) -> None:
         key = claim_key(owner, message_id)
-        await self.writer.write(lambda: Work(lambda c: claims.release(c, key, task_id)))
+        held = self._pending.get(key)
+        if held is not None:
+            if held[1] == task_id:
+                self._pending.drop(key)
+            return
+        await self.writer.write(Work(lambda c: claims.release(c, key, task_id)))
 
     # --- push configs (sealed: seal.py) ----------------------------------------------------
 
@@ -440,8 +488,8 @@ class SQLiteTaskStore(TaskStore):
         assert config.id is not None
         rec = await self._row(task_id)
         body = self.sealer.seal(_encode(config))
-        row = (rec.seq, config.id, body, rec.last, rec.work.status.state.value)
-        await self.writer.write(lambda: Work(lambda c: c.execute(
+        row = (rec.seq, config.id, body, rec.last, rec.view.status.state.value)
+        await self.writer.write(Work(lambda c: c.execute(
             "INSERT INTO push VALUES (?, ?, ?, ?, ?, 1) ON CONFLICT (task, config_id) "
             "DO UPDATE SET body = excluded.body", row)))
 
@@ -453,7 +501,7 @@ class SQLiteTaskStore(TaskStore):
 
     async def delete_push_config(self, task_id: str, config_id: str) -> bool:
         seq = (await self._row(task_id)).seq
-        n = await self.writer.write(lambda: Work(lambda c: c.execute(
+        n = await self.writer.write(Work(lambda c: c.execute(
             "DELETE FROM push WHERE task = ? AND config_id = ?", (seq, config_id)).rowcount))
         return bool(n)
 
@@ -465,7 +513,7 @@ class SQLiteTaskStore(TaskStore):
             seq = (await self._row(task_id)).seq
         except TaskNotFound:
             return  # deleted by retention meanwhile: nothing left to resume
-        await self.writer.write(lambda: Work(lambda c: c.execute(
+        await self.writer.write(Work(lambda c: c.execute(
             "UPDATE push SET cursor = ?, state = ?, v1 = ? WHERE task = ? AND config_id = ?",
             (cursor, state, int(v1), seq, config_id))))
 

@@ -1,23 +1,30 @@
 """The one writer of the SQLite store: every write is an op, ops are committed in batches.
 
-Group commit. A caller hands :meth:`Writer.write` an op (``prepare``) and waits. If no batch is
-being committed, it leads one: it takes every op waiting, prepares each on the event loop (the
-op decides there, from the store's memory, what it will write: positions, folds, refusals),
-runs their SQL in one transaction in the writer thread (``anyio.to_thread.run_sync`` with a
-capacity limiter of one, so the event loop never waits on SQLite and the connection is never
-used by two threads), and only after the COMMIT returns does each op publish what it changed
-and its caller get its answer. Ops that arrive meanwhile wait for the next batch. So nothing is
-acknowledged, or visible to readers, before it is on disk, and under load one commit (one
-fsync) serves many writes.
+Group commit. An op is decided by its caller on the event loop when it is handed over (what to
+write, and what it changes in the store's memory once committed: positions and folds are taken
+in order of submission), then queued. One loop (:meth:`Writer.run`, a task the store's context
+owns) takes every op queued, runs their SQL in one transaction in the writer thread
+(``anyio.to_thread.run_sync`` with a capacity limiter of one, so the event loop never waits on
+SQLite and the connection is never used by two threads at once), and only after the COMMIT
+returns does each op publish what it changed (to readers) and its caller, if it waits, get its
+answer. Under load one commit (one fsync) serves many writes. Nothing is visible to readers
+before it is on disk.
+
+Waiting. :meth:`Writer.write` waits for the commit (a send's task, an end, a claim: what is
+acknowledged must be stored). :meth:`Writer.push` does not (a running task's events: they are
+published at their commit, and an agent need not wait for the disk between two of them); past
+``max_queued`` ops it waits all the same, so a fast agent cannot queue without bound.
 
 Errors. An op's own refusal (``Refused``, or an ``sqlite3.IntegrityError``) rolls back only that
-op (a savepoint) and is raised to its caller. Anything else (disk full, I/O error) rolls back
-the whole batch: every op in it is undone in memory and its caller gets ``ServerUnavailable``
-saying what went wrong; nothing is half-written.
+op (a savepoint) and is raised to its caller. Anything else (a full disk, an I/O error) rolls
+back the whole batch; its ops, and every op queued after them (decided on top of them), are
+undone in memory and their callers get ``ServerUnavailable`` saying what went wrong; nothing is
+half-written.
 
-Cancellation. A caller cancelled while its op still waits for a batch withdraws it (it never
-happens). Once its batch is committing the op happens completely, and the cancellation is
-delivered when the commit returns (the thread is never abandoned mid-transaction).
+Cancellation. A caller cancelled while its op is still queued withdraws it if the op changed
+nothing in memory and nothing was decided on top of it (it is the last queued); otherwise, and
+once its batch is committing, the op happens completely and the cancellation is delivered to the
+caller at once.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ from ...protocol.errors import ServerUnavailable
 
 log = logging.getLogger("scoped_a2a.sqlite")
 
+MAX_QUEUED = 4096
+"""Ops queued without their callers waiting, at most (then callers wait for the commit)."""
+
 
 class Refused(Exception):
     """Raised by an op's SQL to refuse itself (only that op is rolled back)."""
@@ -45,25 +55,42 @@ class Refused(Exception):
 
 @dataclass(slots=True)
 class Work:
-    """What a prepared op does: ``run`` in the writer thread (inside the batch's transaction),
-    then ``done`` on the loop after the commit (its return value is the op's answer), or
-    ``undo`` on the loop if the batch did not commit."""
+    """What an op does: ``run`` in the writer thread (inside the batch's transaction), then
+    ``done`` on the loop after the commit (its return value is the op's answer), or ``undo`` on
+    the loop if it did not commit."""
 
-    run: Callable[[sqlite3.Connection], Any]
+    run: Callable[[sqlite3.Connection], Any] | None
     done: Callable[[Any], Any] | None = None
     undo: Callable[[], None] | None = None
     refusable: bool = True  # False: ``run`` never refuses (no savepoint needed around it)
+    append: Appended | None = None  # an appended event: written with the batch's others
 
 
-_PENDING = object()
+@dataclass(slots=True)
+class Appended:
+    """One event appended to a task (``seq``), and what it changes in the task's row (None:
+    unchanged). A batch writes all of its events with one statement and one row update per
+    task, after its other ops."""
+
+    seq: int
+    pos: int
+    kind: int
+    body: bytes
+    grow: int
+    state: str | None = None
+    ts: str | None = None
+    ended_at: float | None = None
+    snap: bytes | None = None
+    trim: int = 0  # the position the log's cap drops (0: none)
 
 
 class _Item:
-    __slots__ = ("error", "prepare", "result")
+    __slots__ = ("error", "finished", "result", "work")
 
-    def __init__(self, prepare: Callable[[], Work]) -> None:
-        self.prepare = prepare
-        self.result: Any = _PENDING
+    def __init__(self, work: Work, finished: anyio.Event | None) -> None:
+        self.work = work
+        self.finished = finished
+        self.result: Any = None
         self.error: BaseException | None = None
 
 
@@ -85,95 +112,137 @@ class Writer:
         self._conn = conn
         self._path = path
         self._limiter = anyio.CapacityLimiter(1)
-        self._pending: list[_Item] = []
-        self._busy = False
-        self._batch_done = anyio.Event()
+        self._queued: list[_Item] = []
+        self._wake = anyio.Event()
+        self._closing = False
+        self._running = False
         self.batches = 0
         self.ops = 0
 
-    async def write(self, prepare: Callable[[], Work]) -> Any:
-        """Commit one op; return what its ``done`` returned, or raise its refusal."""
-        item = _Item(prepare)
-        self._pending.append(item)
-        while item.result is _PENDING and item.error is None:
-            if not self._busy:
-                await self._lead()
-                continue
-            done = self._batch_done
-            try:
-                await done.wait()
-            except BaseException:
-                if item in self._pending:  # not taken by a batch yet: it never happens
-                    self._pending.remove(item)
-                    raise
-                raise
+    # --- handing ops over ---------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closing or not self._running:
+            raise ServerUnavailable(f"the task store ({self._path}) is closed")
+
+    def push(self, work: Work) -> None:
+        """Queue ``work`` without waiting for its commit (the caller checked ``has_room``)."""
+        self._check_open()
+        self._queued.append(_Item(work, None))
+        self._wake.set()
+
+    @property
+    def has_room(self) -> bool:
+        return len(self._queued) < MAX_QUEUED
+
+    async def write(self, work: Work) -> Any:
+        """Queue ``work`` and wait for its commit; return what its ``done`` returned, or raise
+        its refusal."""
+        self._check_open()
+        item = _Item(work, anyio.Event())
+        self._queued.append(item)
+        self._wake.set()
+        assert item.finished is not None
+        try:
+            await item.finished.wait()
+        except BaseException:
+            # Withdrawn only if it changed nothing in memory and nothing was decided on top of
+            # it; else it happens anyway.
+            if work.undo is None and self._queued and self._queued[-1] is item:
+                self._queued.pop()
+            raise
         if item.error is not None:
             raise item.error
         return item.result
 
-    async def _lead(self) -> None:
-        self._busy = True
-        batch, self._pending = self._pending, []
-        works: list[tuple[_Item, Work]] = []
+    # --- the loop -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Commit what is queued, batch after batch, until :meth:`close` and nothing is left.
+
+        Cancellation: a batch being committed completes (the thread is never abandoned in a
+        transaction); what is still queued then is undone and its waiting callers are told.
+        """
+        self._running = True
+        task_status.started()
         try:
-            for item in batch:
-                try:
-                    works.append((item, item.prepare()))
-                except Exception as exc:
-                    item.error = exc
-            if not works:
-                return
-            runs = [(w.run, w.refusable) for _, w in works]
-            try:
+            while True:
+                if not self._queued:
+                    if self._closing:
+                        return
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+                    continue
+                await self._commit_batch()
+        finally:
+            self._running = False
+            rest, self._queued = self._queued, []
+            self._fail(rest, ServerUnavailable(f"the task store ({self._path}) was closed "
+                                               "before this was written"))
+
+    def close(self) -> None:
+        """Stop taking ops; the loop returns once what is queued is committed."""
+        self._closing = True
+        self._wake.set()
+
+    async def _commit_batch(self) -> None:
+        batch, self._queued = self._queued, []
+        runs = [(item.work.run, item.work.refusable, item.work.append) for item in batch]
+        try:
+            with anyio.CancelScope(shield=True):  # never leave a batch half-answered
                 results = await anyio.to_thread.run_sync(self._commit, runs,
                                                          limiter=self._limiter)
-            except sqlite3.Error as exc:
-                log.error("SQLite store commit failed: %s", exc)
-                error = ServerUnavailable(failure_text(exc, self._path))
-                for item, work in works:
-                    if work.undo is not None:
-                        work.undo()
-                    item.error = error
-                return
-            self.batches += 1
-            self.ops += len(works)
-            for (item, work), result in zip(works, results, strict=True):
-                if isinstance(result, Refused):
-                    if work.undo is not None:
-                        work.undo()
-                    item.error = result.error
-                    continue
+        except sqlite3.Error as exc:
+            log.error("SQLite store commit failed: %s", exc)
+            # Ops queued meanwhile were decided on top of this batch: they go too.
+            rest, self._queued = self._queued, []
+            self._fail([*batch, *rest], ServerUnavailable(failure_text(exc, self._path)))
+            return
+        self.batches += 1
+        self.ops += len(batch)
+        for item, result in zip(batch, results, strict=True):
+            work = item.work
+            if isinstance(result, Refused):
+                if work.undo is not None:
+                    work.undo()
+                item.error = result.error
+            else:
                 try:
                     item.result = work.done(result) if work.done is not None else result
                 except Exception as exc:
                     item.error = exc
-        finally:
-            self._busy = False
-            self._batch_done.set()
-            self._batch_done = anyio.Event()
+            if item.finished is not None:
+                item.finished.set()
+            elif item.error is not None:
+                log.error("a queued write was refused: %s", item.error)
 
-    def _commit(self, runs: list[tuple[Callable[[sqlite3.Connection], Any], bool]]
-                ) -> list[Any]:
+    @staticmethod
+    def _fail(items: list[_Item], error: ServerUnavailable) -> None:
+        for item in reversed(items):  # newest first: each undo goes back to the one before
+            if item.work.undo is not None:
+                item.work.undo()
+            item.error = error
+            if item.finished is not None:
+                item.finished.set()
+
+    def _commit(self, runs: list[tuple[Callable[[sqlite3.Connection], Any] | None, bool,
+                                       Appended | None]]) -> list[Any]:
         """One transaction (in the writer thread): each op that may refuse itself in a
-        savepoint of its own."""
+        savepoint of its own; the appended events all at once, last."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             out: list[Any] = []
-            single = len(runs) == 1
-            for run, refusable in runs:
+            appended: list[Appended] = []
+            for run, refusable, append in runs:
+                if run is None:
+                    assert append is not None
+                    appended.append(append)
+                    out.append(None)
+                    continue
                 if not refusable:
                     out.append(run(conn))
-                    continue
-                if single:  # the transaction itself is the op's savepoint
-                    try:
-                        out.append(run(conn))
-                    except Refused as exc:
-                        conn.execute("ROLLBACK")
-                        return [exc]
-                    except sqlite3.IntegrityError as exc:
-                        conn.execute("ROLLBACK")
-                        return [Refused(exc)]
                     continue
                 conn.execute("SAVEPOINT op")
                 try:
@@ -185,6 +254,8 @@ class Writer:
                     conn.execute("ROLLBACK TO op")
                     out.append(Refused(exc))
                 conn.execute("RELEASE op")
+            if appended:
+                _write_appended(conn, appended)
             conn.execute("COMMIT")
             return out
         except BaseException:
@@ -193,10 +264,33 @@ class Writer:
             raise
 
     async def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn`` on the writer's connection, outside any batch (maintenance: vacuum)."""
-        async def run() -> Any:
-            try:
-                return await anyio.to_thread.run_sync(fn, self._conn, limiter=self._limiter)
-            except sqlite3.Error as exc:
-                raise ServerUnavailable(failure_text(exc, self._path)) from None
-        return await run()
+        """Run ``fn`` on the writer's connection between batches (maintenance, closing)."""
+        try:
+            return await anyio.to_thread.run_sync(fn, self._conn, limiter=self._limiter)
+        except sqlite3.Error as exc:
+            raise ServerUnavailable(failure_text(exc, self._path)) from None
+
+
+def _write_appended(conn: sqlite3.Connection, appended: list[Appended]) -> None:
+    """The events of a batch: one INSERT for all, one row update per task (the latest position,
+    state and snapshot; the bytes added up), the log caps' trims."""
+    conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?)",
+                     [(a.seq, a.pos, a.kind, a.body) for a in appended])
+    rows: dict[int, list[Any]] = {}
+    for a in appended:  # in order: a later event's values win, its bytes add up
+        row = rows.get(a.seq)
+        if row is None:
+            row = rows[a.seq] = [a.pos, 0, None, None, None, None, None, a.seq]
+        row[0] = a.pos
+        row[1] += a.grow
+        if a.state is not None:
+            row[2], row[3], row[4] = a.state, a.ts, a.ended_at
+        if a.snap is not None:
+            row[5], row[6] = a.snap, a.pos
+    conn.executemany(
+        "UPDATE tasks SET last = ?, size = size + ?, state = coalesce(?, state), "
+        "ts = coalesce(?, ts), ended_at = coalesce(?, ended_at), snap = coalesce(?, snap), "
+        "snap_pos = coalesce(?, snap_pos) WHERE seq = ?", list(rows.values()))
+    trims = [(a.seq, a.trim) for a in appended if a.trim >= 1]
+    if trims:
+        conn.executemany("DELETE FROM events WHERE task = ? AND pos = ?", trims)
