@@ -29,6 +29,10 @@ WRITE = {"X-Console-Request": "1"}
 async def agent(ctx: RunContext) -> str:
     if ctx.text.startswith("quick"):
         return "done"
+    if ctx.text == "ask":
+        await ctx.ask("what next?")
+        await anyio.sleep(0.5)
+        return "answered"
     for i in range(600):
         await ctx.trajectory({"tick": i})
         await anyio.sleep(0.05)
@@ -272,3 +276,19 @@ def test_operators_by_id_or_jwt_scope_and_owners_by_tenant() -> None:
     assert not alice.sees("alice\x1fother") and not alice.sees("alice")
     assert not alice.sees("bob\x1facme")
     assert Viewer(Principal("alice"), operator=False).sees("alice\x1fany")
+
+
+async def test_a_parked_run_then_detached_by_its_follow_up(tmp_path: Path) -> None:
+    async with served(make_app(tmp_path)) as url, httpx.AsyncClient() as client:
+        first = await rpc(client, url, "SendMessage", {"message": text_message("ask")},
+                          headers=key("alice"))
+        task_id = first["result"]["task"]["id"]
+        live = (await client.get(url + "console/api/runs", headers=key("alice"))).json()["live"]
+        assert [(r["state"], r["parked"], r["mode"]) for r in live] == [
+            ("input-required", True, "interactive")]
+        follow = {"message": text_message("go on", taskId=task_id),
+                  "configuration": {"returnImmediately": True}}
+        await rpc(client, url, "SendMessage", follow, headers=key("alice"))
+        live = (await client.get(url + "console/api/runs", headers=key("alice"))).json()["live"]
+        assert [(r["state"], r["parked"], r["mode"], r["why"]) for r in live] == [
+            ("working", False, "detached", "return-immediately")]

@@ -121,6 +121,8 @@ class RunView:
                                holders))
 
     def to_json(self, now: float, run: Run | None = None) -> dict[str, Any]:
+        if run is not None:  # a follow-up message may have detached it since it started
+            self.detach_reason = run.detach_reason
         principal, tenant = split_owner(self.owner)
         item: dict[str, Any] = {
             "taskId": self.task_id, "contextId": self.context_id,
@@ -198,6 +200,7 @@ class RunHub:
         if entry is None:
             return
         view = entry[1]
+        view.detach_reason = run.detach_reason
         view.state, view.reason, view.seconds = state, reason, round(seconds, 3)
         view.ended_at = time.time()
         view.canceled_by = run.canceled_by if state == "canceled" else None
