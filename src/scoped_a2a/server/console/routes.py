@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs
 
 import anyio
 import msgspec
@@ -185,7 +185,7 @@ class Console:
         elif route == "runs/stream" and method != "POST":
             await self._streaming(scope, receive, send, self._runs_stream, viewer)
         elif len(parts) in (2, 3) and parts[0] == "tasks":
-            task_id = unquote(parts[1])
+            task_id = parts[1]  # ASGI paths arrive percent-decoded
             action = parts[2] if len(parts) == 3 else ""
             await self._task(scope, receive, send, viewer, task_id, action, method)
         else:

@@ -10,7 +10,9 @@ export function apiUrl(path) {
 async function answer(response) {
   const data = await response.json().catch(() => ({}));
   if (!response.ok) {
-    throw new Error(data.error || `the server answered HTTP ${response.status}`);
+    const error = new Error(data.error || `the server answered HTTP ${response.status}`);
+    error.status = response.status;
+    throw error;
   }
   return data;
 }

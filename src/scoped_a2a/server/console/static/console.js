@@ -116,11 +116,26 @@ function onSnapshot(snapshot) {
   drawChart($("chart"), $("legend"), snapshot.counts);
 }
 
+// The browser retries a dropped feed by itself, but gives up on an HTTP error: then, if the
+// session has ended (a restarted server, a revoked key), show the login form again.
+async function feedRefused() {
+  try {
+    await getJson("me");
+    showError("the live feed was refused; reload the page to try again");
+  } catch (err) {
+    if (err.status === 401) window.location.reload();
+  }
+}
+
 function connect() {
   const connection = $("connection");
-  stream("runs/stream", {
+  const source = stream("runs/stream", {
     open: () => { connection.textContent = "live"; connection.className = "connection on"; },
-    error: () => { connection.textContent = "reconnecting…"; connection.className = "connection off"; },
+    error: () => {
+      connection.textContent = "reconnecting…";
+      connection.className = "connection off";
+      if (source.readyState === EventSource.CLOSED) feedRefused();
+    },
     snapshot: onSnapshot,
     logout: () => window.location.reload(),
     shutdown: () => { connection.textContent = "server shut down"; connection.className = "connection off"; },
