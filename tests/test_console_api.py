@@ -292,3 +292,35 @@ async def test_a_parked_run_then_detached_by_its_follow_up(tmp_path: Path) -> No
         live = (await client.get(url + "console/api/runs", headers=key("alice"))).json()["live"]
         assert [(r["state"], r["parked"], r["mode"], r["why"]) for r in live] == [
             ("working", False, "detached", "return-immediately")]
+
+
+def test_nothing_of_the_console_is_imported_when_it_is_off() -> None:
+    """Serving (and a request for /console) with the console off imports none of it."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import sys, anyio, httpx
+from scoped_a2a import A2AApp
+from scoped_a2a.cli import main  # the CLI module too (its --console options)
+sys.path.insert(0, sys.argv[1])
+from tests.helpers import served
+
+async def agent(ctx):
+    return "ok"
+
+async def go():
+    async with served(A2AApp(agent)) as url, httpx.AsyncClient() as client:
+        assert (await client.get(url + "console")).status_code == 404
+
+anyio.run(go)
+bad = sorted(m for m in sys.modules if m.startswith("scoped_a2a.server.console"))
+assert not bad, bad
+print("clean")
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", script, root], capture_output=True, timeout=60,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert out.stdout.strip() == b"clean"
