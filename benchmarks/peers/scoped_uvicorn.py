@@ -2,8 +2,9 @@
 
 On hypercorn the benchmarks use the real command line, ``python -m scoped_a2a serve``; this script
 is the uvicorn equivalent with the same options the benchmarks pass there. ``--store
-redis://...`` keeps tasks in Redis the way ``serve --store`` does: the store, a worker and the
-server nursery live in the lifespan (uvicorn runs it as one task for the server's whole life).
+redis://...`` (or ``sqlite:PATH``) keeps tasks in Redis (or an SQLite file) the way ``serve
+--store`` does: the store, a worker and the server nursery live in the lifespan (uvicorn runs it
+as one task for the server's whole life).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from scoped_a2a.store.memory import MemoryTaskStore
 
 
 class OnRedis:
-    """An ASGI app that opens a Redis store in its lifespan and serves an A2AApp over it."""
+    """An ASGI app that opens a Redis (or SQLite) store in its lifespan and serves an A2AApp
+    over it."""
 
     def __init__(self, url: str, make_app: Any) -> None:
         self.url = url
@@ -33,9 +35,18 @@ class OnRedis:
             await self.app(scope, receive, send)
             return
         from scoped_a2a.runtime.durable_worker import Worker
-        from scoped_a2a.store.redis import open_redis_store
 
-        async with open_redis_store(self.url) as store, anyio.create_task_group() as nursery:
+        opened: Any
+        if self.url.startswith("sqlite:"):
+            from scoped_a2a.store.sqlite import open_sqlite_store
+
+            path, _, query = self.url.removeprefix("sqlite:").partition("?")
+            opened = open_sqlite_store(path, synchronous=query.partition("=")[2] or "full")
+        else:
+            from scoped_a2a.store.redis import open_redis_store
+
+            opened = open_redis_store(self.url)
+        async with opened as store, anyio.create_task_group() as nursery:
             self.app = app = self.make_app(store, nursery)
             nursery.start_soon(Worker(store.queue, app.runner).run)
             await app(scope, receive, send)  # returns after lifespan.shutdown

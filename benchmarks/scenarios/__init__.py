@@ -15,6 +15,7 @@ from .resend import Resend
 from .send import Send
 from .slowreaders import SlowReaders
 from .soak import Soak
+from .sqlite_store import SQLiteStore
 from .stored import Stored
 from .stream import Stream
 from .teardown import Teardown
@@ -24,4 +25,4 @@ from .temporal import Temporal
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
             Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore(),
-            Adapters(), Resend()]
+            Adapters(), Resend(), SQLiteStore()]

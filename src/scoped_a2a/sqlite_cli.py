@@ -23,15 +23,31 @@ PREFIX = "sqlite:"
 
 
 def sqlite_path(url: str) -> str | None:
-    """The file of a ``sqlite:PATH`` store URL (``sqlite:///abs`` too), else None."""
+    """The file of a ``sqlite:PATH[?synchronous=full|normal]`` store URL (``sqlite:///abs``
+    too), else None."""
     if not url.startswith(PREFIX):
         return None
-    path = url[len(PREFIX):]
+    path = url[len(PREFIX):].split("?", 1)[0]
     if path.startswith("//"):
         path = path[2:]
     if not path:
         raise SystemExit("--store sqlite:PATH needs a file path, e.g. sqlite:tasks.db")
+    sqlite_synchronous(url)
     return path
+
+
+def sqlite_synchronous(url: str) -> str:
+    """The ``synchronous`` setting of an SQLite store URL (``?synchronous=normal``; default
+    full, docs/stores.md says what each risks)."""
+    query = url.split("?", 1)[1] if "?" in url else ""
+    value = "full"
+    for part in filter(None, query.split("&")):
+        name, _, given = part.partition("=")
+        if name != "synchronous" or given.lower() not in ("full", "normal"):
+            raise SystemExit(f"--store {url}: the one option is ?synchronous=full|normal, "
+                             f"not {part!r}")
+        value = given.lower()
+    return value
 
 
 async def serve_on_sqlite(args: argparse.Namespace, make_app: Callable[..., Any],
@@ -51,7 +67,8 @@ async def serve_on_sqlite(args: argparse.Namespace, make_app: Callable[..., Any]
         try:
             store = await stack.enter_async_context(open_sqlite_store(
                 path, max_ended_tasks=args.max_ended_tasks,
-                max_ended_bytes=args.max_ended_bytes, retain=args.retain))
+                max_ended_bytes=args.max_ended_bytes, retain=args.retain,
+                synchronous=sqlite_synchronous(args.store)))
         except StoreOpenError as exc:
             raise StartupError(f"--store {args.store}: {exc}") from None
         async with anyio.create_task_group() as nursery:

@@ -44,7 +44,8 @@ RESTART_TEXT = ("Canceled: the server stopped while this interactive run was in 
                 "caller's connection went with it; send the message again")
 
 
-def _load(conn: sqlite3.Connection) -> tuple[list[Any], list[Any], list[Any], tuple[int, int]]:
+def _load(conn: sqlite3.Connection
+          ) -> tuple[list[Any], list[Any], list[Any], list[bytes], tuple[int, int]]:
     conn.execute("BEGIN")
     try:
         tasks = conn.execute("SELECT seq, id, owner, context_id, snap, snap_pos, last, size "
@@ -57,7 +58,8 @@ def _load(conn: sqlite3.Connection) -> tuple[list[Any], list[Any], list[Any], tu
                             "ORDER BY seq").fetchall()
         ended = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM tasks "
                              "WHERE ended_at IS NOT NULL").fetchone()
-        return tasks, events, runs, (int(ended[0]), int(ended[1]))
+        keys = [bytes(k) for (k,) in conn.execute("SELECT key FROM claims")]
+        return tasks, events, runs, keys, (int(ended[0]), int(ended[1]))
     finally:
         conn.execute("COMMIT")
 
@@ -65,8 +67,10 @@ def _load(conn: sqlite3.Connection) -> tuple[list[Any], list[Any], list[Any], tu
 async def recover(store: SQLiteTaskStore, queue: SQLiteRunQueue) -> tuple[int, int]:
     """Load the file's running tasks and queued runs; record interrupted interactive runs as
     ended. Returns (runs made ready again, interactive runs recorded ended)."""
-    tasks, events, runs, (count, size) = await anyio.to_thread.run_sync(_load, store.db.reader)
+    tasks, events, runs, keys, (count, size) = await anyio.to_thread.run_sync(
+        _load, store.db.reader)
     store.ended_count, store.ended_bytes = count, size
+    store.claim_keys.update(keys)
     logs: dict[int, list[LogEntry]] = {}
     for seq, pos, kind, body in events:
         body = bytes(body)

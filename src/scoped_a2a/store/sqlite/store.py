@@ -134,6 +134,9 @@ class SQLiteTaskStore(TaskStore):
         self.lease_of: Callable[[str], str | None] = lambda task_id: None
         self._fences: dict[str, str] = {}
         self._pending = claims.Pending()
+        self.claim_keys: set[bytes] = set()
+        """Every claim key the file may hold (loaded at start, added to as claims are made;
+        keys of deleted claims may stay: then the file is read and says there is none)."""
         self.queue: Any = None  # the run queue (queue.py), set by open_sqlite_store
 
     def run_launcher(self) -> Any:
@@ -307,6 +310,7 @@ class SQLiteTaskStore(TaskStore):
         def done(seq: int) -> None:
             for key, *_ in made:
                 self._pending.drop(key)
+                self.claim_keys.add(key)
             self.live[task.id] = Record(seq, task.id, owner, task.context_id, task,
                                         decode_task(snap), 0, 0, len(snap))
             if then is not None:
@@ -444,13 +448,17 @@ class SQLiteTaskStore(TaskStore):
     ) -> PriorSend | None:
         key = claim_key(owner, message_id)
         if created or task_id in self.live or task_id in self._recent:
+            self.claim_keys.add(key)
             result: PriorSend | None = await self.writer.write(Work(
                 lambda c: claims.claim(c, key, fingerprint, task_id, position, True)))
             return result
         prior = self._pending_prior(key)
         if prior is not None:
             return prior
-        prior = await self._read(lambda c: claims.lookup(c, key))
+        # The file is read only for a key it may hold (a resend): a new messageId, the usual
+        # case, costs no trip to the reader thread.
+        if key in self.claim_keys:
+            prior = await self._read(lambda c: claims.lookup(c, key))
         if prior is None:
             prior = self._pending_prior(key)  # claimed here while the file was read
         if prior is not None:
@@ -469,6 +477,7 @@ class SQLiteTaskStore(TaskStore):
             self._pending.drop(key)
             self._pending.add(key, held[0], new_task_id, 0)
             return None
+        self.claim_keys.add(key)
         result: PriorSend | None = await self.writer.write(Work(
             lambda c: claims.reclaim(c, key, old_task_id, new_task_id)))
         return result
