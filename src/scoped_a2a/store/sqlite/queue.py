@@ -30,7 +30,8 @@ import msgspec
 from ...protocol.errors import TaskNotFound
 from ...protocol.types import Message, Task
 from ..launcher import Job, RunRegistry
-from .store import SQLiteTaskStore, copy_task
+from .core import copy_task
+from .store import SQLiteTaskStore
 from .writer import Work
 
 if TYPE_CHECKING:

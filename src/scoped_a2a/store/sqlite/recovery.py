@@ -34,9 +34,10 @@ from ...protocol.types import (
 )
 from ..base import LogEntry, TaskEnded
 from ..snapshot import apply_event
+from .core import DECODERS, Record, copy_task, decode_task
 from .queue import SQLiteRunQueue, job_of
 from .schema import StoreOpenError
-from .store import DECODERS, Record, SQLiteTaskStore, copy_task, decode_task
+from .store import SQLiteTaskStore
 
 log = logging.getLogger("scoped_a2a.sqlite")
 
