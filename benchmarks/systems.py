@@ -32,7 +32,7 @@ DETACH_RULE = "evoai_crm_event=inactivity_action"
 class System:
     """One implementation on one server."""
 
-    kind: str  # "scoped" | "sdk" | "fasta2a" | "bare" | "faulty"
+    kind: str  # "scoped" | "sdk" | "fasta2a" | "bare" | "faulty" | "sdk-grpc"
     server: str  # "hypercorn-trio" | "hypercorn-asyncio" | "uvicorn"
     options: tuple[str, ...] = ()
     """Extra command-line options (the faulty agent's fault)."""
@@ -40,7 +40,8 @@ class System:
     @property
     def name(self) -> str:
         return {"scoped": "scoped-a2a", "sdk": "a2a-sdk", "fasta2a": "fasta2a",
-                "bare": "bare ASGI", "faulty": "faulty agent"}[self.kind]
+                "bare": "bare ASGI", "faulty": "faulty agent",
+                "sdk-grpc": "a2a-sdk gRPC"}[self.kind]
 
     @property
     def label(self) -> str:
@@ -59,7 +60,8 @@ class System:
                     "--backend", backend, "--port", p, "--grace", "1", "--log-level", "WARNING",
                     *rule, *self.options]
         module = {"scoped": "scoped_uvicorn", "sdk": "sdk_server", "fasta2a": "fasta2a_server",
-                  "bare": "bare_server", "faulty": "fault_proxy"}[self.kind]
+                  "bare": "bare_server", "faulty": "fault_proxy",
+                  "sdk-grpc": "sdk_grpc_server"}[self.kind]
         extra = ["--agent", SCOPED_AGENT, *rule] if self.kind in ("scoped", "faulty") else []
         return [python, "-m", f"benchmarks.peers.{module}", "--port", p, "--server", self.server,
                 *extra, *self.options]
@@ -71,6 +73,10 @@ SDK = [System("sdk", "uvicorn"), System("sdk", "hypercorn-asyncio")]
 FASTA2A = [System("fasta2a", "uvicorn")]
 BARE = [System("bare", "hypercorn-asyncio"), System("bare", "hypercorn-trio"),
         System("bare", "uvicorn")]
+# The gRPC rows (benchmarks/grpc_rows.py): scoped-a2a's binding, and the a2a-sdk's grpc.aio.
+SCOPED_GRPC = [System("scoped", "hypercorn-trio", ("--grpc",)),
+               System("scoped", "hypercorn-asyncio", ("--grpc",))]
+SDK_GRPC = [System("sdk-grpc", "grpc.aio")]
 
 
 try:  # loaded here, not in the forked child: a child must not import (import lock + threads)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from .. import grpc_rows
 from ..core import Bench, Metric, Scenario, percentile
 from ..loadgen import Loop, RequestTemplate, connect, connect_many
 from ..systems import BARE, SCOPED, SDK, ServerProcess, System
@@ -48,7 +49,10 @@ class Send(Scenario):
     notes = ("fasta2a is left out: it answers SendMessage with a submitted task before its agent "
              "runs, so there is no blocking send to time (scenario 2 times its streams). "
              f"'{REST_ROW}' is the same scoped-a2a server answering POST /message:send "
-             "(the HTTP+JSON binding) instead of a JSON-RPC SendMessage.")
+             "(the HTTP+JSON binding) instead of a JSON-RPC SendMessage. "
+             f"'{grpc_rows.SCOPED_ROW}' is scoped-a2a served with --grpc and "
+             f"'{grpc_rows.SDK_ROW}' the a2a-sdk's grpc.aio server, both driven by one grpcio "
+             "(grpc.aio) channel with c calls in flight (benchmarks/grpc_rows.py).")
 
     def systems(self) -> list[System]:
         return [*BARE, *SCOPED, *SDK]
@@ -57,6 +61,7 @@ class Send(Scenario):
         async with bench.servers(self.systems()) as running:
             for system, proc in running.items():
                 await self.run_one(bench, system, proc)
+        await grpc_rows.send_rows(bench, CONCURRENCY)
 
     async def run_one(self, bench: Bench, system: System, proc: ServerProcess) -> None:
         await self.measure(bench, system, proc)

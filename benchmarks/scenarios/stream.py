@@ -13,6 +13,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from .. import grpc_rows
 from ..core import Bench, Metric, Scenario, percentile
 from ..loadgen import Conn, RequestTemplate, connect
 from ..systems import BARE, FASTA2A, SCOPED, SDK, ServerProcess, System
@@ -80,7 +81,14 @@ class Stream(Scenario):
         Metric("events_per_s_c1", "events/s c=1", "events/s", "higher", True, "{:.0f}"),
         Metric(f"events_per_s_c{CONCURRENT}", f"events/s c={CONCURRENT}", "events/s", "higher",
                True, "{:.0f}"),
+        Metric("cancel_p50", "cancelled call p50 ms", "ms", "lower", False, "{:.2f}"),
+        Metric("cancel_p99", "cancelled call p99 ms", "ms", "lower", False, "{:.2f}"),
     )
+    notes = (f"'{grpc_rows.SCOPED_ROW}' is scoped-a2a served with --grpc and "
+             f"'{grpc_rows.SDK_ROW}' the a2a-sdk's grpc.aio server, both driven by one grpcio "
+             "(grpc.aio) channel; 'cancelled call': from the client cancelling a streaming "
+             "call (RST_STREAM) until its agent observes the cancellation "
+             "(benchmarks/grpc_rows.py; scenario 3 times the same over HTTP/1.1).")
 
     def systems(self) -> list[System]:
         return [*BARE, *SCOPED, *SDK, *FASTA2A]
@@ -89,6 +97,7 @@ class Stream(Scenario):
         async with bench.servers(self.systems()) as running:
             for system, proc in running.items():
                 await self.measure(bench, system, proc)
+        await grpc_rows.stream_rows(bench, EVENTS, CONCURRENT)
 
     async def measure(self, bench: Bench, system: System, proc: ServerProcess) -> None:
         template = RequestTemplate(proc.port, "SendStreamingMessage", f"stream {EVENTS}",
