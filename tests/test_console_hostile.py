@@ -1,0 +1,133 @@
+"""The console against a hostile client, over real HTTP through hypercorn, on both backends:
+sessions that must end (logout, a revoked key), feeds and sessions one principal may not pile
+up, the cookie behind a TLS-ending proxy, and probes that must get a clear 4xx."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from scoped_a2a import A2AApp
+from scoped_a2a.server.auth import Authenticator
+from scoped_a2a.server.auth.api_keys import ApiKeys
+from scoped_a2a.server.auth.bearer_jwt import JwtBearer
+from scoped_a2a.server.console import ConsoleSettings
+from tests.auth_tokens import AUDIENCE, ISSUER, SigningKey, jwks
+from tests.helpers import served
+from tests.test_console_api import KEYS, WRITE, agent, held_run, key, sse
+
+pytestmark = pytest.mark.anyio
+
+
+def make_app(tmp_path: Path, **options: Any) -> A2AApp:
+    keys = tmp_path / "keys"
+    keys.write_text("".join(f"{who}:{k}\n" for who, k in KEYS.items()))
+    return A2AApp(agent, authenticate=Authenticator([ApiKeys(keys)]),
+                  console=ConsoleSettings(frozenset({"ops"})), **options)
+
+
+async def login(client: httpx.AsyncClient, url: str, credential: str) -> dict[str, str]:
+    r = await client.post(url + "console/api/login", json={"credential": credential},
+                          headers={**WRITE, "Origin": url.rstrip("/")})
+    assert r.status_code == 200, r.text
+    return {"Cookie": r.headers["set-cookie"].split(";")[0]}
+
+
+@asynccontextmanager
+async def feed(client: httpx.AsyncClient, url: str, route: str,
+               headers: dict[str, str]) -> AsyncIterator[AsyncIterator[tuple[str, Any]]]:
+    async with client.stream("GET", url + "console/api/" + route, headers=headers) as r:
+        assert r.status_code == 200, await r.aread()
+        yield sse(r)
+
+
+async def last_event(events: AsyncIterator[tuple[str, Any]]) -> str:
+    """Read a feed to its end; the name of its last event."""
+    name = ""
+    async for event in events:
+        name = event[0]
+    return name
+
+
+async def test_hostile_probes_get_a_clear_4xx(tmp_path: Path) -> None:
+    origin = {"Origin": ""}
+    async with served(make_app(tmp_path)) as url, httpx.AsyncClient(timeout=10) as client:
+        origin["Origin"] = url.rstrip("/")
+        api = url + "console/api/"
+        async with held_run(client, url, "bob") as theirs:
+            # Another owner's task, however its id is spelt: not found, never a 500.
+            for route in (f"tasks/{theirs}", f"tasks/{theirs}/timeline",
+                          f"tasks/{theirs}%2Ftimeline", f"tasks/%2e%2e/{theirs}",
+                          f"tasks/{theirs.upper()}", f"tasks/{theirs}%00", "tasks/%0d%0a",
+                          "tasks/" + "9" * 8000, "tasks/%ff%fe/timeline", "tasks//timeline"):
+                r = await client.get(api + route, headers=key("alice"))
+                assert r.status_code == 404, (route, r.status_code)
+                assert "error" in r.json() and "x-frame-options" in r.headers
+            r = await client.post(api + f"tasks/{theirs}/cancel",
+                                  headers={**key("alice"), **WRITE, **origin})
+            assert r.status_code == 404
+            runs = (await client.get(api + "runs?owner=bob", headers=key("alice"))).json()
+            assert runs["live"] == [] and runs["ended"] == []
+        # Malformed queries.
+        for query in ("limit=abc", "limit=1e9", "limit=" + "9" * 5000, "limit=%00"):
+            r = await client.get(api + "runs?" + query, headers=key("alice"))
+            assert r.status_code == 400, query
+        for query in ("reason=%ff%fe", "owner=" + "x" * 20000, "%zz=1", "a=%", "limit=1&limit=2"):
+            r = await client.get(api + "runs?" + query, headers=key("alice"))
+            assert r.status_code == 200, query
+        # Writes from elsewhere: no header, a null or foreign Origin, a cross-site fetch, a
+        # form post, and a login's credential given as a form field.
+        jar = await login(client, url, "alice-key")
+        cancel = api + "tasks/x/cancel"
+        for headers in ({**jar, **origin}, {**jar, **WRITE, "Origin": "null"},
+                        {**jar, **WRITE, "Origin": "http://127.0.0.1.evil.example"},
+                        {**jar, **WRITE, **origin, "Sec-Fetch-Site": "same-site"},
+                        {**jar, **WRITE}):
+            assert (await client.post(cancel, headers=headers)).status_code == 403
+            assert (await client.post(api + "logout", headers=headers)).status_code == 403
+        r = await client.post(api + "login", data={"credential": "alice-key"},
+                              headers={**WRITE, **origin})
+        assert r.status_code == 400 and "set-cookie" not in r.headers
+        r = await client.post(api + "login", headers={**WRITE, **origin},
+                              json={"credential": "alice-key\r\nX-API-Key: ops-key"})
+        assert r.status_code == 401 and "set-cookie" not in r.headers
+        # A planted cookie is never adopted: login issues a fresh token.
+        r = await client.post(api + "login", json={"credential": "alice-key"},
+                              headers={**WRITE, **origin, "Cookie": "scoped_a2a_console=fixed"})
+        assert "scoped_a2a_console=fixed" not in r.headers["set-cookie"]
+
+
+async def test_only_the_configured_scope_claim_makes_an_operator(tmp_path: Path) -> None:
+    signing = SigningKey()
+    (tmp_path / "jwks.json").write_text(json.dumps(jwks(signing)))
+    bearer = JwtBearer(str(tmp_path / "jwks.json"), issuer=ISSUER, audience=AUDIENCE,
+                       tenants_claim="tenants")
+    app = A2AApp(agent, authenticate=Authenticator([bearer]),
+                 console=ConsoleSettings(frozenset({"ops"}), "console:ops"))
+    tokens = {
+        "spoof-roles": (signing.token("mallory", roles=["console:ops"]), False),
+        "spoof-prefix": (signing.token("mallory", scope="console:ops-not"), False),
+        "spoof-tenant": (signing.token("ops\x1facme"), None),
+        "scope": (signing.token("carol", scope="read console:ops"), True),
+        "scp": (signing.token("carol", scp=["console:ops"]), True),
+        "expired": (signing.token("ops", exp_in=-3600), None),
+    }
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        for name, (token, operator) in tokens.items():
+            r = await client.get(url + "console/api/me",
+                                 headers={"Authorization": f"Bearer {token}"})
+            if operator is None:
+                assert r.status_code == 401, name
+                r = await client.post(url + "console/api/login", json={"credential": token},
+                                      headers={**WRITE, "Origin": url.rstrip("/")})
+                assert r.status_code == 401 and "set-cookie" not in r.headers, name
+            else:
+                assert r.json()["operator"] is operator, name
+
+
