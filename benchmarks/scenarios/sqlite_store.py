@@ -85,7 +85,8 @@ class SQLiteStore(Scenario):
         """Send and stream figures of one system, recorded under ``label``; returned too."""
         relabel = _Relabel(bench, f"{label} / {system.server}", label.split()[-1],
                            _sizes(bench))
-        role = "subject" if path is not None else "ceiling"
+        # The ratio lines read sqlite (full) / memory; the normal row is shown, not ratioed.
+        role = "ceiling" if path is None else "control" if label == NORMAL else "subject"
         async with bench.servers([system]) as running:
             proc = running.get(system)
             if proc is None:
