@@ -10,14 +10,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
 from scoped_a2a import A2AApp
 from scoped_a2a.server.auth import Authenticator
+from scoped_a2a.server.auth import api_keys as api_keys_module
 from scoped_a2a.server.auth.api_keys import ApiKeys
 from scoped_a2a.server.auth.bearer_jwt import JwtBearer
-from scoped_a2a.server.console import ConsoleSettings
+from scoped_a2a.server.console import ConsoleSettings, routes
 from tests.auth_tokens import AUDIENCE, ISSUER, SigningKey, jwks
 from tests.helpers import served
 from tests.test_console_api import KEYS, WRITE, agent, held_run, key, sse
@@ -53,6 +55,47 @@ async def last_event(events: AsyncIterator[tuple[str, Any]]) -> str:
     async for event in events:
         name = event[0]
     return name
+
+
+async def test_logout_ends_the_sessions_open_feeds_at_once(tmp_path: Path) -> None:
+    async with served(make_app(tmp_path)) as url, httpx.AsyncClient(timeout=10) as client:
+        jar = await login(client, url, "alice-key")
+        async with held_run(client, url, "alice") as task_id, \
+                feed(client, url, "runs/stream", jar) as runs, \
+                feed(client, url, f"tasks/{task_id}/timeline", jar) as timeline:
+            assert (await anext(runs))[0] == "snapshot"
+            assert (await anext(timeline))[0] == "reset"
+            out = await client.post(url + "console/api/logout",
+                                    headers={**jar, **WRITE, "Origin": url.rstrip("/")})
+            assert out.status_code == 200
+            with anyio.fail_after(2):  # not at the next change, nor 30 s later: now
+                assert await last_event(runs) == "logout"
+                assert await last_event(timeline) == "logout"
+
+
+async def test_a_revoked_key_ends_feeds_and_sessions(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routes, "RECHECK", 0.2)
+    monkeypatch.setattr(api_keys_module, "CHECK_EVERY", 0.0)
+    app = make_app(tmp_path)
+    assert app.console is not None
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        jar = await login(client, url, "alice-key")
+        async with held_run(client, url, "alice") as task_id, \
+                feed(client, url, "runs/stream", key("alice")) as idle_runs, \
+                feed(client, url, f"tasks/{task_id}/timeline", jar) as timeline:
+            assert (await anext(idle_runs))[0] == "snapshot"
+            (tmp_path / "keys").write_text("bob:bob-key\nops:ops-key\n")
+            with anyio.fail_after(3):  # an idle feed too: nothing changes on the runs list
+                assert await last_event(idle_runs) == "logout"
+                assert await last_event(timeline) == "logout"
+        assert (await client.get(url + "console/api/me", headers=jar)).status_code == 401
+        # The refused session no longer keeps the credential in memory.
+        assert len(app.console.access.sessions) == 0
+        # Logging out of a dead session still clears the browser's cookie.
+        out = await client.post(url + "console/api/logout",
+                                headers={**jar, **WRITE, "Origin": url.rstrip("/")})
+        assert out.status_code == 200 and "Max-Age=0" in out.headers["set-cookie"]
 
 
 async def test_hostile_probes_get_a_clear_4xx(tmp_path: Path) -> None:

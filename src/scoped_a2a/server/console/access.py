@@ -6,7 +6,9 @@ an ``EventSource``, so the page posts the credential once to ``/console/api/logi
 checks it with the app's own authenticator and answers with a session cookie (random, 256 bits,
 ``HttpOnly``, ``SameSite=Strict``, ``Path`` the console's, ``Secure`` over HTTPS). The session
 keeps the credential in this process's memory and every request authenticates it again, so a
-key removed from the key file or a JWT that expires stops the session at its next request.
+key removed from the key file or a JWT that expires ends the session at its next request (and
+the session is dropped, credential and all). Open live feeds re-check it every few seconds, and
+end at once when their session ends (logout).
 
 Seeing. An operator (a principal id in ``operators``, or a JWT carrying ``operator_scope``)
 sees every run; anyone else sees the runs their principal owns, in the tenants it may use.
@@ -27,6 +29,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+import anyio
 
 from ...protocol.errors import PermissionDenied, Unauthenticated
 from ...protocol.principal import ANONYMOUS, Principal
@@ -77,32 +81,61 @@ class Viewer:
         return tenants is None or tenant in tenants
 
 
+@dataclass(slots=True)
+class _Session:
+    credential: str
+    principal: str  # its principal id (a cap per principal keeps others' sessions alive)
+    expires: float  # time.monotonic()
+    ended: anyio.Event | None = None  # made by the first feed that waits for its end
+
+
 class Sessions:
-    """Console sessions: token -> (credential, expiry), in memory, bounded."""
+    """Console sessions: token -> credential and expiry, in memory, bounded.
 
-    def __init__(self, *, seconds: float = SESSION_SECONDS, limit: int = MAX_SESSIONS) -> None:
+    A session ends at logout, at its expiry, when its credential is refused on a re-check, or
+    when the table is full (the oldest goes first); then :meth:`wait_ended` returns, so the
+    feeds it has open end at once.
+    """
+
+    def __init__(self, *, seconds: float = SESSION_SECONDS, limit: int | None = None) -> None:
         self.seconds = seconds
-        self.limit = limit
-        self._by_token: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self.limit = MAX_SESSIONS if limit is None else limit
+        self._by_token: OrderedDict[str, _Session] = OrderedDict()
 
-    def create(self, credential: str) -> str:
+    def __len__(self) -> int:
+        return len(self._by_token)
+
+    def create(self, credential: str, principal: str) -> str:
         token = secrets.token_urlsafe(32)
-        self._by_token[token] = (credential, time.monotonic() + self.seconds)
+        self._by_token[token] = _Session(credential, principal,
+                                         time.monotonic() + self.seconds)
         while len(self._by_token) > self.limit:
-            self._by_token.popitem(last=False)
+            self.drop(next(iter(self._by_token)))
         return token
 
     def credential(self, token: str) -> str | None:
         found = self._by_token.get(token)
         if found is None:
             return None
-        if time.monotonic() >= found[1]:
-            del self._by_token[token]
+        if time.monotonic() >= found.expires:
+            self.drop(token)
             return None
-        return found[0]
+        return found.credential
 
     def drop(self, token: str) -> None:
-        self._by_token.pop(token, None)
+        session = self._by_token.pop(token, None)
+        if session is not None and session.ended is not None:
+            session.ended.set()
+
+    async def wait_ended(self, token: str) -> None:
+        """Return once session ``token`` has ended (at once if it has already).
+        Cancellation ends the wait at once."""
+        session = self._by_token.get(token)
+        if session is None:
+            return
+        if session.ended is None:
+            session.ended = anyio.Event()
+        await session.ended.wait()
 
 
 class Access:
@@ -129,8 +162,12 @@ class Access:
             return Viewer(ANONYMOUS, operator=True)
         token = cookie(scope, COOKIE)
         credential = self.sessions.credential(token) if token else None
-        if credential is not None:
-            principal = await self.check(scope, credential)
+        if token is not None and credential is not None:
+            try:
+                principal = await self.check(scope, credential)
+            except (Unauthenticated, PermissionDenied):
+                self.sessions.drop(token)  # a refused credential is not kept in memory
+                raise
             return Viewer(principal, self._operator(principal), token)
         principal = await resolve_principal(self.authenticate, scope)
         return Viewer(principal, self._operator(principal))

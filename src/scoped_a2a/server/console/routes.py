@@ -41,7 +41,7 @@ from ..asgi import (
 )
 from ..auth import Authenticate
 from ..disconnect import DisconnectWatcher
-from .access import Access, ConsoleSettings, Viewer, session_cookie
+from .access import COOKIE, Access, ConsoleSettings, Viewer, cookie, session_cookie
 from .http import SECURITY_HEADERS, EventStream, StaticFiles, send_error, send_file, send_json
 from .hub import RunHub, RunView
 from .timeline import stream_timeline
@@ -54,8 +54,9 @@ at once) makes one snapshot, and a change still shows well within 1 s (a change 
 spell goes out at once)."""
 
 KEEPALIVE = 15.0
-RECHECK = 30.0
-"""Seconds between re-checks of a stream's credential (a revoked key ends the stream)."""
+RECHECK = 10.0
+"""Seconds between re-checks of a stream's credential (a revoked key ends the stream); a
+logout ends the session's streams at once."""
 
 MAX_LIVE = 500
 """Runs in flight listed in one snapshot (``liveTotal`` says how many there are)."""
@@ -148,7 +149,7 @@ class Console:
             await send_json(send, 200, self._me(Viewer(ANONYMOUS, True)))
             return
         principal = await self.access.check(scope, credential)  # raises 401 / 403
-        token = self.access.sessions.create(credential)
+        token = self.access.sessions.create(credential, principal.id)
         viewer = Viewer(principal, self.access._operator(principal), token)
         log.info("console login: %s%s", viewer.name, " (operator)" if viewer.operator else "")
         cookie = session_cookie(scope, token, seconds=self.access.sessions.seconds)
@@ -162,17 +163,22 @@ class Console:
 
     async def _api(self, scope: Scope, receive: Receive, send: Send, route: str,
                    method: str) -> None:
+        if route == "logout" and method == "POST":
+            # No credential needed: ending a session (even one whose key was revoked) and
+            # clearing the browser's cookie reveal nothing; the cross-site check still applies.
+            self.access.check_write(scope)
+            token = cookie(scope, COOKIE)
+            if token is not None:
+                self.access.sessions.drop(token)  # its open feeds end at once
+            await send_json(send, 200, {"loggedOut": True},
+                            [(b"set-cookie", session_cookie(scope, "", seconds=0))])
+            return
         viewer = await self.access.viewer(scope)
         if method == "POST":
             self.access.check_write(scope)
         parts = route.split("/")
         if route == "me" and method != "POST":
             await send_json(send, 200, self._me(viewer))
-        elif route == "logout" and method == "POST":
-            if viewer.session is not None:
-                self.access.sessions.drop(viewer.session)
-            await send_json(send, 200, {"loggedOut": True},
-                            [(b"set-cookie", session_cookie(scope, "", seconds=0))])
         elif route == "runs" and method != "POST":
             query = _query(scope)
             try:
@@ -183,7 +189,7 @@ class Console:
             filters = {k: query[k] for k in FILTERS if query.get(k)}
             await send_json(send, 200, self.snapshot(viewer, 0, filters, limit))
         elif route == "runs/stream" and method != "POST":
-            await self._streaming(scope, receive, send, self._runs_stream, viewer)
+            await self._streaming(scope, receive, send, viewer, self._runs_stream, viewer)
         elif len(parts) in (2, 3) and parts[0] == "tasks":
             task_id = parts[1]  # ASGI paths arrive percent-decoded
             action = parts[2] if len(parts) == 3 else ""
@@ -209,7 +215,7 @@ class Console:
                 "counts": hub.reason_counts(viewer.sees, now)}
 
     async def _runs_stream(self, scope: Scope, out: EventStream, viewer: Viewer) -> None:
-        hub, sent_seq, checked = self.hub, 0, time.monotonic()
+        hub, sent_seq = self.hub, 0
         while True:
             version = hub.version
             data = self.snapshot(viewer, sent_seq, {}, 200 if sent_seq == 0 else 1000)
@@ -225,32 +231,61 @@ class Console:
                 if not idle.cancelled_caught:
                     break
                 await out.keepalive()
-            if time.monotonic() - checked > RECHECK:
-                try:
-                    viewer = await self.access.viewer(scope)
-                except (Unauthenticated, PermissionDenied):
-                    await out.event("logout", {"error": "the console session ended"})
-                    return
-                checked = time.monotonic()
             await anyio.sleep(max(sent_at + COALESCE - anyio.current_time(), 0.0))
 
-    async def _streaming(self, scope: Scope, receive: Receive, send: Send, body: Any,
-                         *args: Any) -> None:
-        """Run ``body(scope, out, *args)`` as an SSE response until it returns or the client
-        hangs up (the watcher cancels the group); then end the response."""
+    async def _streaming(self, scope: Scope, receive: Receive, send: Send, viewer: Viewer,
+                         body: Any, *args: Any) -> None:
+        """Run ``body(scope, out, *args)`` as an SSE response until it returns, the client
+        hangs up (the watcher cancels the group), or ``viewer``'s credential stops being valid
+        (then a ``logout`` event ends it); then end the response."""
         out = EventStream(send, write_timeout=self.write_timeout)
+        refused = stalled = False
         async with anyio.create_task_group() as tg:
             watcher = DisconnectWatcher(receive, tg.cancel_scope)
             tg.start_soon(watcher.run)
+            feed = anyio.CancelScope()
+
+            async def guard() -> None:
+                nonlocal refused
+                await self._until_refused(scope, viewer)
+                refused = True
+                feed.cancel()
+
+            tg.start_soon(guard)
             try:
-                await body(scope, out, *args)
+                with feed:
+                    await body(scope, out, *args)
+                if refused:
+                    await out.event("logout", {"error": "the console session ended"})
             except TimeoutError:
-                return  # the client stopped reading: nothing more can reach it
+                stalled = True  # the client stopped reading: nothing more can reach it
             except TaskNotFound:
                 pass
             finally:
                 watcher.stop()
-        await out.close()
+                tg.cancel_scope.cancel()  # the guard
+        if not stalled:
+            await out.close()
+
+    async def _until_refused(self, scope: Scope, viewer: Viewer) -> None:
+        """Return once ``viewer``'s credential stops being valid: at once when its session
+        ends (logout, or refused by another request), else at the first re-check (every
+        RECHECK seconds) the authenticator refuses. Never without authentication. An
+        authenticator that is down (ServerUnavailable) is not a refusal."""
+        if not self.access.auth_on:
+            await anyio.sleep_forever()
+        while True:
+            with anyio.move_on_after(RECHECK):
+                if viewer.session is None:
+                    await anyio.sleep_forever()
+                else:
+                    await self.access.sessions.wait_ended(viewer.session)
+            try:
+                viewer = await self.access.viewer(scope)
+            except (Unauthenticated, PermissionDenied):
+                return
+            except ServerUnavailable:
+                continue
 
     async def _task(self, scope: Scope, receive: Receive, send: Send, viewer: Viewer,
                     task_id: str, action: str, method: str) -> None:
@@ -266,7 +301,7 @@ class Console:
                 await send_json(send, 200, {"taskId": task_id, "contextId": task.context_id,
                                             "state": task.status.state.value, "run": view})
             elif action == "timeline" and method != "POST":
-                await self._streaming(scope, receive, send, self._timeline, task_id)
+                await self._streaming(scope, receive, send, viewer, self._timeline, task_id)
             elif action == "cancel" and method == "POST":
                 log.info("console: %s cancels task %s", viewer.name, task_id)
                 task = await self.runner.cancel_task(task_id, by=viewer.name)
