@@ -423,3 +423,21 @@ async def test_identical_sends_racing_run_once_on_sqlite(tmp_path: Path) -> None
             again = await rpc(a, url, "SendMessage", send_params(sent[0]))
             assert again["result"]["task"]["id"] == agent.tasks["round 0"][0]
     assert set(agent.starts.values()) == {1}
+
+
+async def test_claim_keys_of_deleted_claims_are_dropped_and_kept_ones_still_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from scoped_a2a.store.sqlite import core
+
+    monkeypatch.setattr(core, "CLAIM_KEYS_SLACK", 0)
+    async with open_sqlite_store(tmp_path / "tasks.db", max_ended_tasks=2,
+                                 claim_window=0) as store:
+        tasks = [new_task() for _ in range(6)]
+        for i, task in enumerate(tasks):
+            assert await store.claim_message("o", f"m{i}", b"fp", task.id) is None
+            await store.create(task)
+            await store.append(task.id, status(task, TaskState.COMPLETED))
+        assert len(store.claim_keys) <= 2 * 2 + 1  # the deleted tasks' keys went
+        prior = await store.claim_message("o", "m5", b"fp", "again")
+        assert prior is not None and prior.task_id == tasks[5].id  # a kept one is found

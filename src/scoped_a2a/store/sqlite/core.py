@@ -57,6 +57,9 @@ DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
     ord("a"): msgspec.json.Decoder(TaskArtifactUpdateEvent),
     ord("t"): msgspec.json.Decoder(TrajectoryEvent),
 }
+CLAIM_KEYS_SLACK = 10_000
+"""Claim keys held in memory beyond twice the stored tasks before the set is read again (the
+keys of claims retention deleted are dropped then)."""
 RECENT_ENDED = 1024  # ended tasks also kept in memory (a blocking send reads its end at once)
 MEMORY_EVENTS = 1024  # log entries kept in memory per running task (older ones: from the file)
 ENDED_POLL = 5.0  # seconds a wait on an ended task lasts (nothing will be appended)
@@ -131,6 +134,7 @@ class SQLiteCore(TaskStore):
         self._fences: dict[str, str] = {}
         self._pending = claims.Pending()
         self.claim_keys: set[bytes] = set()
+        self._keys_added: set[bytes] | None = None  # while the key set is being reloaded
         """Every claim key the file may hold (loaded at start, added to as claims are made;
         keys of deleted claims may stay: then the file is read and says there is none)."""
         self.queue: Any = None  # the run queue (queue.py), set by open_sqlite_store
@@ -271,7 +275,7 @@ class SQLiteCore(TaskStore):
         def done(seq: int) -> None:
             for key, *_ in made:
                 self._pending.drop(key)
-                self.claim_keys.add(key)
+                self.note_claim(key)
             self.live[task.id] = Record(seq, task.id, owner, task.context_id, task,
                                         decode_task(snap), 0, 0, len(snap))
             if then is not None:
@@ -364,6 +368,23 @@ class SQLiteCore(TaskStore):
         self.ended_count += 1
         self.ended_bytes += rec.size
 
+    def note_claim(self, key: bytes) -> None:
+        """The file holds (or is about to hold) a claim of ``key``."""
+        self.claim_keys.add(key)
+        if self._keys_added is not None:
+            self._keys_added.add(key)
+
+    async def _reload_claim_keys(self) -> None:
+        """Drop the keys of claims retention deleted: read the file's keys again, plus those
+        noted while it was read (its read may not see them), so no key it holds is missed."""
+        self._keys_added = set()
+        try:
+            fresh: set[bytes] = await self._read(
+                lambda c: {bytes(k) for (k,) in c.execute("SELECT key FROM claims")})
+            self.claim_keys = fresh | self._keys_added
+        finally:
+            self._keys_added = None
+
     async def _retain(self, keep: str | None = None) -> None:
         """Delete ended tasks beyond the retention policy (one op in the writer's batch)."""
         policy = self.policy
@@ -390,6 +411,8 @@ class SQLiteCore(TaskStore):
 
         await self.writer.write(
             Work(lambda c: retention.sweep(c, policy, count, size, keep), done))
+        if len(self.claim_keys) > CLAIM_KEYS_SLACK + 2 * (self.ended_count + len(self.live)):
+            await self._reload_claim_keys()
 
     async def aclose(self) -> None:
         """Close the file (checkpointing its WAL) and release its lock."""

@@ -85,7 +85,7 @@ class SQLiteTaskStore(SQLiteCore):
     ) -> PriorSend | None:
         key = claim_key(owner, message_id)
         if created or task_id in self.live or task_id in self._recent:
-            self.claim_keys.add(key)
+            self.note_claim(key)
             result: PriorSend | None = await self.writer.write(Work(
                 lambda c: claims.claim(c, key, fingerprint, task_id, position, True)))
             return result
@@ -114,7 +114,7 @@ class SQLiteTaskStore(SQLiteCore):
             self._pending.drop(key)
             self._pending.add(key, held[0], new_task_id, 0)
             return None
-        self.claim_keys.add(key)
+        self.note_claim(key)
         result: PriorSend | None = await self.writer.write(Work(
             lambda c: claims.reclaim(c, key, old_task_id, new_task_id)))
         return result
