@@ -98,6 +98,30 @@ async def test_a_revoked_key_ends_feeds_and_sessions(tmp_path: Path,
         assert out.status_code == 200 and "Max-Age=0" in out.headers["set-cookie"]
 
 
+async def test_feeds_per_principal_are_capped(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routes, "MAX_FEEDS", 3)
+    async with served(make_app(tmp_path)) as url, httpx.AsyncClient(timeout=10) as client:
+        async with feed(client, url, "runs/stream", key("alice")) as one, \
+                feed(client, url, "runs/stream", key("alice")) as two, \
+                feed(client, url, "runs/stream", key("alice")) as three:
+            for events in (one, two, three):
+                assert (await anext(events))[0] == "snapshot"
+            r = await client.get(url + "console/api/runs/stream", headers=key("alice"))
+            assert r.status_code == 429 and "feeds" in r.json()["error"]
+            assert r.headers["content-security-policy"].startswith("default-src 'none'")
+            # Another principal is not affected by alice's feeds.
+            async with feed(client, url, "runs/stream", key("bob")) as bobs:
+                assert (await anext(bobs))[0] == "snapshot"
+        with anyio.fail_after(3):  # once her feeds hang up she may open one again
+            while True:
+                async with client.stream("GET", url + "console/api/runs/stream",
+                                         headers=key("alice")) as r:
+                    if r.status_code == 200:
+                        break
+                await anyio.sleep(0.02)
+
+
 async def test_hostile_probes_get_a_clear_4xx(tmp_path: Path) -> None:
     origin = {"Origin": ""}
     async with served(make_app(tmp_path)) as url, httpx.AsyncClient(timeout=10) as client:

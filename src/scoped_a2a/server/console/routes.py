@@ -61,6 +61,10 @@ logout ends the session's streams at once."""
 MAX_LIVE = 500
 """Runs in flight listed in one snapshot (``liveTotal`` says how many there are)."""
 
+MAX_FEEDS = 16
+"""Live feeds (runs streams and timelines) one principal may have open at once (a page holds
+two); more are refused with 429, so one credential cannot tie up the server with thousands."""
+
 FILTERS = ("reason", "owner", "state", "context")
 
 
@@ -79,6 +83,7 @@ class Console:
         runner.watch = self.hub
         self.access = Access(authenticate, settings, public_url)
         self.static = StaticFiles()
+        self._feeds: dict[str, int] = {}  # principal id -> its open feeds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         method = scope.get("method", "GET")
@@ -237,7 +242,24 @@ class Console:
                          body: Any, *args: Any) -> None:
         """Run ``body(scope, out, *args)`` as an SSE response until it returns, the client
         hangs up (the watcher cancels the group), or ``viewer``'s credential stops being valid
-        (then a ``logout`` event ends it); then end the response."""
+        (then a ``logout`` event ends it); then end the response. A principal with
+        MAX_FEEDS open feeds gets 429 instead."""
+        who = viewer.principal.id
+        if self._feeds.get(who, 0) >= MAX_FEEDS:
+            await send_error(send, 429, f"too many open console feeds for this principal "
+                             f"(at most {MAX_FEEDS}): close other console pages or streams")
+            return
+        self._feeds[who] = self._feeds.get(who, 0) + 1
+        try:
+            await self._stream(scope, receive, send, viewer, body, *args)
+        finally:
+            if self._feeds[who] <= 1:
+                del self._feeds[who]
+            else:
+                self._feeds[who] -= 1
+
+    async def _stream(self, scope: Scope, receive: Receive, send: Send, viewer: Viewer,
+                      body: Any, *args: Any) -> None:
         out = EventStream(send, write_timeout=self.write_timeout)
         refused = stalled = False
         async with anyio.create_task_group() as tg:
