@@ -19,7 +19,7 @@ from scoped_a2a.server.auth import Authenticator
 from scoped_a2a.server.auth import api_keys as api_keys_module
 from scoped_a2a.server.auth.api_keys import ApiKeys
 from scoped_a2a.server.auth.bearer_jwt import JwtBearer
-from scoped_a2a.server.console import ConsoleSettings, routes
+from scoped_a2a.server.console import ConsoleSettings, access, routes
 from tests.auth_tokens import AUDIENCE, ISSUER, SigningKey, jwks
 from tests.helpers import served
 from tests.test_console_api import KEYS, WRITE, agent, held_run, key, sse
@@ -120,6 +120,29 @@ async def test_feeds_per_principal_are_capped(tmp_path: Path,
                     if r.status_code == 200:
                         break
                 await anyio.sleep(0.02)
+
+
+async def test_logging_in_again_and_again_keeps_other_principals_sessions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(access, "MAX_SESSIONS", 40)
+    monkeypatch.setattr(access, "SESSIONS_PER_PRINCIPAL", 4)
+    app = make_app(tmp_path)
+    assert app.console is not None
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        ops = await login(client, url, "ops-key")
+        first = await login(client, url, "alice-key")
+        for _ in range(60):
+            latest = await login(client, url, "alice-key")
+        assert (await client.get(url + "console/api/me", headers=ops)).status_code == 200
+        assert (await client.get(url + "console/api/me", headers=latest)).status_code == 200
+        assert (await client.get(url + "console/api/me", headers=first)).status_code == 401
+        assert len(app.console.access.sessions) == 5
+        # Wrong credentials leave nothing behind.
+        for _ in range(50):
+            r = await client.post(url + "console/api/login", json={"credential": "guess"},
+                                  headers={**WRITE, "Origin": url.rstrip("/")})
+            assert r.status_code == 401
+        assert len(app.console.access.sessions) == 5
 
 
 async def test_hostile_probes_get_a_clear_4xx(tmp_path: Path) -> None:

@@ -44,6 +44,9 @@ SESSION_SECONDS = 8 * 3600.0
 """How long a console session lasts from its login."""
 MAX_SESSIONS = 1000
 """Sessions kept at once (the oldest is dropped first)."""
+SESSIONS_PER_PRINCIPAL = 16
+"""Sessions one principal may hold (its oldest is dropped first): logging in again and again
+with one credential cannot push everyone else's sessions out of the table."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +95,9 @@ class _Session:
 class Sessions:
     """Console sessions: token -> credential and expiry, in memory, bounded.
 
-    A session ends at logout, at its expiry, when its credential is refused on a re-check, or
-    when the table is full (the oldest goes first); then :meth:`wait_ended` returns, so the
+    A session ends at logout, at its expiry, when its credential is refused on a re-check,
+    when its principal logs in a SESSIONS_PER_PRINCIPAL-th time more, or when the table is
+    full (the oldest goes first); then :meth:`wait_ended` returns, so the
     feeds it has open end at once.
     """
 
@@ -109,6 +113,9 @@ class Sessions:
         token = secrets.token_urlsafe(32)
         self._by_token[token] = _Session(credential, principal,
                                          time.monotonic() + self.seconds)
+        own = [t for t, session in self._by_token.items() if session.principal == principal]
+        for old in own[:-SESSIONS_PER_PRINCIPAL]:  # oldest first (a login is rare: a scan is fine)
+            self.drop(old)
         while len(self._by_token) > self.limit:
             self.drop(next(iter(self._by_token)))
         return token
