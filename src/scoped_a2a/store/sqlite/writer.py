@@ -29,6 +29,7 @@ caller at once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -271,11 +272,25 @@ class Writer:
             raise ServerUnavailable(failure_text(exc, self._path)) from None
 
 
+_ROWS_PER_INSERT = 256  # 1,024 parameters: well under SQLite's limit (32,766)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_events(rows: int) -> str:
+    return "INSERT INTO events VALUES " + ", ".join(["(?, ?, ?, ?)"] * rows)
+
+
 def _write_appended(conn: sqlite3.Connection, appended: list[Appended]) -> None:
     """The events of a batch: one INSERT for all, one row update per task (the latest position,
     state and snapshot; the bytes added up), the log caps' trims."""
-    conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?)",
-                     [(a.seq, a.pos, a.kind, a.body) for a in appended])
+    # Many rows per statement rather than executemany: the sqlite3 module hands the GIL back and
+    # forth around every step, and each hand-over costs the event loop's thread CPU too.
+    for start in range(0, len(appended), _ROWS_PER_INSERT):
+        chunk = appended[start:start + _ROWS_PER_INSERT]
+        params: list[Any] = []
+        for a in chunk:
+            params += (a.seq, a.pos, a.kind, a.body)
+        conn.execute(_insert_events(len(chunk)), params)
     rows: dict[int, list[Any]] = {}
     for a in appended:  # in order: a later event's values win, its bytes add up
         row = rows.get(a.seq)
