@@ -145,6 +145,15 @@ async def test_logging_in_again_and_again_keeps_other_principals_sessions(
         assert len(app.console.access.sessions) == 5
 
 
+async def test_the_cookie_is_secure_behind_a_tls_ending_proxy(tmp_path: Path) -> None:
+    app = make_app(tmp_path, public_url="https://agent.example/")
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        r = await client.post(url + "console/api/login", json={"credential": "alice-key"},
+                              headers={**WRITE, "Origin": "https://agent.example"})
+        assert r.status_code == 200
+        assert "; Secure" in r.headers["set-cookie"]
+
+
 async def test_hostile_probes_get_a_clear_4xx(tmp_path: Path) -> None:
     origin = {"Origin": ""}
     async with served(make_app(tmp_path)) as url, httpx.AsyncClient(timeout=10) as client:

@@ -156,6 +156,11 @@ class Access:
         self._public_origin = _origin_of(public_url) if public_url else None
 
     @property
+    def https(self) -> bool:
+        """The public URL is HTTPS: cookies are ``Secure`` even when TLS ends at a proxy."""
+        return self._public_origin is not None and self._public_origin.startswith("https://")
+
+    @property
     def auth_on(self) -> bool:
         return self.authenticate is not None
 
@@ -236,10 +241,11 @@ def cookie(scope: Scope, name: str) -> str | None:
     return None
 
 
-def session_cookie(scope: Scope, token: str, *, seconds: float) -> bytes:
-    """The ``Set-Cookie`` value of a session (``seconds`` 0: delete it)."""
+def session_cookie(scope: Scope, token: str, *, seconds: float, https: bool = False) -> bytes:
+    """The ``Set-Cookie`` value of a session (``seconds`` 0: delete it). ``Secure`` over HTTPS,
+    and with ``https`` (the public URL is HTTPS: a proxy in front ends TLS)."""
     path = (str(scope.get("root_path") or "").rstrip("/") + "/console") or "/console"
-    secure = "; Secure" if scope.get("scheme") == "https" else ""
+    secure = "; Secure" if https or scope.get("scheme") == "https" else ""
     return (f"{COOKIE}={token}; Path={path}; Max-Age={int(seconds)}; HttpOnly; "
             f"SameSite=Strict{secure}").encode()
 

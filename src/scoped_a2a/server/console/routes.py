@@ -157,8 +157,9 @@ class Console:
         token = self.access.sessions.create(credential, principal.id)
         viewer = Viewer(principal, self.access._operator(principal), token)
         log.info("console login: %s%s", viewer.name, " (operator)" if viewer.operator else "")
-        cookie = session_cookie(scope, token, seconds=self.access.sessions.seconds)
-        await send_json(send, 200, self._me(viewer), [(b"set-cookie", cookie)])
+        set_cookie = session_cookie(scope, token, seconds=self.access.sessions.seconds,
+                                    https=self.access.https)
+        await send_json(send, 200, self._me(viewer), [(b"set-cookie", set_cookie)])
 
     def _me(self, viewer: Viewer) -> dict[str, Any]:
         return {"principal": viewer.principal.id, "operator": viewer.operator,
@@ -176,7 +177,8 @@ class Console:
             if token is not None:
                 self.access.sessions.drop(token)  # its open feeds end at once
             await send_json(send, 200, {"loggedOut": True},
-                            [(b"set-cookie", session_cookie(scope, "", seconds=0))])
+                            [(b"set-cookie", session_cookie(scope, "", seconds=0,
+                                                           https=self.access.https))])
             return
         viewer = await self.access.viewer(scope)
         if method == "POST":
