@@ -5,8 +5,10 @@ up, the cookie behind a TLS-ending proxy, and probes that must get a clear 4xx."
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +232,19 @@ async def test_only_the_configured_scope_claim_makes_an_operator(tmp_path: Path)
                 assert r.json()["operator"] is operator, name
 
 
+
+
+def test_the_page_writes_text_only_under_a_strict_policy() -> None:
+    folder = resources.files("scoped_a2a.server.console").joinpath("static")
+    sinks = re.compile(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|"
+                       r"new Function|setTimeout\(\s*[\"'`]|\.on[a-z]+\s*=|javascript:")
+    for item in folder.iterdir():
+        if item.name.endswith((".js", ".html")):
+            text = item.read_text()
+            assert not sinks.search(text), item.name
+            assert "<script>" not in text and "style=" not in text, item.name
+    policy = routes.SECURITY_HEADERS[0][1].decode()
+    for directive in ("default-src 'none'", "object-src 'none'", "base-uri 'none'",
+                      "frame-ancestors 'none'", "require-trusted-types-for 'script'"):
+        assert directive in policy
+    assert "unsafe-" not in policy

@@ -1,7 +1,8 @@
 """The console's responses: security headers on every one, JSON, static files, SSE streams.
 
 Every console response carries a strict Content-Security-Policy (scripts, styles, images and
-connections from this origin only; no inline script or style, no frames, no plugins) plus
+connections from this origin only; no inline script or style, no frames, no plugins, no
+string written to an HTML sink: Trusted Types) plus
 ``nosniff``, ``no-referrer`` and ``no-store``: the page shows other people's text (agent
 messages), so even a rendering mistake must not become a running script.
 """
@@ -19,7 +20,10 @@ from ..asgi import Send, send_response
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'; "
+    # Spelt out although default-src covers it (scanners and older browsers look for it), and
+    # no string may reach an HTML sink (innerHTML...): the browser enforces textContent-only.
+    "object-src 'none'; require-trusted-types-for 'script'"
 )
 
 SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
