@@ -23,7 +23,7 @@ from scoped_a2a.server.auth.api_keys import ApiKeys
 from scoped_a2a.server.auth.bearer_jwt import JwtBearer
 from scoped_a2a.server.console import ConsoleSettings, access, routes
 from tests.auth_tokens import AUDIENCE, ISSUER, SigningKey, jwks
-from tests.helpers import served
+from tests.helpers import served, text_message
 from tests.test_console_api import KEYS, WRITE, agent, held_run, key, sse
 
 pytestmark = pytest.mark.anyio
@@ -248,3 +248,50 @@ def test_the_page_writes_text_only_under_a_strict_policy() -> None:
                       "frame-ancestors 'none'", "require-trusted-types-for 'script'"):
         assert directive in policy
     assert "unsafe-" not in policy
+
+
+async def test_an_operator_by_name_sees_only_the_tenants_it_may_use(tmp_path: Path) -> None:
+    """A multi-tenant issuer may give each tenant its own "ops": the one limited to t1 must
+    not become an operator of t2 (a principal named like the operator, another tenant)."""
+    signing = SigningKey()
+    (tmp_path / "jwks.json").write_text(json.dumps(jwks(signing)))
+    bearer = JwtBearer(str(tmp_path / "jwks.json"), issuer=ISSUER, audience=AUDIENCE,
+                       tenants_claim="tenants")
+    app = A2AApp(agent, authenticate=Authenticator([bearer]),
+                 console=ConsoleSettings(frozenset({"ops"})))
+    bob = {"Authorization": "Bearer " + signing.token("bob", tenants=["t1", "t2"]),
+           "A2A-Version": "1.0"}
+    ops_t1 = {"Authorization": "Bearer " + signing.token("ops", tenants=["t1"])}
+    ops_all = {"Authorization": "Bearer " + signing.token("ops")}
+
+    @asynccontextmanager
+    async def run_in(client: httpx.AsyncClient, url: str, tenant: str) -> AsyncIterator[str]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                "params": {"message": text_message("work"), "tenant": tenant}}
+        async with client.stream("POST", url, json=body, headers=bob) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data:"):
+                    yield json.loads(line[5:])["result"]["task"]["id"]
+                    return
+
+    app_all = A2AApp(agent, authenticate=Authenticator([JwtBearer(
+        str(tmp_path / "jwks.json"), issuer=ISSUER, audience=AUDIENCE)]),
+        console=ConsoleSettings(frozenset({"ops"})))
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client, \
+            run_in(client, url, "t1") as in_t1, run_in(client, url, "t2") as in_t2:
+        runs = (await client.get(url + "console/api/runs", headers=ops_t1)).json()
+        assert [r["taskId"] for r in runs["live"]] == [in_t1]
+        for route in (f"tasks/{in_t2}", f"tasks/{in_t2}/timeline"):
+            r = await client.get(url + "console/api/" + route, headers=ops_t1)
+            assert r.status_code == 404
+        r = await client.post(url + f"console/api/tasks/{in_t2}/cancel",
+                              headers={**ops_t1, **WRITE})
+        assert r.status_code == 404
+        assert (await client.get(url + f"console/api/tasks/{in_t1}",
+                                 headers=ops_t1)).status_code == 200
+    async with served(app_all) as url, httpx.AsyncClient(timeout=10) as client:
+        # Without a tenants claim in use, the operator sees every tenant.
+        bob = {**bob, "Authorization": "Bearer " + signing.token("bob")}
+        async with run_in(client, url, "t1") as in_t1, run_in(client, url, "t2") as in_t2:
+            runs = (await client.get(url + "console/api/runs", headers=ops_all)).json()
+            assert {r["taskId"] for r in runs["live"]} == {in_t1, in_t2}

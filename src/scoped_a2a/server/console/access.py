@@ -11,7 +11,8 @@ the session is dropped, credential and all). Open live feeds re-check it every f
 end at once when their session ends (logout).
 
 Seeing. An operator (a principal id in ``operators``, or a JWT carrying ``operator_scope``)
-sees every run; anyone else sees the runs their principal owns, in the tenants it may use.
+sees every owner's runs; anyone else sees the runs their principal owns; both only in the
+tenants the principal may use (a JWT's tenants claim).
 Without an authenticator every caller is the anonymous principal, which owns every task, so the
 console shows everything (as the A2A methods do).
 
@@ -74,11 +75,11 @@ class Viewer:
         return self.principal.id or "anonymous"
 
     def sees(self, owner: str) -> bool:
-        """Whether this viewer may see a task owned by the owner key ``owner``."""
-        if self.operator:
-            return True
+        """Whether this viewer may see a task owned by the owner key ``owner``: its own, or
+        any owner's for an operator; either way only in the tenants its principal may use (a
+        multi-tenant issuer may name a principal in another tenant like the operator)."""
         principal, tenant = split_owner(owner)
-        if principal != self.principal.id:
+        if not self.operator and principal != self.principal.id:
             return False
         tenants = self.principal.tenants
         return tenants is None or tenant in tenants
