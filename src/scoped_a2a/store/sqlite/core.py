@@ -21,6 +21,7 @@ what to fix.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections import OrderedDict, deque
@@ -46,6 +47,7 @@ from .schema import Database
 from .seal import Sealer
 from .writer import Appended, Work, Writer
 
+log = logging.getLogger("scoped_a2a.sqlite")
 _encode = msgspec.json.Encoder().encode
 decode_task = msgspec.json.Decoder(Task).decode
 _decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
@@ -358,7 +360,10 @@ class SQLiteCore(TaskStore):
         # An end is acknowledged only once stored (the queue retires a run on it).
         await self.writer.write(work)
         if ends:
-            await self._retain(keep=task_id)
+            try:
+                await self._retain(keep=task_id)
+            except ServerUnavailable as exc:  # the end is stored; retention tries again later
+                log.warning("SQLite store retention failed: %s", exc)
         return pos
 
     def _ended(self, rec: Record) -> None:
