@@ -295,3 +295,22 @@ async def test_an_operator_by_name_sees_only_the_tenants_it_may_use(tmp_path: Pa
         async with run_in(client, url, "t1") as in_t1, run_in(client, url, "t2") as in_t2:
             runs = (await client.get(url + "console/api/runs", headers=ops_all)).json()
             assert {r["taskId"] for r in runs["live"]} == {in_t1, in_t2}
+
+
+async def test_without_authentication_a_dns_name_host_is_refused() -> None:
+    """DNS rebinding: a page at http://evil.example:PORT whose name now points at 127.0.0.1 is
+    same-origin with the console in the browser's eyes (its Origin matches its Host). Without
+    authentication every caller is an operator, so such a page could read every run and cancel
+    them: the console refuses a Host that is neither an IP address nor localhost."""
+    app = A2AApp(agent, console=ConsoleSettings())
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        evil = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+        for method, route in (("GET", "console"), ("GET", "console/api/runs"),
+                              ("GET", "console/api/runs/stream"),
+                              ("POST", "console/api/tasks/x/cancel")):
+            r = await client.request(method, url + route, headers={**evil, **WRITE})
+            assert r.status_code == 403 and "Host" in r.json()["error"], route
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+            r = await client.get(url + "console/api/runs", headers={"Host": host})
+            assert r.status_code == 200, host

@@ -24,6 +24,7 @@ own, and, when the browser sends it, ``Sec-Fetch-Site: same-origin``.
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 import time
 from collections import OrderedDict
@@ -155,6 +156,7 @@ class Access:
         self.settings = settings
         self.sessions = Sessions()
         self._public_origin = _origin_of(public_url) if public_url else None
+        self._public_host = (urlsplit(public_url).hostname or "") if public_url else None
 
     @property
     def https(self) -> bool:
@@ -202,6 +204,30 @@ class Access:
         if wanted is None:
             return False
         return wanted in _scopes(principal.claims.get("scope"), principal.claims.get("scp"))
+
+    def check_host(self, scope: Scope) -> None:
+        """Without authentication, refuse (PermissionDenied) a request whose ``Host`` is a DNS
+        name other than ``localhost`` or the public URL's host.
+
+        Why: every caller is then an operator, and a page on another site whose DNS name is
+        made to point at this server (DNS rebinding) is same-origin with it in the browser's
+        eyes. Such a request names the attacker's host; an IP address or ``localhost`` cannot
+        be rebound. With authentication on, a rebound page has no credential to use.
+        """
+        if self.authenticate is not None:
+            return
+        host = (header(scope, b"host") or "").strip().lower()
+        if not host or host.startswith("["):  # no Host (HTTP/1.0), or an IPv6 literal
+            return
+        name = host.rsplit(":", 1)[0].rstrip(".")
+        if name == "localhost" or name.endswith(".localhost") or name == self._public_host:
+            return
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            raise PermissionDenied(
+                "this console has no authentication, so it answers only requests to an IP "
+                "address or localhost (or --public-url's host) in their Host header") from None
 
     def check_write(self, scope: Scope) -> None:
         """Refuse (PermissionDenied) a write that may come from another site; see the module

@@ -88,6 +88,11 @@ class Console:
     async def __call__(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         method = scope.get("method", "GET")
         try:
+            try:
+                self.access.check_host(scope)
+            except PermissionDenied:
+                await discard_body(scope, receive)
+                raise
             if method == "POST" and path == "/console/api/login":
                 await self._login(scope, receive, send)
                 return
