@@ -28,8 +28,8 @@ from hypercorn.config import Config
 from scoped_a2a import A2AApp
 from scoped_a2a.server import hypercorn_fixes
 
-from .grpc_client import Stub, in_thread, send_request
-from .helpers import free_port
+from .grpc_client import V1, Stub, in_thread, send_request
+from .helpers import free_port, served
 from .test_grpc import agent
 from .test_grpc_hangup import many_calls
 
@@ -214,3 +214,37 @@ def test_a_grpc_client_that_stops_reading_is_cut_off(backend: str, tmp_path: Pat
         stingy.close()
         text = stop(proc, log)
         assert text.count("closed a stream whose client stopped reading") == 20
+
+
+async def test_many_calls_in_flight_do_not_fill_the_priority_tree() -> None:
+    """64 gRPC calls in flight on one connection, in closed loops (the benchmark's load), 1,500
+    in all: every answered stream leaves hypercorn's priority tree (F). Before, the tree grew
+    by one entry per call answered and at 1,000 ``TooManyStreamsError`` ended the connection
+    (and the whole server on trio)."""
+    import asyncio
+
+    app = A2AApp(agent, grpc=True, grace=1.0)
+    async with served(app) as url:
+
+        async def session() -> int:
+            from a2a.types.a2a_pb2_grpc import A2AServiceStub
+
+            answered = 0
+            async with grpc.aio.insecure_channel(url.split("//")[1].rstrip("/")) as channel:
+                stub = A2AServiceStub(channel)
+                task = (await stub.SendMessage(send_request("hi"), metadata=V1)).task
+
+                async def caller() -> None:
+                    nonlocal answered
+                    while answered < 1500:
+                        answered += 1
+                        got = await stub.GetTask(pb.GetTaskRequest(id=task.id), metadata=V1)
+                        assert got.id == task.id
+
+                async with asyncio.TaskGroup() as tg:
+                    for _ in range(64):
+                        tg.create_task(caller())
+            return answered
+
+        answered = await anyio.to_thread.run_sync(lambda: asyncio.run(session()))
+    assert answered >= 1500

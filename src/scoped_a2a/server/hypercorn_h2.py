@@ -43,6 +43,14 @@ E. **GOAWAY after ``keep_alive_max_requests`` loses the streams in flight.** Pas
    client may retry them elsewhere; gRPC clients do), and once the last stream has ended the
    connection is closed. ``serve`` lifts the cap for HTTP/2 anyway (one connection is one
    client); this is for hypercorn configured by hand.
+F. **Answered streams pile up in the priority tree (trailers).** A stream leaves hypercorn's
+   priority tree and its buffer table only when the sender task next visits it. A response
+   that ends with trailers (every gRPC call) is finished by the app's own task (the trailers
+   carry END_STREAM), and under steady load the sender task did not get round to the finished
+   streams: with 64 gRPC calls in flight on one connection the tree grew by one entry per call
+   answered (940 after 940 calls), and at 1,000 ``TooManyStreamsError`` ended the connection,
+   and on trio the whole server. Now a stream whose trailers have gone out, and whose buffer is
+   empty, leaves both tables when it closes; the sender task skips a stream it no longer finds.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ def install() -> None:
     _bound_priority_and_resets(H2Protocol)
     _wait_for_the_window(H2Protocol)
     _drain_after_max_requests(H2Protocol)
+    _forget_streams_ended_by_trailers(H2Protocol)
 
 
 # --- B. DATA for a stream that has been answered -------------------------------------------
@@ -293,3 +302,47 @@ def _drain_after_max_requests(protocol_class: Any) -> None:
     protocol_class._create_stream = _create_stream
     protocol_class._handle_events = _handle_events
     protocol_class.stream_send = drained_stream_send
+
+
+# --- F. streams ended by their trailers leave the priority tree ---------------------------
+
+
+def _forget_streams_ended_by_trailers(protocol_class: Any) -> None:
+    import priority.priority
+    from hypercorn.protocol.events import StreamClosed, Trailers
+
+    stream_send: Callable[[Any, Any], Awaitable[None]] = protocol_class.stream_send
+    send_data: Callable[[Any, int], Awaitable[None]] = protocol_class._send_data
+
+    async def trailers_aware_stream_send(self: Any, event: Any) -> None:
+        await stream_send(self, event)
+        if isinstance(event, Trailers):
+            # hypercorn sent them with END_STREAM: nothing is left for the sender task to do
+            # for this stream but forget it, which it may not get round to (module docstring).
+            ended: set[int] = self.__dict__.setdefault("_scoped_a2a_ended", set())
+            ended.add(event.stream_id)
+        elif isinstance(event, StreamClosed):
+            ended = self.__dict__.get("_scoped_a2a_ended", set())
+            if event.stream_id in ended:
+                ended.discard(event.stream_id)
+                buffer = self.stream_buffers.get(event.stream_id)
+                if buffer is not None and buffer.complete and not buffer.buffer:
+                    del self.stream_buffers[event.stream_id]
+                    with contextlib.suppress(priority.priority.PriorityError):
+                        self.priority.remove_stream(event.stream_id)
+
+    async def tolerant_send_data(self: Any, stream_id: int) -> None:
+        if stream_id not in self.stream_buffers:  # forgotten above since it was picked
+            with contextlib.suppress(priority.priority.PriorityError):
+                self.priority.remove_stream(stream_id)
+            return
+        try:
+            await send_data(self, stream_id)
+        except KeyError:
+            # Forgotten above while the sender task waited on it: hypercorn's clean-up of the
+            # stream looked it up again. Nothing is left to send for it.
+            with contextlib.suppress(priority.priority.PriorityError):
+                self.priority.remove_stream(stream_id)
+
+    protocol_class.stream_send = trailers_aware_stream_send
+    protocol_class._send_data = tolerant_send_data
