@@ -62,6 +62,7 @@ DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
 CLAIM_KEYS_SLACK = 10_000
 """Claim keys held in memory beyond twice the stored tasks before the set is read again (the
 keys of claims retention deleted are dropped then)."""
+_TRAJECTORY = ord("t")
 RECENT_ENDED = 1024  # ended tasks also kept in memory (a blocking send reads its end at once)
 MEMORY_EVENTS = 1024  # log entries kept in memory per running task (older ones: from the file)
 ENDED_POLL = 5.0  # seconds a wait on an ended task lasts (nothing will be appended)
@@ -335,24 +336,12 @@ class SQLiteCore(TaskStore):
             rec.wsnap_pos = pos
         grow = len(encoded) + (len(snap) if snap is not None else 0)
         row = Appended(rec.seq, pos, kind, encoded, grow, snap=snap,
-                       trim=max(pos - self.max_events_per_task, 0))
+                       trim=max(pos - self.max_events_per_task, 0), rec=rec, event=event,
+                       ends=ends)
         if isinstance(event, TaskStatusUpdateEvent):
             row.state, row.ts, row.ended_at = status.state.value, status.timestamp, ended_at
-
-        def done(_: None) -> int:
-            rec.last = pos
-            rec.size += grow
-            if status_changed:
-                apply_event(rec.view, event)
-            if snap is not None:
-                rec.snap_pos = pos
-            rec.events.append(LogEntry(pos, event, encoded))
-            if ends:
-                self._ended(rec)
-            rec.wake()
-            return pos
-
-        work = Work(None, done, rec.undo, refusable=False, append=row)
+        # One bound method for every append (no closure per event: a stream makes many).
+        work = Work(None, self._publish, rec.undo, refusable=False, append=row)
         if not ends and self.writer.has_room:
             # Published (to readers) at its commit; the run need not wait for the disk.
             self.writer.push(work)
@@ -365,6 +354,21 @@ class SQLiteCore(TaskStore):
             except ServerUnavailable as exc:  # the end is stored; retention tries again later
                 log.warning("SQLite store retention failed: %s", exc)
         return pos
+
+    def _publish(self, row: Appended) -> int:
+        """An appended event is committed: readers see it from now on; its position."""
+        rec: Record = row.rec
+        rec.last = row.pos
+        rec.size += row.grow
+        if row.kind != _TRAJECTORY:
+            apply_event(rec.view, row.event)
+        if row.snap is not None:
+            rec.snap_pos = row.pos
+        rec.events.append(LogEntry(row.pos, row.event, row.body))
+        if row.ends:
+            self._ended(rec)
+        rec.wake()
+        return row.pos
 
     def _ended(self, rec: Record) -> None:
         rec.ended = True

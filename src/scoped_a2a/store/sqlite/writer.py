@@ -83,6 +83,10 @@ class Appended:
     ended_at: float | None = None
     snap: bytes | None = None
     trim: int = 0  # the position the log's cap drops (0: none)
+    # What the store publishes once it is committed (its op's ``done`` gets this row).
+    rec: Any = None
+    event: Any = None
+    ends: bool = False
 
 
 class _Item:
@@ -240,7 +244,7 @@ class Writer:
                 if run is None:
                     assert append is not None
                     appended.append(append)
-                    out.append(None)
+                    out.append(append)  # what its ``done`` publishes
                     continue
                 if not refusable:
                     out.append(run(conn))
