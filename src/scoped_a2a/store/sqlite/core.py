@@ -5,10 +5,17 @@ the truth for the tasks that can still change: every running task is held as a r
 snapshot folded as events are accepted, its committed position, its recent log entries), and
 reads of running tasks are answered from memory. Ended tasks never change: they are read from
 the file (a few recently ended ones stay in memory as well). Every write goes through the
-:class:`.writer.Writer`: it is decided in memory (position, fold, "terminal states never
-change"), committed in a batch, and only then visible to readers and answered. So a reader never
-sees an event that a crash could lose, and an append's caller learns its position only once it
-is on disk.
+:class:`.writer.Writer`: it is decided in memory when it is handed over (position, fold,
+"terminal states never change"), committed in a batch, and only then visible to readers. So a
+reader never sees an event that a crash could lose. A create, a task's end and a claim are
+answered once committed; a running task's other events are not waited for (the run learns of a
+failed commit at its next append: ServerUnavailable). After a crash, an event that was handed
+over but not committed is simply not there; the run is run again (detached) or recorded ended
+(interactive), see recovery.py.
+
+Snapshots. Each record keeps two folds of its task: ``work`` (every event handed over) and
+``view`` (every event committed: what readers get). The file holds the snapshot as of
+``snap_pos``, written every SNAP_EVERY events and at the end; loading folds the events after it.
 
 Blocking. No SQLite call runs on the event loop: writes in the writer thread, reads in the
 reader thread (its own connection and capacity limiter; WAL lets it read while the writer
