@@ -143,16 +143,21 @@ def open_database(path: str | Path, *, synchronous: str = "full") -> Database:
         raise StoreOpenError(
             f"{path} is in use by another process (a second serve on the same file?): one "
             "process per SQLite store; use --store redis://... for several") from None
+    opened: list[sqlite3.Connection] = []
     try:
         writer = _connect(path)
+        opened.append(writer)
         found = _prepare(writer, path, synchronous)
         reader = _connect(path)
+        opened.append(reader)
         reader.execute("PRAGMA query_only = 1")
-    except StoreOpenError:
-        os.close(lock_fd)
-        raise
-    except sqlite3.Error as exc:
-        os.close(lock_fd)
+    except (StoreOpenError, sqlite3.Error) as exc:
+        for conn in opened:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        os.close(lock_fd)  # after the connections: closing it drops SQLite's locks too
+        if isinstance(exc, StoreOpenError):
+            raise
         raise StoreOpenError(f"cannot use {path} as the SQLite store: {_why(exc)}") from None
     return Database(path, writer, reader, lock_fd, found)
 
