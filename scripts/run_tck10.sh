@@ -8,7 +8,9 @@
 # `python -m venv .venv && .venv/bin/pip install -e .`, as its README says with uv).
 # For each backend (trio, asyncio) one scoped-a2a server (scoped_a2a.agents.tck:tck_agent), and
 # one a2a-sdk server (scripts/tck10_sdk_server.py); against each, the kit once per transport
-# the card declares (JSON-RPC, HTTP+JSON; gRPC is not served) and per level (must, should).
+# the card declares (JSON-RPC, HTTP+JSON, and gRPC: scoped-a2a serves it with --grpc; the
+# a2a-sdk server here serves no gRPC) and per level (must, should). A TRANSPORTS item may name
+# several, comma-separated ("grpc,jsonrpc,http_json"): one kit run over all of them.
 # Each run's JUnit XML is kept as OUTDIR/NAME.xml, its output as OUTDIR/NAME.log; the table is
 # read from the XML (scripts/tck10_table.py), not from the kit's own summary.
 # Environment: PYTHON (interpreter with scoped-a2a and a2a-sdk; default .venv-311/bin/python),
@@ -25,7 +27,7 @@ set -u
 OUT=$1; KIT=${2:-/work/tck10}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-$ROOT/.venv-311/bin/python}
-BACKENDS=${BACKENDS:-trio asyncio}; TRANSPORTS=${TRANSPORTS:-jsonrpc http_json}
+BACKENDS=${BACKENDS:-trio asyncio}; TRANSPORTS=${TRANSPORTS:-jsonrpc http_json grpc}
 LEVELS=${LEVELS:-must should}; PORT=${PORT:-8871}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -62,7 +64,7 @@ for backend in $BACKENDS; do
     PYTHONPATH="$ROOT/scripts/tck10_resolver:$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" \
         "$PYTHON" -m scoped_a2a serve --backend "$backend" --host 127.0.0.1 --port "$PORT" \
         --agent scoped_a2a.agents.tck:tck_agent --public-url "http://127.0.0.1:$PORT" \
-        --card-1-0-only --allow-webhook-host localhost ${SERVE_ARGS:-} \
+        --card-1-0-only --allow-webhook-host localhost --grpc ${SERVE_ARGS:-} \
         >"$OUT/scoped-$backend.server.log" 2>&1 &
     SERVER=$!
     wait_card "$PORT" && run_kit "scoped-$backend" "$PORT"
@@ -73,6 +75,8 @@ done
 if [ "${SDK:-1}" != 0 ]; then
     "$PYTHON" "$ROOT/scripts/tck10_sdk_server.py" --port "$PORT" >"$OUT/a2a-sdk.server.log" 2>&1 &
     SERVER=$!
+    # Its card lists no gRPC interface: the kit would find no transport to test there.
+    TRANSPORTS=$(for t in $TRANSPORTS; do case $t in *grpc*) ;; *) printf '%s ' "$t";; esac; done)
     wait_card "$PORT" && run_kit "a2a-sdk" "$PORT"
     stop $SERVER
 fi
