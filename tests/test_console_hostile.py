@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from scoped_a2a import A2AApp
+from scoped_a2a.protocol.errors import Unauthenticated
+from scoped_a2a.protocol.principal import Principal
 from scoped_a2a.server.auth import Authenticator
 from scoped_a2a.server.auth import api_keys as api_keys_module
 from scoped_a2a.server.auth.api_keys import ApiKeys
@@ -314,3 +316,36 @@ async def test_without_authentication_a_dns_name_host_is_refused() -> None:
         for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
             r = await client.get(url + "console/api/runs", headers={"Host": host})
             assert r.status_code == 200, host
+
+
+async def test_an_authenticator_outage_does_not_end_feeds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JWKS endpoint down is not a revoked credential: feeds stay open across it, and the
+    re-checks do not spin (a session that ended meanwhile waits for the next re-check)."""
+    monkeypatch.setattr(routes, "RECHECK", 0.05)
+    down = False
+    calls = 0
+
+    async def authenticate(scope: Any) -> Principal:
+        nonlocal calls
+        calls += 1
+        if down:
+            raise RuntimeError("the issuer is unreachable")
+        if dict(scope["headers"]).get(b"authorization") == b"Bearer alice-key":
+            return Principal("alice")
+        raise Unauthenticated("no")
+
+    app = A2AApp(agent, authenticate=authenticate, console=ConsoleSettings())
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        jar = await login(client, url, "alice-key")
+        both = {**jar, "Authorization": "Bearer alice-key"}
+        async with feed(client, url, "runs/stream", both) as runs:
+            assert (await anext(runs))[0] == "snapshot"
+            down = True
+            await client.post(url + "console/api/logout",
+                              headers={**jar, **WRITE, "Origin": url.rstrip("/")})
+            calls = 0
+            with anyio.move_on_after(0.5):
+                assert await last_event(runs) == "never"  # nothing ends it
+            assert calls < 30  # re-checks every 0.05 s, not a tight loop
+            down = False

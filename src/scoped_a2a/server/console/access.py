@@ -111,6 +111,9 @@ class Sessions:
     def __len__(self) -> int:
         return len(self._by_token)
 
+    def __contains__(self, token: object) -> bool:
+        return token in self._by_token
+
     def create(self, credential: str, principal: str) -> str:
         token = secrets.token_urlsafe(32)
         self._by_token[token] = _Session(credential, principal,

@@ -10,6 +10,7 @@ Cancellation: a hang-up on a stream is seen by a disconnect watcher (the one rea
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -313,8 +314,9 @@ class Console:
                 viewer = await self.access.viewer(scope)
             except (Unauthenticated, PermissionDenied):
                 return
-            except ServerUnavailable:
-                continue
+            except ServerUnavailable:  # try again at the next re-check, not in a tight loop
+                if viewer.session is not None and viewer.session not in self.access.sessions:
+                    viewer = dataclasses.replace(viewer, session=None)
 
     async def _task(self, scope: Scope, receive: Receive, send: Send, viewer: Viewer,
                     task_id: str, action: str, method: str) -> None:
