@@ -73,3 +73,14 @@ def test_values_that_do_not_fit_are_refused_as_json_format_does(doc: object) -> 
     with pytest.raises(json_format.ParseError):
         messages.from_json(json.dumps(doc).encode(),
                            messages.message_class("lf.a2a.v1.SendMessageResponse"))
+
+
+def test_the_generated_descriptor_module_is_current() -> None:
+    """``scripts/gen_grpc.py --check``: the committed module is what the vendored proto gives."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "scripts" / "gen_grpc.py"), "--check"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
