@@ -441,3 +441,25 @@ async def test_claim_keys_of_deleted_claims_are_dropped_and_kept_ones_still_foun
         assert len(store.claim_keys) <= 2 * 2 + 1  # the deleted tasks' keys went
         prior = await store.claim_message("o", "m5", b"fp", "again")
         assert prior is not None and prior.task_id == tasks[5].id  # a kept one is found
+
+
+async def test_recently_ended_tasks_kept_in_memory_are_bounded_and_the_rest_read_from_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from scoped_a2a.store.sqlite import core
+
+    monkeypatch.setattr(core, "RECENT_BYTES", 100_000)
+    monkeypatch.setattr(core, "RECENT_EVENTS", 4)
+    async with open_sqlite_store(tmp_path / "tasks.db") as store:
+        tasks = [new_task() for _ in range(10)]
+        for task in tasks:
+            await store.create(task)
+            for i in range(10):
+                await store.append(task.id, chunk(task, "x" * 2000, append=i > 0))
+            await store.append(task.id, status(task, TaskState.COMPLETED))
+        assert store._recent_bytes <= 100_000 and len(store._recent) < 10
+        for task in tasks:  # every one still reads whole: from memory or from the file
+            page = await store.read(task.id, 0)
+            assert [e.position for e in page.entries] == list(range(1, 12))
+            got, _ = await store.get(task.id)
+            assert got.artifacts is not None and len(got.artifacts[0].parts) == 10

@@ -71,6 +71,8 @@ CLAIM_KEYS_SLACK = 10_000
 keys of claims retention deleted are dropped then)."""
 _TRAJECTORY = ord("t")
 RECENT_ENDED = 1024  # ended tasks also kept in memory (a blocking send reads its end at once)
+RECENT_BYTES = 32 << 20  # ... and about this many bytes of them at most
+RECENT_EVENTS = 64  # log entries an ended task keeps in memory (older ones: from the file)
 MEMORY_EVENTS = 1024  # log entries kept in memory per running task (older ones: from the file)
 ENDED_POLL = 5.0  # seconds a wait on an ended task lasts (nothing will be appended)
 
@@ -90,8 +92,9 @@ class Record:
     to the writer (ahead of the file while they wait for their commit); ``view``/``last``/
     ``events``/``snap_pos``: as committed, which is all readers ever see."""
 
-    __slots__ = ("changed", "context_id", "ended", "events", "id", "last", "owner", "poisoned",
-                 "seq", "size", "snap_pos", "view", "wlast", "work", "wsnap_pos")
+    __slots__ = ("changed", "context_id", "cost", "ended", "events", "id", "last", "owner",
+                 "poisoned", "seq", "size", "snap_len", "snap_pos", "view", "wlast", "work",
+                 "wsnap_pos")
 
     def __init__(self, seq: int, task_id: str, owner: str, context_id: str, work: Task,
                  view: Task, last: int, snap_pos: int, size: int) -> None:
@@ -103,6 +106,8 @@ class Record:
         self.changed: anyio.Event | None = None
         self.ended = False
         self.poisoned: str | None = None  # queued events of it were lost (a failed commit)
+        self.snap_len = 0  # the length of its last snapshot's JSON (what it costs in memory)
+        self.cost = 0  # the bytes counted for it while it is among the recently ended
 
     def snapshot(self) -> Task:
         """The committed snapshot (shared: do not change it; encode it before an await)."""
@@ -137,6 +142,7 @@ class SQLiteCore(TaskStore):
         self._read_limiter = anyio.CapacityLimiter(1)
         self.live: dict[str, Record] = {}
         self._recent: OrderedDict[str, Record] = OrderedDict()
+        self._recent_bytes = 0
         self.ended_count = 0
         self.ended_bytes = 0
         self._next_age_sweep = 0.0
@@ -189,15 +195,34 @@ class SQLiteCore(TaskStore):
             return rec
         task = decode_task(snap)  # an ended task's snapshot is written at its end
         rec = Record(seq, task_id, owner, context_id, task, task, last, last, 0)
+        rec.snap_len = len(snap)
         rec.ended = True
         self._remember(rec)
         return rec
 
     def _remember(self, rec: Record) -> None:
+        """Keep the ended ``rec`` among the recently ended (a few of its last entries), within
+        RECENT_ENDED tasks and about RECENT_BYTES."""
+        while len(rec.events) > RECENT_EVENTS:
+            rec.events.popleft()
+        if rec.id in self._recent:
+            self._recent.move_to_end(rec.id)
+            return
+        # The snapshot twice (the object tree costs more than its JSON), plus the entries.
+        rec.cost = 2 * rec.snap_len + sum(len(e.encoded) for e in rec.events)
         self._recent[rec.id] = rec
-        self._recent.move_to_end(rec.id)
-        if len(self._recent) > RECENT_ENDED:
-            self._recent.popitem(last=False)
+        self._recent_bytes += rec.cost
+        while self._recent and (len(self._recent) > RECENT_ENDED
+                                or self._recent_bytes > RECENT_BYTES) \
+                and next(iter(self._recent)) != rec.id:
+            _, old = self._recent.popitem(last=False)
+            self._recent_bytes -= old.cost
+
+    def _forget(self, task_id: str) -> Record | None:
+        rec = self._recent.pop(task_id, None)
+        if rec is not None:
+            self._recent_bytes -= rec.cost
+        return rec
 
     async def owner_of(self, task_id: str) -> str:
         return (await self._row(task_id)).owner
@@ -370,7 +395,7 @@ class SQLiteCore(TaskStore):
         if row.kind != _TRAJECTORY:
             apply_event(rec.view, row.event)
         if row.snap is not None:
-            rec.snap_pos = row.pos
+            rec.snap_pos, rec.snap_len = row.pos, len(row.snap)
         rec.events.append(LogEntry(row.pos, row.event, row.body))
         if row.ends:
             self._ended(rec)
@@ -419,7 +444,7 @@ class SQLiteCore(TaskStore):
             for task_id, task_size in gone:
                 self.ended_count -= 1
                 self.ended_bytes -= task_size
-                rec = self._recent.pop(task_id, None)
+                rec = self._forget(task_id)
                 if rec is not None:
                     rec.wake()
             self.ended_count = max(self.ended_count, 0)
