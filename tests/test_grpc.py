@@ -205,3 +205,33 @@ async def test_a_grpc_only_client_and_json_rpc_share_one_task() -> None:
             assert got.artifacts[0].parts[0].text == "echo: from json"
         finally:
             stub.close()
+
+
+async def test_gzip_requests_and_resumed_subscriptions() -> None:
+    """A gzip-compressed request message is read (``grpc-encoding: gzip``); ``last-event-id``
+    metadata resumes a subscription after that log position, as the header does on SSE."""
+    import grpc
+
+    async with served(grpc_app()) as url:
+        stub = Stub(url)
+        try:
+            sent = await stub("SendMessage", send_request("zipped " + "z" * 5000),
+                              compression=grpc.Compression.Gzip)
+            assert sent.task.artifacts[0].parts[0].text.startswith("echo: zipped zzz")
+            sleeper = (await stub("SendMessage", send_request(
+                "sleep 0.5", return_immediately=True))).task
+            everything = await stub.stream("SubscribeToTask",
+                                           pb.SubscribeToTaskRequest(id=sleeper.id))
+            assert everything[0].WhichOneof("payload") == "task"
+            sleeper = (await stub("SendMessage", send_request(
+                "sleep 0.5", return_immediately=True))).task
+            resumed = await stub.stream("SubscribeToTask",
+                                        pb.SubscribeToTaskRequest(id=sleeper.id),
+                                        metadata=(("a2a-version", "1.0"),
+                                                  ("last-event-id", "0")))
+            # From position 0 on: no snapshot first, the logged events themselves.
+            assert resumed and resumed[0].WhichOneof("payload") != "task"
+            assert pb.TaskState.Name(resumed[-1].status_update.status.state) == \
+                "TASK_STATE_COMPLETED"
+        finally:
+            stub.close()
