@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -43,85 +43,32 @@ from ...protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
 from ...protocol.trajectory import LogEvent, TrajectoryEvent
 from ...protocol.types import (
     Task,
-    TaskArtifactUpdateEvent,
-    TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
 from ..base import LogEntry, LogPage, TaskEnded, TaskStore
 from ..snapshot import apply_event
 from . import claims, retention
+from .records import (
+    DECODERS,
+    KIND_OF,
+    SNAP_EVERY,
+    TRAJECTORY,
+    Record,
+    decode_task,
+)
 from .schema import Database
 from .seal import Sealer
 from .writer import Appended, Work, Writer
 
 log = logging.getLogger("scoped_a2a.sqlite")
 _encode = msgspec.json.Encoder().encode
-decode_task = msgspec.json.Decoder(Task).decode
-_decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
-_KIND_OF: dict[type[Any], int] = {
-    TaskStatusUpdateEvent: ord("s"), TaskArtifactUpdateEvent: ord("a"), TrajectoryEvent: ord("t"),
-}
-DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
-    ord("s"): msgspec.json.Decoder(TaskStatusUpdateEvent),
-    ord("a"): msgspec.json.Decoder(TaskArtifactUpdateEvent),
-    ord("t"): msgspec.json.Decoder(TrajectoryEvent),
-}
 CLAIM_KEYS_SLACK = 10_000
 """Claim keys held in memory beyond twice the stored tasks before the set is read again (the
 keys of claims retention deleted are dropped then)."""
-_TRAJECTORY = ord("t")
 RECENT_ENDED = 1024  # ended tasks also kept in memory (a blocking send reads its end at once)
 RECENT_BYTES = 32 << 20  # ... and about this many bytes of them at most
 RECENT_EVENTS = 64  # log entries an ended task keeps in memory (older ones: from the file)
-MEMORY_EVENTS = 1024  # log entries kept in memory per running task (older ones: from the file)
 ENDED_POLL = 5.0  # seconds a wait on an ended task lasts (nothing will be appended)
-
-
-SNAP_EVERY = 64
-"""A running task's snapshot is written to the file every this many events (and at its end);
-loading folds the events after it (recovery.py). Writing it at every event would cost a
-stream's artifact chunks quadratic bytes."""
-
-
-def copy_task(task: Task) -> Task:
-    return decode_task(_encode(task))
-
-
-class Record:
-    """A task held in memory. ``work``/``wlast``/``wsnap_pos``: as decided by the writes handed
-    to the writer (ahead of the file while they wait for their commit); ``view``/``last``/
-    ``events``/``snap_pos``: as committed, which is all readers ever see."""
-
-    __slots__ = ("changed", "context_id", "cost", "ended", "events", "id", "last", "owner",
-                 "poisoned", "seq", "size", "snap_len", "snap_pos", "view", "wlast", "work",
-                 "wsnap_pos")
-
-    def __init__(self, seq: int, task_id: str, owner: str, context_id: str, work: Task,
-                 view: Task, last: int, snap_pos: int, size: int) -> None:
-        self.seq, self.id, self.owner, self.context_id = seq, task_id, owner, context_id
-        self.work, self.wlast, self.wsnap_pos = work, last, snap_pos
-        self.view, self.last, self.snap_pos = view, last, snap_pos
-        self.size = size  # about the bytes it takes in the file (retention counts it)
-        self.events: deque[LogEntry] = deque(maxlen=MEMORY_EVENTS)
-        self.changed: anyio.Event | None = None
-        self.ended = False
-        self.poisoned: str | None = None  # queued events of it were lost (a failed commit)
-        self.snap_len = 0  # the length of its last snapshot's JSON (what it costs in memory)
-        self.cost = 0  # the bytes counted for it while it is among the recently ended
-
-    def snapshot(self) -> Task:
-        """The committed snapshot (shared: do not change it; encode it before an await)."""
-        return self.view
-
-    def wake(self) -> None:
-        if self.changed is not None:
-            self.changed.set()
-            self.changed = None
-
-    def undo(self) -> None:
-        """Back to what is committed (a batch failed); the run learns at its next append."""
-        self.work, self.wlast, self.wsnap_pos = copy_task(self.view), self.last, self.snap_pos
-        self.poisoned = "the task store could not write this task's latest events"
 
 
 class SQLiteCore(TaskStore):
@@ -340,7 +287,7 @@ class SQLiteCore(TaskStore):
     async def append(self, task_id: str, event: LogEvent) -> int:
         # Encoded first: an event JSON cannot encode is refused before it takes a position.
         encoded = _encode(event)
-        kind = _KIND_OF[type(event)]
+        kind = KIND_OF[type(event)]
         rec = self.live.get(task_id)
         if rec is None:
             await self._row(task_id)  # TaskNotFound if it does not exist
@@ -392,7 +339,7 @@ class SQLiteCore(TaskStore):
         rec: Record = row.rec
         rec.last = row.pos
         rec.size += row.grow
-        if row.kind != _TRAJECTORY:
+        if row.kind != TRAJECTORY:
             apply_event(rec.view, row.event)
         if row.snap is not None:
             rec.snap_pos, rec.snap_len = row.pos, len(row.snap)

@@ -34,8 +34,8 @@ from ...protocol.types import (
 )
 from ..base import LogEntry, TaskEnded
 from ..snapshot import apply_event
-from .core import DECODERS, Record, copy_task, decode_task
 from .queue import SQLiteRunQueue, job_of
+from .records import DECODERS, Record, copy_task, decode_task
 from .schema import StoreOpenError
 from .store import SQLiteTaskStore
 

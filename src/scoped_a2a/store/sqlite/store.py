@@ -19,7 +19,8 @@ from ...protocol.types import ListTasksRequest, TaskPushNotificationConfig, Task
 from ..base import TaskPage
 from ..claims import PriorSend, claim_key
 from . import claims
-from .core import SQLiteCore, decode_task
+from .core import SQLiteCore
+from .records import decode_task
 from .writer import Work
 
 _encode = msgspec.json.Encoder().encode

@@ -1,0 +1,73 @@
+"""What the SQLite store holds in memory of a task (:class:`Record`), and the encodings of its
+log (no I/O): each event is kept as its 1.0 JSON with one byte saying which type it is."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import anyio
+import msgspec
+
+from ...protocol.trajectory import TrajectoryEvent
+from ...protocol.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+from ..base import LogEntry
+
+_encode = msgspec.json.Encoder().encode
+decode_task = msgspec.json.Decoder(Task).decode
+KIND_OF: dict[type[Any], int] = {
+    TaskStatusUpdateEvent: ord("s"), TaskArtifactUpdateEvent: ord("a"), TrajectoryEvent: ord("t"),
+}
+DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
+    ord("s"): msgspec.json.Decoder(TaskStatusUpdateEvent),
+    ord("a"): msgspec.json.Decoder(TaskArtifactUpdateEvent),
+    ord("t"): msgspec.json.Decoder(TrajectoryEvent),
+}
+TRAJECTORY = ord("t")
+MEMORY_EVENTS = 1024  # log entries kept in memory per running task (older ones: from the file)
+
+SNAP_EVERY = 64
+"""A running task's snapshot is written to the file every this many events (and at its end);
+loading folds the events after it (recovery.py). Writing it at every event would cost a
+stream's artifact chunks quadratic bytes."""
+
+
+def copy_task(task: Task) -> Task:
+    return decode_task(_encode(task))
+
+
+class Record:
+    """A task held in memory. ``work``/``wlast``/``wsnap_pos``: as decided by the writes handed
+    to the writer (ahead of the file while they wait for their commit); ``view``/``last``/
+    ``events``/``snap_pos``: as committed, which is all readers ever see."""
+
+    __slots__ = ("changed", "context_id", "cost", "ended", "events", "id", "last", "owner",
+                 "poisoned", "seq", "size", "snap_len", "snap_pos", "view", "wlast", "work",
+                 "wsnap_pos")
+
+    def __init__(self, seq: int, task_id: str, owner: str, context_id: str, work: Task,
+                 view: Task, last: int, snap_pos: int, size: int) -> None:
+        self.seq, self.id, self.owner, self.context_id = seq, task_id, owner, context_id
+        self.work, self.wlast, self.wsnap_pos = work, last, snap_pos
+        self.view, self.last, self.snap_pos = view, last, snap_pos
+        self.size = size  # about the bytes it takes in the file (retention counts it)
+        self.events: deque[LogEntry] = deque(maxlen=MEMORY_EVENTS)
+        self.changed: anyio.Event | None = None
+        self.ended = False
+        self.poisoned: str | None = None  # queued events of it were lost (a failed commit)
+        self.snap_len = 0  # the length of its last snapshot's JSON (what it costs in memory)
+        self.cost = 0  # the bytes counted for it while it is among the recently ended
+
+    def snapshot(self) -> Task:
+        """The committed snapshot (shared: do not change it; encode it before an await)."""
+        return self.view
+
+    def wake(self) -> None:
+        if self.changed is not None:
+            self.changed.set()
+            self.changed = None
+
+    def undo(self) -> None:
+        """Back to what is committed (a batch failed); the run learns at its next append."""
+        self.work, self.wlast, self.wsnap_pos = copy_task(self.view), self.last, self.snap_pos
+        self.poisoned = "the task store could not write this task's latest events"
