@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.streams.tls
 import httpx
 import pytest
 import trustme
@@ -72,6 +73,30 @@ async def test_https_serves_the_card_and_calls(tmp_path: Path) -> None:
         async with httpx.AsyncClient(timeout=20) as untrusting:
             with pytest.raises(httpx.ConnectError):
                 await untrusting.get(url + ".well-known/agent-card.json")
+
+
+@pytest.mark.parametrize("http2", [False, True])
+async def test_alpn_offers_h2_only_when_http2_is_on(tmp_path: Path, http2: bool) -> None:
+    """Over TLS the protocol is chosen by ALPN before any byte of HTTP: without ``http2`` the
+    server must not pick ``h2`` (hypercorn's default list offers it), or HTTP/2 would be on for
+    every TLS client whatever ``serve`` was told."""
+    ca = trustme.CA()
+    server_pem = tmp_path / "server.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
+    shutdown = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve(
+            A2AApp(asking_agent, public_url=None), host="127.0.0.1", port=0, shutdown=shutdown,
+            certfile=str(server_pem), keyfile=str(server_pem), http2=http2,
+            task_status=task_status))
+        ctx = client_context(ca)
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        stream = await anyio.connect_tcp("127.0.0.1", port, ssl_context=ctx,
+                                         tls_standard_compatible=False)
+        async with stream:
+            chosen = stream.extra(anyio.streams.tls.TLSAttribute.alpn_protocol)
+        shutdown.set()
+    assert chosen == ("h2" if http2 else "http/1.1")
 
 
 async def test_client_certificates_name_the_principal(tmp_path: Path) -> None:

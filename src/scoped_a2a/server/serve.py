@@ -123,12 +123,12 @@ async def serve(
     :param grace: seconds work in flight gets on shutdown (default: the app's ``grace``, else
         10): an app with ``drain(grace)`` (:class:`~scoped_a2a.A2AApp`) gives it to its runs;
         for any other ASGI app it is hypercorn's ``graceful_timeout`` for requests in flight.
-    :param http2: allow HTTP/2 (h2c) clients. Off by default: hypercorn 0.18's HTTP/2 layer
-        has bugs only patches of its private code work around (docs/connections.md, all
-        handled on 0.17/0.18: lost requests, a PRIORITY flood, rapid reset, no
-        back-pressure); with it off, a client
-        that opens with the HTTP/2 preface has its connection closed and everyone else is
-        served over HTTP/1.1. Always on for an app that serves gRPC (``A2AApp(grpc=True)``).
+    :param http2: allow HTTP/2 clients (h2c, and h2 by ALPN over TLS). Off by default:
+        hypercorn 0.18's HTTP/2 layer has bugs only patches of its private code work around
+        (docs/connections.md, all handled on 0.17/0.18: lost requests, a PRIORITY flood, rapid
+        reset, no back-pressure); with it off, a client that opens with the HTTP/2 preface
+        has its connection closed, ALPN never picks h2, and everyone else is served over
+        HTTP/1.1. Always on for an app that serves gRPC (``A2AApp(grpc=True)``).
     :returns: after a graceful shutdown: for an A2AApp whose runs obey cancellation, about
         ``grace`` seconds after ``shutdown`` (plus the push grace if deliveries are pending);
         with a client that neither sends nor reads, ``ANSWER_SECONDS`` later (hypercorn closes
@@ -183,6 +183,9 @@ async def serve(
     # gRPC is HTTP/2: an app serving it (A2AApp(grpc=True)) has HTTP/2 on whatever was asked.
     http2 = http2 or getattr(app, "grpc", None) is not None
     setattr(config, hypercorn_fixes.HTTP2_FLAG, http2)
+    # Over TLS, ALPN picks the protocol before any HTTP byte (the guard in hypercorn_fixes sees
+    # only cleartext prefaces): offer h2 only when HTTP/2 is on.
+    config.alpn_protocols = ["h2", "http/1.1"] if http2 else ["http/1.1"]
     if http2:
         # After this many streams hypercorn sends HTTP/2 GOAWAY, and requests the client had
         # already sent on the connection are lost; one connection is one client, so no cap.
