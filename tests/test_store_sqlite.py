@@ -168,11 +168,18 @@ async def test_everything_survives_closing_and_reopening_the_file(tmp_path: Path
             f"{i}," for i in range(100))
         assert got.status.message is not None
         assert "caller" in (got.status.message.parts[0].text or "")
-    # Another key file cannot open the sealed configs: a clear error, nothing sent anywhere.
+    # Without its key file, or with another one, the store holding sealed configs is refused
+    # at open (a new key would leave every config unreadable): nothing sent anywhere.
     os.replace(tmp_path / "tasks.db.key", tmp_path / "old.key")
-    async with open_sqlite_store(path) as store:
-        with pytest.raises(Exception, match="does not verify"):
-            await store.push_configs(task.id)
+    with pytest.raises(StoreOpenError, match="is missing"):
+        async with open_sqlite_store(path):
+            pass
+    assert not (tmp_path / "tasks.db.key").exists()
+    (tmp_path / "tasks.db.key").write_bytes(os.urandom(32))
+    (tmp_path / "tasks.db.key").chmod(0o600)
+    with pytest.raises(StoreOpenError, match="does not open"):
+        async with open_sqlite_store(path):
+            pass
 
 
 async def test_the_run_queue_leases_fences_and_counts_attempts(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from ..memory import DEFAULT_MAX_ENDED_BYTES
 from .queue import SQLiteRunQueue
 from .recovery import recover
 from .retention import Retention
-from .schema import SCHEMA_VERSION, StoreOpenError, open_database
+from .schema import SCHEMA_VERSION, Database, StoreOpenError, open_database
 from .seal import Sealer, load_key
 from .store import SQLiteTaskStore
 
@@ -57,7 +57,8 @@ async def open_sqlite_store(
     try:
         key_path = Path(key_file) if key_file is not None else path.with_name(path.name + ".key")
         try:
-            key = await anyio.to_thread.run_sync(load_key, key_path)
+            key = await anyio.to_thread.run_sync(lambda: load_key(
+                key_path, sealed=_one_sealed(db)))
         except (OSError, ValueError) as exc:
             raise StoreOpenError(str(exc) if isinstance(exc, ValueError)
                                  else f"cannot read or create the key file {key_path}: "
@@ -87,6 +88,12 @@ async def open_sqlite_store(
         raise
     finally:
         await store.aclose()
+
+
+def _one_sealed(db: Database) -> bytes | None:
+    """One push config as the file holds it (sealed), or None: what the key must open."""
+    row = db.reader.execute("SELECT body FROM push LIMIT 1").fetchone()
+    return None if row is None else bytes(row[0])
 
 
 __all__ = ["SCHEMA_VERSION", "SQLiteRunQueue", "SQLiteTaskStore", "StoreOpenError",

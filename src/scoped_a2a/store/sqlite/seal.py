@@ -32,16 +32,41 @@ class SealBroken(Exception):
     """A sealed value does not verify with this key (another key file, or a changed byte)."""
 
 
-def load_key(path: Path) -> bytes:
-    """The key in ``path``, created (0600, random) if the file does not exist."""
+def load_key(path: Path, *, sealed: bytes | None = None) -> bytes:
+    """The key in ``path``, created (0600, random) if the file does not exist.
+
+    ``sealed``: a value the store sealed earlier (None if it holds none). With one, a missing
+    key file is not created afresh (every sealed config would then fail its seal) and a key
+    that does not open it is refused. A key file other users can read is refused too (it would
+    make the seal pointless). Each refusal is a ValueError whose message says what to do.
+    """
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600) if sealed is None \
+            else -1
     except FileExistsError:
+        fd = -1
+    if fd < 0:
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            raise ValueError(f"the key file {path} is missing, and the store holds push configs "
+                             "sealed with it: restore it from where you keep it (or move the "
+                             "store away to start afresh)") from None
+        if mode & 0o077:
+            raise ValueError(f"the key file {path} can be read by other users (mode "
+                             f"{mode & 0o777:o}): chmod 600 {path}")
         key = path.read_bytes()
         if len(key) != KEY_BYTES:
             raise ValueError(f"the key file {path} is not a store key ({KEY_BYTES} bytes); "
                              "restore it from where you keep it, or move it away to start "
                              "afresh (sealed push configs are then unreadable)") from None
+        if sealed is not None:
+            try:
+                Sealer(key).open(sealed)
+            except SealBroken:
+                raise ValueError(f"the key file {path} does not open the push configs this "
+                                 "store sealed (another store's key?): restore the right key "
+                                 "file") from None
         return key
     key = secrets.token_bytes(KEY_BYTES)
     try:
