@@ -15,7 +15,6 @@ cancels interactive runs no one else holds; detached runs carry on in the server
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -25,26 +24,14 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from ..observe.base import Observer, observer_of
-from ..protocol.dialect import (
-    FROM_V03,
-    V03_DIALECT,
-    V10_DIALECT,
-    check_params,
-    check_version,
-)
 from ..protocol.errors import (
-    A2AError,
-    InvalidRequest,
     MethodNotFound,
     PermissionDenied,
     ServerUnavailable,
     Unauthenticated,
 )
-from ..protocol.jsonrpc import NO_ID, error_frame, parse_request, result_frame
-from ..protocol.method import Call
-from ..protocol.principal import Principal
+from ..protocol.jsonrpc import error_frame
 from ..protocol.rest_errors import rest_error_body
-from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
 from ..runtime.limits import CallerLimits
@@ -53,34 +40,26 @@ from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.memory import MemoryTaskStore
 from .asgi import (
-    BodyInTooManyPieces,
-    BodyTooLarge,
-    ClientGone,
     Receive,
     Scope,
     Send,
     discard_body,
-    header,
     send_response,
 )
-from .asgi import read_body as _read_body
 from .auth import (
     Authenticate,
     auth_error_response,
-    card_security,
     challenge_of,
     resolve_principal,
 )
 from .card import build_card
-from .card_http import entity_tag, send_card
+from .card_http import send_card
 from .card_signing import JWKS_PATH, CardSigner
-from .dispatch import Responder, run_method
-from .dispatch import extensions as _extensions
-from .dispatch import last_event_id as _last_event_id
+from .cards import CardPublisher
 from .input_modes import InputModes
+from .jsonrpc_binding import JsonRpcBinding
 from .methods import Methods
 from .rest import MEDIA_TYPE, RestBinding, is_rest_path
-from .sse import SSEWriter
 
 if TYPE_CHECKING:
     from .console import Console, ConsoleSettings
@@ -191,31 +170,40 @@ class A2AApp:
                              expose_errors=expose_errors, caller_limits=caller_limits)
         self.runner.observe = self.observe
         self.grace = grace
-        self.public_url = public_url
         self.max_body_bytes = max_body_bytes
         self.stream_write_timeout = stream_write_timeout
+        self._detached = detached
+        self.push = PushService(self.store, push or PushSettings())
         # What an adapted agent's framework knows (name, description, skills) first, then
         # the fields given here: code (or ``serve --card``) wins.
         agent_card = getattr(agent, "card_fields", None)
-        self._card_overrides = {**(agent_card() if callable(agent_card) else {}), **(card or {})}
-        self._card_cache: dict[str, tuple[bytes, bytes]] = {}  # base URL -> (card, its ETag)
-        self._built_at = time.time()  # the card's Last-Modified: it is fixed from here on
-        self._extended = dict(extended_card) if extended_card is not None else None
-        self._detached = detached
-        self._name = str(getattr(agent, "__name__", None) or "scoped-a2a agent")
-        self.push = PushService(self.store, push or PushSettings())
+        fields = {**(agent_card() if callable(agent_card) else {}), **(card or {})}
+        self.cards = CardPublisher(
+            fields, name=str(getattr(agent, "__name__", None) or "scoped-a2a agent"),
+            extended=extended_card, authenticate=authenticate, signer=card_signer,
+            public_url=public_url,
+            features=dict(push_notifications=self.push.enabled,
+                          cancel_on_disconnect=self.policy.cancel_on_disconnect,
+                          preferred_binding=preferred_binding,
+                          idempotent_send=self.store.dedupes_sends,
+                          v03_fields=not card_1_0_only, grpc=grpc))
+        """The public and extended cards (:mod:`.cards`)."""
         self.methods = Methods(
             self.runner,
             self.store,
             keepalive_every=keepalive,
-            extended_card=self._extended_card if self._extended is not None else None,
+            extended_card=self.cards.extended if extended_card is not None else None,
             push=self.push,
-            input_modes=InputModes.from_card(build_card("", self._card_overrides)),
+            input_modes=InputModes.from_card(build_card("", fields)),
         )
         self.rest = RestBinding(self.methods, max_body_bytes=max_body_bytes,
                                 write_timeout=stream_write_timeout, expose_errors=expose_errors,
                                 observe=self.observe)
         """The HTTP+JSON binding (:mod:`.rest`) over the same method table."""
+        self.jsonrpc = JsonRpcBinding(self.methods, max_body_bytes=max_body_bytes,
+                                      write_timeout=stream_write_timeout,
+                                      expose_errors=expose_errors, observe=self.observe)
+        """The JSON-RPC binding (:mod:`.jsonrpc_binding`), 1.0 and 0.3, at the root."""
         self.grpc = self._grpc_binding() if grpc else None
         """The gRPC binding (:mod:`.grpc`) over the same method table, or None."""
         self.ready = anyio.Event()
@@ -358,7 +346,8 @@ class A2AApp:
                 await _plain(send, 405, "use GET for the agent card")
             else:
                 # With an ETag and Last-Modified; 304 when the client holds this card.
-                await send_card(scope, send, *self._card(scope), self._built_at)
+                await send_card(scope, send, *self.cards.public(scope, _root_path(scope)),
+                                self.cards.built_at)
             return
         if path == JWKS_PATH and self.card_signer is not None and method in ("GET", "HEAD"):
             await send_response(send, 200, _encode(self.card_signer.jwks()),
@@ -425,148 +414,25 @@ class A2AApp:
         self.open_requests += 1
         try:
             with self.observe.request(scope):
-                await self._rpc(scope, receive, send, principal)
+                await self.jsonrpc(scope, receive, send, principal)
         finally:
             self.open_requests -= 1
 
-    async def _rpc(self, scope: Scope, receive: Receive, send: Send,
-                   principal: Principal) -> None:
-        ctype = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
-        if ctype != "application/json":
-            err = InvalidRequest(
-                f"Content-Type must be application/json, not {ctype or 'absent'!r}")
-            await discard_body(scope, receive)
-            await send_response(send, 415, error_frame(b"null", err, v1=True))
-            return
-        try:
-            body = await _read_body(scope, receive, self.max_body_bytes)
-        except BodyTooLarge as exc:
-            if exc.more_body:
-                await discard_body(scope, receive)
-            if isinstance(exc, BodyInTooManyPieces):
-                err = InvalidRequest(f"{exc}; send it in fewer, larger pieces (for example "
-                                     "with a Content-Length)")
-            else:
-                err = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
-            await send_response(send, 413, error_frame(b"null", err, v1=True),
-                                headers=[(b"connection", b"close")])
-            return
-        except ClientGone:
-            return
-        try:
-            rpc = parse_request(body)
-        except A2AError as exc:
-            await send_response(send, 200, error_frame(exc.id_json, exc, v1=True))  # type: ignore[attr-defined]
-            return
-        name = FROM_V03.get(rpc.method)
-        dialect = V03_DIALECT if name is not None else V10_DIALECT
-        name = name or rpc.method
-        self.observe.request_method(rpc.method, "1.0" if dialect.v1 else "0.3")
-        out = _AsgiOutput(send, rpc.id_json, dialect.v1, self.stream_write_timeout)
-        try:
-            check_version(header(scope, b"a2a-version") or _query_version(scope))
-            if name == TRAJECTORY_READ_METHOD:
-                handler = self.methods.read_trajectory
-            else:
-                handler = self.methods.table.get(name)  # type: ignore[assignment]
-                if handler is None:
-                    raise MethodNotFound(f"method {rpc.method!r} not found")
-            if not rpc.has_id:
-                # Not executed: the specific error about its params if there is one, else -32600.
-                check_params(rpc.method, rpc.params)
-                raise InvalidRequest(NO_ID)
-        except A2AError as exc:
-            await out.error(exc)
-            return
-        call = Call(dialect, rpc, _extensions(scope), _last_event_id(scope), principal)
-        await run_method(handler, call, out, receive, rpc.method,
-                         expose_errors=self.expose_errors)
-
     # --- cards ----------------------------------------------------------------------------
 
-    def _base_url(self, scope: Scope) -> str:
-        if self.public_url:
-            return self.public_url
-        host = header(scope, b"host")
-        if host is None:
-            server = scope.get("server") or ("localhost", 80)
-            host = f"{server[0]}:{server[1]}"
-        return f"{scope.get('scheme', 'http')}://{host}{_root_path(scope)}/"
+    @property
+    def public_url(self) -> str | None:
+        """The URL the card advertises (None: taken from each request)."""
+        return self.cards.public_url
+
+    @public_url.setter
+    def public_url(self, url: str | None) -> None:
+        self.cards.public_url = url
 
     @property
     def card_overrides(self) -> dict[str, Any]:
         """The card fields this app sets over the generated card (a copy)."""
-        return dict(self._card_overrides)
-
-    def _card(self, scope: Scope) -> tuple[bytes, bytes]:
-        """The public card for the request's base URL and its ETag, built once per URL."""
-        url = self._base_url(scope)
-        cached = self._card_cache.get(url)
-        if cached is None:
-            overrides = {**card_security(self.authenticate), **self._card_overrides}
-            card = build_card(url, overrides, name=self._name,
-                              push_notifications=self.push.enabled,
-                              cancel_on_disconnect=self.policy.cancel_on_disconnect,
-                              extended=self._extended is not None,
-                              preferred_binding=self.preferred_binding,
-                              idempotent_send=self.store.dedupes_sends,
-                              v03_fields=not self.card_1_0_only,
-                              grpc=self.grpc is not None)
-            card = self._signed(card, url)
-            body = _encode(card)
-            cached = self._card_cache[url] = (body, entity_tag(body))
-            if len(self._card_cache) > 64:  # many Host headers: keep the cache bounded
-                self._card_cache.clear()
-        return cached
-
-    def _extended_card(self) -> bytes:
-        url = self.public_url or "/"
-        card = build_card(url, {**card_security(self.authenticate), **self._card_overrides,
-                                **(self._extended or {})},
-                          name=self._name, push_notifications=self.push.enabled,
-                          cancel_on_disconnect=self.policy.cancel_on_disconnect, extended=True,
-                          preferred_binding=self.preferred_binding,
-                          idempotent_send=self.store.dedupes_sends,
-                          v03_fields=not self.card_1_0_only, grpc=self.grpc is not None)
-        return _encode(self._signed(card, url))
-
-    def _signed(self, card: dict[str, Any], url: str) -> dict[str, Any]:
-        if self.card_signer is None:
-            return card
-        jku = url.rstrip("/") + JWKS_PATH if "://" in url else None
-        return self.card_signer.sign(card, jku=jku)
-
-
-class _AsgiOutput(Responder):
-    """Writes a JSON-RPC answer: one JSON response, or an SSE stream started lazily.
-
-    Final answers go through :meth:`~.dispatch.Responder.final_write` (shielded, bounded).
-    """
-
-    def __init__(self, send: Send, id_json: bytes, v1: bool, write_timeout: float) -> None:
-        self._send = send
-        self._id = id_json
-        self._v1 = v1
-        self.write_timeout = write_timeout
-        self._sse = SSEWriter(send, write_timeout=write_timeout)
-        self._done = False
-        self._envelope = (b'{"jsonrpc":"2.0","id":' + id_json + b',"result":', b"}")
-
-    async def _final(self, body: bytes) -> None:
-        self._done = True
-        await self.final_write(lambda: send_response(self._send, 200, body))
-
-    async def result(self, result: bytes) -> None:
-        await self._final(result_frame(self._id, result))
-
-    async def error(self, exc: A2AError) -> None:
-        frame = error_frame(self._id, exc, v1=self._v1)
-        if self._sse.started:
-            await self._sse.event(frame)
-            await self.finish()
-        elif not self._done:
-            await self._final(frame)
-
+        return dict(self.cards.fields)
 
 
 async def _plain(send: Send, status: int, text: str) -> None:
@@ -591,11 +457,3 @@ def _route_path(scope: Scope) -> str:
         path = path[len(root):]
     return path or "/"
 
-
-def _query_version(scope: Scope) -> str | None:
-    query = bytes(scope.get("query_string", b"")).decode("latin-1")
-    for pair in query.split("&"):
-        key, _, value = pair.partition("=")
-        if key.lower() == "a2a-version":
-            return value
-    return None

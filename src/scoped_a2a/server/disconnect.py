@@ -9,7 +9,7 @@ stream writer.
 A disconnect cannot cut an answer already being written: the app writes the final answer
 shielded (on trio, hypercorn emits ``http.disconnect`` from inside that very ``send()`` for a
 ``Connection: close`` or half-closed client). A half-close counts as a hang-up; a blocking send
-still answers it afterwards (``_AsgiOutput.answer_after_hangup``, docs/connections.md).
+still answers it afterwards (``Responder.answer_after_hangup``, docs/connections.md).
 """
 
 from __future__ import annotations
