@@ -6,16 +6,20 @@ probe found broken: the key file that seals push configs, ...
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 
-from .helpers import rpc, text_message
+from .helpers import rpc, sse_events, text_message
 from .redis.conftest import ROOT, Proc
 
 pytestmark = pytest.mark.anyio
@@ -91,3 +95,80 @@ async def test_a_lost_or_exposed_key_file_is_refused_in_one_line(
         got = await rpc(client, url, "ListTaskPushNotificationConfigs",
                         {"taskId": sent["result"]["task"]["id"]})
     assert got["result"]["configs"][0]["token"] == "secret-token", got
+
+
+def _message(text: str, message_id: str) -> dict[str, Any]:
+    msg = text_message(text)
+    msg["messageId"] = message_id
+    return msg
+
+
+async def test_resends_across_a_kill_are_the_same_send_or_run_again_once(
+    serve: Callable[..., Proc],
+) -> None:
+    """docs/exactly-once.md across ``kill -9``. Found: an interactive send whose run was in
+    flight at the kill (never answered) is recorded canceled with reason ``restart``, and its
+    resend (same messageId, as a retrying client sends it) was answered with that canceled task
+    for good, although the text the server recorded says "send the message again". It now runs
+    again as a new task, as after a hang-up or a shutdown. An acknowledged send's resend is the
+    same task and no new run; the same messageId with another body is -32602."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        first = serve()
+        url = await first.url()
+        done = await rpc(client, url, "SendMessage", {"message": _message("hi", "m-done")})
+        done_id = done["result"]["task"]["id"]
+        detached = await rpc(client, url, "SendMessage", {
+            "message": _message("first-sleep 30", "m-detached"), "configuration": DETACHED})
+        detached_id = detached["result"]["task"]["id"]
+        db = first.log.parent / "tasks.db"
+        with anyio.fail_after(10):  # its first attempt has started (and logged so)
+            while _starts(db).get(detached_id) != 1:
+                await anyio.sleep(0.05)
+        call = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                "params": {"message": _message("sleep 2", "m-cut")}}
+        cut_id = ""
+        with contextlib.suppress(httpx.HTTPError):
+            async with client.stream("POST", url, json=call,
+                                     headers={"A2A-Version": "1.0"}) as r:
+                async for _, frame in sse_events(r):
+                    cut_id = frame["result"].get("task", {}).get("id", cut_id)
+                    if cut_id:
+                        first.kill()  # the send was never answered: its caller will resend
+        assert cut_id
+        second = serve()
+        url = await second.url()
+        again = await rpc(client, url, "SendMessage", {"message": _message("sleep 2", "m-cut")})
+        task = again["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", again
+        assert task["id"] != cut_id  # a new task: terminal states never change
+        third = await rpc(client, url, "SendMessage", {"message": _message("sleep 2", "m-cut")})
+        assert third["result"]["task"]["id"] == task["id"]  # the claim moved to the new task
+        again = await rpc(client, url, "SendMessage", {"message": _message("hi", "m-done")})
+        assert again["result"]["task"]["id"] == done_id
+        again = await rpc(client, url, "SendMessage", {
+            "message": _message("first-sleep 30", "m-detached"), "configuration": DETACHED})
+        assert again["result"]["task"]["id"] == detached_id
+        other = await rpc(client, url, "SendMessage", {"message": _message("bye", "m-done")})
+        assert other["error"]["code"] == -32602 and "another message" in other["error"][
+            "message"], other
+        with anyio.fail_after(15):
+            while True:
+                got = await rpc(client, url, "GetTask", {"id": detached_id})
+                if got["result"]["status"]["state"] == "TASK_STATE_COMPLETED":
+                    break
+                await anyio.sleep(0.1)
+    runs = _starts(db)
+    assert runs[done_id] == 1 and runs[task["id"]] == 1 and runs.get(cut_id, 0) <= 1
+    assert runs[detached_id] == 2  # one cut by the kill, one completed (attempt 2)
+    assert set(runs) <= {done_id, task["id"], cut_id, detached_id}
+
+
+def _starts(db: Path) -> dict[str, int]:
+    """How many runs each task's log records (the probe agent logs a ``start`` per run)."""
+    out: dict[str, int] = {}
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        for task_id, body in conn.execute(
+                "SELECT t.id, e.body FROM events e JOIN tasks t ON t.seq = e.task"):
+            if b'"start"' in bytes(body):
+                out[task_id] = out.get(task_id, 0) + 1
+    return out

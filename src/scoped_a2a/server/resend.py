@@ -12,7 +12,8 @@ that claim names, as the first send would have:
 - another message under the same messageId: -32602 saying so (an idempotency key reused with
   another body), never a second run;
 - the first send of a new task ended ``canceled`` because its caller went away (reason
-  ``hang-up``) or the server shut down (``shutdown``): the resend runs the message again as a new
+  ``hang-up``), the server shut down (``shutdown``) or died (``restart``, recorded by the SQLite
+  store on the next start): the resend runs the message again as a new
   task, since the caller retrying is exactly what running it again means (it was never told an
   outcome it asked for). Every other outcome, a CancelTask included, is the answer.
 
@@ -37,8 +38,10 @@ from ..store.claims import PriorSend
 
 log = logging.getLogger("scoped_a2a.resend")
 
-RERUN_REASONS = frozenset({"hang-up", "shutdown"})
-"""End reasons of a new task's run after which a resend of its message runs it again."""
+RERUN_REASONS = frozenset({"hang-up", "shutdown", "restart"})
+"""End reasons of a new task's run after which a resend of its message runs it again
+(``restart``: a durable store recorded the interactive run the process died in, whose caller
+was never answered)."""
 
 PENDING_WAIT = 10.0
 """Seconds a resend waits for the first send of its messageId to store its task (a race of two

@@ -93,8 +93,11 @@ async def recover(store: SQLiteTaskStore, queue: SQLiteRunQueue) -> tuple[int, i
     orphans = [rec for rec in store.live.values() if rec.id not in queued]
 
     async def end(rec: Record) -> None:
+        # The reason on the message too, where every other end records it (the runner's
+        # end_message): a resend of the run's message reads it there and runs it again.
         message = Message(message_id=new_id(), role=Role.AGENT, parts=[Part(text=RESTART_TEXT)],
-                          task_id=rec.id, context_id=rec.context_id)
+                          task_id=rec.id, context_id=rec.context_id,
+                          metadata={"reason": "restart"})
         event = TaskStatusUpdateEvent(
             task_id=rec.id, context_id=rec.context_id, metadata={"reason": "restart"},
             status=TaskStatus(state=TaskState.CANCELED, message=message,
