@@ -19,6 +19,8 @@ import anyio
 import httpx
 import pytest
 
+from scoped_a2a import RunContext
+
 from .helpers import rpc, sse_events, text_message
 from .redis.conftest import ROOT, Proc
 
@@ -172,3 +174,62 @@ def _starts(db: Path) -> dict[str, int]:
             if b'"start"' in bytes(body):
                 out[task_id] = out.get(task_id, 0) + 1
     return out
+
+
+async def asking_agent(ctx: RunContext) -> str:
+    """``ask``: waits for input (input-required), then says what it got and on which attempt."""
+    reply = await ctx.ask("more?")
+    return f"got {reply} attempt={ctx.attempt}"
+
+
+async def test_a_task_waiting_for_input_at_a_kill(serve: Callable[..., Proc]) -> None:
+    """A parked run lives in the process. Found: after a kill, an interactive task that was
+    waiting for input (its caller had its input-required answer) was recorded canceled with
+    the text for a run whose caller's connection died, telling it to send "the message" again
+    while its answer is what it would send; the text now says the run waiting for input is gone
+    and to start over. A detached one is run again and asks again; its answer is delivered."""
+    agent = ("--agent", "tests.test_store_sqlite_hostile:asking_agent")
+    async with httpx.AsyncClient(timeout=30) as client:
+        first = serve(*agent)
+        url = await first.url()
+        parked = (await rpc(client, url, "SendMessage", {"message": text_message("ask")}))[
+            "result"]["task"]
+        assert parked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        detached = (await rpc(client, url, "SendMessage", {
+            "message": text_message("ask"), "configuration": DETACHED}))["result"]["task"]
+        await _until_state(client, url, detached["id"], "TASK_STATE_INPUT_REQUIRED")
+        first.kill()
+        second = serve(*agent)
+        url = await second.url()
+        got = (await rpc(client, url, "GetTask", {"id": parked["id"]}))["result"]["status"]
+        assert got["state"] == "TASK_STATE_CANCELED"
+        assert "waiting for input" in got["message"]["parts"][0]["text"], got
+        answer = text_message("yes")
+        answer["taskId"] = parked["id"]
+        refused = await rpc(client, url, "SendMessage", {"message": answer})
+        assert refused["error"]["code"] == -32004, refused
+        db = first.log.parent / "tasks.db"
+        with anyio.fail_after(15):  # the second attempt asked again (a second input-required)
+            while _asked(db, detached["id"]) < 2:
+                await anyio.sleep(0.05)
+        answer = text_message("yes")
+        answer["taskId"] = detached["id"]
+        done = await rpc(client, url, "SendMessage", {"message": answer})
+        status = done["result"]["task"]["status"]
+        assert status["state"] == "TASK_STATE_COMPLETED", done
+        assert status["message"]["parts"][0]["text"] == "got yes attempt=2"
+
+
+async def _until_state(client: httpx.AsyncClient, url: str, task_id: str, state: str) -> None:
+    with anyio.fail_after(15):
+        while (await rpc(client, url, "GetTask", {"id": task_id}))["result"]["status"][
+                "state"] != state:
+            await anyio.sleep(0.05)
+
+
+def _asked(db: Path, task_id: str) -> int:
+    """How many input-required statuses the task's log holds."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return sum(b"TASK_STATE_INPUT_REQUIRED" in bytes(body) for (body,) in conn.execute(
+            "SELECT e.body FROM events e JOIN tasks t ON t.seq = e.task WHERE t.id = ?",
+            (task_id,)))

@@ -6,7 +6,8 @@ run. Then, for each task that had not ended:
 - it has a queued run (a detached run): the run is made ready again; the worker executes it
   with ``ctx.attempt`` one more than the leases taken so far (> 1 if a run had started);
 - it has none (an interactive run, whose caller's connection died with the process): its end is
-  recorded as ``canceled`` with the reason ``restart`` and a message saying so.
+  recorded as ``canceled`` with the reason ``restart`` and a message saying so (another one for
+  a run that was waiting for input: its caller had an answer, and the run to answer is gone).
 
 Ended tasks are not loaded (they are read from the file when asked for), so start-up time grows
 with the running tasks, not the stored ones.
@@ -43,6 +44,9 @@ log = logging.getLogger("scoped_a2a.sqlite")
 
 RESTART_TEXT = ("Canceled: the server stopped while this interactive run was in flight, and its "
                 "caller's connection went with it; send the message again")
+PARKED_TEXT = ("Canceled: the server stopped while this interactive run was waiting for input, "
+               "and the run went with it (an answer has nothing to go to); start over with a "
+               "new message")
 
 
 def _load(conn: sqlite3.Connection
@@ -95,7 +99,10 @@ async def recover(store: SQLiteTaskStore, queue: SQLiteRunQueue) -> tuple[int, i
     async def end(rec: Record) -> None:
         # The reason on the message too, where every other end records it (the runner's
         # end_message): a resend of the run's message reads it there and runs it again.
-        message = Message(message_id=new_id(), role=Role.AGENT, parts=[Part(text=RESTART_TEXT)],
+        # A parked run's caller was answered (input-required): its answer, not a resend, is
+        # what it would send next, and there is no run left to take it.
+        text = PARKED_TEXT if rec.work.status.state.interrupted else RESTART_TEXT
+        message = Message(message_id=new_id(), role=Role.AGENT, parts=[Part(text=text)],
                           task_id=rec.id, context_id=rec.context_id,
                           metadata={"reason": "restart"})
         event = TaskStatusUpdateEvent(
