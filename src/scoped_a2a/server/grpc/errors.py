@@ -32,7 +32,7 @@ from ...protocol.errors import (
 )
 from ...protocol.grpc.messages import error_status
 from ...protocol.rest_errors import DOMAIN
-from .framing import status_trailers
+from .framing import brief, status_trailers
 
 OK = 0
 CANCELLED = 1
@@ -77,10 +77,11 @@ def grpc_status(exc: A2AError) -> int:
 
 
 def error_trailers(exc: A2AError) -> list[tuple[bytes, bytes]]:
-    """The trailers answering ``exc``: status, message and the ErrorInfo details."""
+    """The trailers answering ``exc``: status, message and the ErrorInfo details, every text
+    in them cut short (:func:`.framing.brief`: they can echo what the caller sent)."""
     code = grpc_status(exc)
-    metadata = ({str(k): str(v) for k, v in exc.data.items()}
+    metadata = ({brief(str(k), 128): brief(str(v), 256) for k, v in list(exc.data.items())[:16]}
                 if isinstance(exc.data, dict) else None)
-    details = error_status(code, exc.message, _REASONS.get(exc.code, "UNKNOWN"), DOMAIN,
+    details = error_status(code, brief(exc.message), _REASONS.get(exc.code, "UNKNOWN"), DOMAIN,
                            metadata)
     return status_trailers(code, exc.message, details)

@@ -22,6 +22,11 @@ CONTENT_TYPE = b"application/grpc"
 ACCEPT_ENCODING = b"identity,gzip"
 """What this server reads in a request (``grpc-accept-encoding``); it answers uncompressed."""
 
+MAX_MESSAGE_CHARS = 1024
+"""A status message longer than this is cut. Messages can echo what the caller sent (a task
+id, a header), and a header of a megabyte takes the h2 package's HPACK encoder minutes of CPU
+(it is quadratic in the value's length), which froze the event loop for every connection."""
+
 _UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
 
@@ -74,6 +79,15 @@ def timeout_seconds(value: str | None) -> float | None:
     return int(digits) * _UNITS[unit]
 
 
+def brief(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters: its middle goes (marked with an ellipsis), so the
+    end of a message that echoes a long value ("... not found") is still read."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "\u2026" + text[len(text) - (limit - 1 - head):]
+
+
 def percent_encode(text: str) -> bytes:
     """``grpc-message``'s encoding: printable ASCII but ``%`` as is, every other byte ``%XX``."""
     out = bytearray()
@@ -87,10 +101,11 @@ def percent_encode(text: str) -> bytes:
 
 def status_trailers(code: int, message: str = "",
                     details: bytes | None = None) -> list[tuple[bytes, bytes]]:
-    """The trailers of a call that ended with ``code`` (0: OK)."""
+    """The trailers of a call that ended with ``code`` (0: OK); ``message`` is cut to
+    :data:`MAX_MESSAGE_CHARS` (``details`` is the caller's to keep small: :func:`brief`)."""
     trailers = [(b"grpc-status", str(code).encode())]
     if message:
-        trailers.append((b"grpc-message", percent_encode(message)))
+        trailers.append((b"grpc-message", percent_encode(brief(message))))
     if details is not None:
         # Binary metadata is base64; gRPC emits it without padding (and accepts either).
         trailers.append((b"grpc-status-details-bin", base64.b64encode(details).rstrip(b"=")))

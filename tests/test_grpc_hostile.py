@@ -1,0 +1,78 @@
+"""A hostile gRPC client against a real ``serve --grpc --api-keys`` process, on both backends.
+
+Findings of the hostile-client probe of the gRPC binding, each with its test:
+
+- Trailers that echo the caller: an error message names what the caller sent (a task id, a
+  header). A GetTask for a 1 MiB id was answered NOT_FOUND with that id in ``grpc-message``
+  and again in ``grpc-status-details-bin``, and HPACK-encoding a header that large takes the
+  h2 package minutes of CPU (it is quadratic), so one call froze the event loop and every
+  other connection with it. Status messages are now capped.
+- A message flagged compressed with no ``grpc-encoding`` was refused with "grpc-encoding
+  identity is not supported; send identity or gzip", which contradicts itself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from a2a.types import a2a_pb2 as pb
+from a2a.types import a2a_pb2_grpc as pb_grpc
+
+from .grpc_client import target
+from .test_cli import StderrLog, start, stop
+
+KEYS = "alice:alicetoken\nbob:bobtoken\n"
+ALICE = (("a2a-version", "1.0"), ("authorization", "Bearer alicetoken"))
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def server(request: pytest.FixtureRequest,
+           tmp_path: Path) -> Iterator[tuple[str, StderrLog]]:
+    """A ``serve --grpc --api-keys`` process on ``request.param``; its URL and log. A server
+    that does not stop within its grace is killed, so a frozen one fails the test, not CI."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text(KEYS)
+    proc, url, log = start("--grpc", "--backend", request.param, "--api-keys", str(keys),
+                           "--grace", "1")
+    try:
+        yield url, log
+    finally:
+        try:
+            text = stop(proc, log)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the server did not stop (frozen?)")
+        assert "Traceback" not in text, text
+
+
+def stub(url: str) -> tuple[grpc.Channel, pb_grpc.A2AServiceStub]:
+    # The client must accept the answer's trailers whatever their size, so that what is
+    # measured is the server's side.
+    channel = grpc.insecure_channel(target(url), options=[
+        ("grpc.max_metadata_size", 64 << 20), ("grpc.max_send_message_length", 16 << 20)])
+    return channel, pb_grpc.A2AServiceStub(channel)
+
+
+def test_an_error_echoing_a_huge_id_is_answered_at_once_and_freezes_nothing(
+        server: tuple[str, StderrLog]) -> None:
+    url, _ = server
+    channel, api = stub(url)
+    with channel:
+        began = time.monotonic()
+        with pytest.raises(grpc.RpcError) as failed:
+            api.GetTask(pb.GetTaskRequest(id="x" * (1 << 20)), metadata=ALICE, timeout=10)
+        took = time.monotonic() - began
+        assert failed.value.code() == grpc.StatusCode.NOT_FOUND, failed.value
+        text = failed.value.details() or ""
+        assert "not found" in text and len(text) <= 1024, len(text)
+        trailers = dict(failed.value.trailing_metadata() or ())
+        assert sum(len(k) + len(v) for k, v in trailers.items()) < 4096
+        assert took < 3, took
+        # ... and the server serves on, this connection and others.
+        with pytest.raises(grpc.RpcError) as other:
+            api.GetTask(pb.GetTaskRequest(id="nope"), metadata=ALICE, timeout=5)
+        assert other.value.code() == grpc.StatusCode.NOT_FOUND
