@@ -76,3 +76,46 @@ def test_an_error_echoing_a_huge_id_is_answered_at_once_and_freezes_nothing(
         with pytest.raises(grpc.RpcError) as other:
             api.GetTask(pb.GetTaskRequest(id="nope"), metadata=ALICE, timeout=5)
         assert other.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def raw_call(url: str, path: str, body: bytes,
+             headers: list[tuple[str, str]]) -> dict[bytes, bytes]:
+    """One call on a raw HTTP/2 connection; its trailers (or trailers-only headers)."""
+    import h2.events
+
+    from .h2client import RawH2
+
+    client = RawH2(int(url.rstrip("/").rsplit(":", 1)[1]), timeout=10)
+    try:
+        stream = client.start(path, "POST", end_stream=False, extra=[
+            ("content-type", "application/grpc"), ("te", "trailers"), *headers])
+        client.conn.send_data(stream, body, end_stream=True)
+        client.flush()
+        answer: dict[bytes, bytes] = {}
+        while True:
+            data = client.sock.recv(65536)
+            assert data, "the server closed the connection"
+            for event in client.conn.receive_data(data):
+                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                    answer.update(dict(event.headers))
+                if isinstance(event, h2.events.StreamEnded):
+                    return answer
+    finally:
+        client.close()
+
+
+def test_a_message_flagged_compressed_without_an_encoding_is_refused_plainly(
+        server: tuple[str, StderrLog]) -> None:
+    url, _ = server
+    message = pb.GetTaskRequest(id="nope").SerializeToString()
+    body = b"\x01" + len(message).to_bytes(4, "big") + message
+    auth = [("authorization", "Bearer alicetoken")]
+    for encoding in ([], [("grpc-encoding", "identity")]):
+        trailers = raw_call(url, "/lf.a2a.v1.A2AService/GetTask", body, auth + encoding)
+        assert trailers[b"grpc-status"] == b"13", trailers  # INTERNAL, as the gRPC spec says
+        text = trailers[b"grpc-message"].decode()
+        assert "compressed" in text and "not supported" not in text, text
+    trailers = raw_call(url, "/lf.a2a.v1.A2AService/GetTask", body,
+                        [*auth, ("grpc-encoding", "snappy")])
+    assert trailers[b"grpc-status"] == b"12", trailers
+    assert "snappy" in trailers[b"grpc-message"].decode()

@@ -56,8 +56,15 @@ from ..asgi import (
 from ..auth import Authenticate, resolve_principal
 from ..dispatch import extensions, last_event_id, run_method
 from ..methods import Methods
-from .errors import UNIMPLEMENTED
-from .framing import CONTENT_TYPE, PREFIX, UnsupportedEncoding, one_message, status_trailers
+from .errors import INTERNAL, UNIMPLEMENTED
+from .framing import (
+    CONTENT_TYPE,
+    PREFIX,
+    CompressedWithoutEncoding,
+    UnsupportedEncoding,
+    one_message,
+    status_trailers,
+)
 from .framing import timeout_seconds as _timeout_seconds
 from .output import EncodedCache, GrpcOutput
 
@@ -141,6 +148,11 @@ class GrpcBinding:
             params = self._params(scope, rpc.request, body, name)
         except A2AError as exc:
             await out.error(exc)
+            return
+        except CompressedWithoutEncoding:
+            await out.status(status_trailers(
+                INTERNAL, "the message is flagged compressed but the request names no "
+                "compression: send grpc-encoding gzip, or clear the flag"))
             return
         except UnsupportedEncoding as exc:
             await out.status(status_trailers(

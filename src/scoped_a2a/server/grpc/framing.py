@@ -34,6 +34,11 @@ class UnsupportedEncoding(Exception):
     """The request's ``grpc-encoding`` is one this server does not decompress."""
 
 
+class CompressedWithoutEncoding(Exception):
+    """A message is flagged compressed but the request names no compression (``grpc-encoding``
+    absent or ``identity``): the gRPC protocol makes that an INTERNAL error."""
+
+
 def frame(message: bytes) -> bytes:
     """One uncompressed length-prefixed message."""
     return PREFIX.pack(False, len(message)) + message
@@ -44,7 +49,8 @@ def one_message(body: bytes, encoding: str | None, limit: int) -> bytes:
 
     ``encoding``: the request's ``grpc-encoding`` (a compressed message is inflated, at most
     ``limit`` bytes). Raises InvalidRequest when the body is not exactly one whole message,
-    UnsupportedEncoding for a compression other than gzip.
+    UnsupportedEncoding for a compression other than gzip, CompressedWithoutEncoding for a
+    message flagged compressed in a request that names no compression.
     """
     if len(body) < PREFIX.size:
         raise InvalidRequest("the request holds no gRPC message (expected one, length-prefixed)")
@@ -55,8 +61,11 @@ def one_message(body: bytes, encoding: str | None, limit: int) -> bytes:
     data = body[PREFIX.size:]
     if not compressed:
         return data
-    if (encoding or "identity").strip().lower() != "gzip":
-        raise UnsupportedEncoding(encoding or "identity")
+    named = (encoding or "identity").strip().lower()
+    if named == "identity":
+        raise CompressedWithoutEncoding
+    if named != "gzip":
+        raise UnsupportedEncoding(encoding)
     try:
         inflated = zlib.decompressobj(wbits=31)
         data = inflated.decompress(data, limit + 1)
