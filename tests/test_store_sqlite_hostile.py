@@ -49,10 +49,11 @@ def serve(tmp_path: Path, anyio_backend: str) -> Iterator[Callable[..., Proc]]:
             proc.stop()
 
 
-def _start_once(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _start_once(tmp_path: Path, store: str = "") -> subprocess.CompletedProcess[str]:
+    """``serve`` expected to refuse to start (it would otherwise run into the timeout)."""
     return subprocess.run(
         [sys.executable, "-m", "scoped_a2a", "serve", "--port", "0", "--agent", AGENT,
-         "--store", f"sqlite:{tmp_path / 'tasks.db'}"],
+         "--store", store or f"sqlite:{tmp_path / 'tasks.db'}"],
         capture_output=True, text=True, timeout=15, cwd=ROOT,
         env={"PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "PATH": "/usr/bin:/bin"})
 
@@ -233,3 +234,21 @@ def _asked(db: Path, task_id: str) -> int:
         return sum(b"TASK_STATE_INPUT_REQUIRED" in bytes(body) for (body,) in conn.execute(
             "SELECT e.body FROM events e JOIN tasks t ON t.seq = e.task WHERE t.id = ?",
             (task_id,)))
+
+
+async def test_a_fifo_for_the_file_or_its_key_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Found: a FIFO (or a device) given as the store's file got "disk I/O error" after SQLite
+    had tried it (on /dev/null it left a /dev/null-journal behind), and a FIFO as the key file
+    hung the start-up forever reading it. Both are now refused before anything is opened."""
+    fifo = tmp_path / "fifo.db"
+    os.mkfifo(fifo)
+    done = _start_once(tmp_path, f"sqlite:{fifo}")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "not a regular file" in lines[0], done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.db"]
+    os.mkfifo(tmp_path / "tasks.db.key", 0o600)
+    done = _start_once(tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "not a regular file" in lines[0], done.stderr

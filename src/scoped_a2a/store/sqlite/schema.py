@@ -123,6 +123,10 @@ def open_database(path: str | Path, *, synchronous: str = "full") -> Database:
                              "create it or give another --store sqlite:PATH")
     if path.is_dir():
         raise StoreOpenError(f"{path} is a directory; --store sqlite:PATH names a file")
+    if path.exists() and not path.is_file():
+        # A FIFO or a device: SQLite would try it (and write a -journal beside a device).
+        raise StoreOpenError(f"{path} is not a regular file (a FIFO or a device?); "
+                             "--store sqlite:PATH names a file")
     if path.exists() and path.stat().st_size > 0:
         with path.open("rb") as f:
             header = f.read(len(_HEADER))

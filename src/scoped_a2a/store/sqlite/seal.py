@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 from pathlib import Path
 
 KEY_BYTES = 32
@@ -52,6 +53,9 @@ def load_key(path: Path, *, sealed: bytes | None = None) -> bytes:
             raise ValueError(f"the key file {path} is missing, and the store holds push configs "
                              "sealed with it: restore it from where you keep it (or move the "
                              "store away to start afresh)") from None
+        if not stat.S_ISREG(mode):  # a FIFO would block the read forever
+            raise ValueError(f"the key file {path} is not a regular file; give the store's "
+                             "key file, or move it away")
         if mode & 0o077:
             raise ValueError(f"the key file {path} can be read by other users (mode "
                              f"{mode & 0o777:o}): chmod 600 {path}")
