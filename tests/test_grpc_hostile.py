@@ -9,6 +9,8 @@ Findings of the hostile-client probe of the gRPC binding, each with its test:
   other connection with it. Status messages are now capped.
 - A message flagged compressed with no ``grpc-encoding`` was refused with "grpc-encoding
   identity is not supported; send identity or gzip", which contradicts itself.
+- A gzip message inflating past the body limit was INVALID_ARGUMENT; a message sent that
+  large is RESOURCE_EXHAUSTED (docs/grpc.md's table), and so is this one now.
 - Open (xfail): a large request message of many tiny fields stalls the server's event loop
   (protobuf decoding in Python and in C under the GIL).
 """
@@ -92,7 +94,10 @@ def raw_call(url: str, path: str, body: bytes,
     try:
         stream = client.start(path, "POST", end_stream=False, extra=[
             ("content-type", "application/grpc"), ("te", "trailers"), *headers])
-        client.conn.send_data(stream, body, end_stream=True)
+        size = client.conn.max_outbound_frame_size  # a body within the initial window only
+        for at in range(0, len(body), size):
+            client.conn.send_data(stream, body[at:at + size],
+                                  end_stream=at + size >= len(body))
         client.flush()
         answer: dict[bytes, bytes] = {}
         while True:
@@ -173,3 +178,24 @@ def test_a_large_request_message_does_not_stall_other_callers(
         sender.join()
     assert outcome and outcome[0].task.id, outcome  # type: ignore[attr-defined]
     assert worst < 0.75, worst
+
+
+def test_a_gzip_bomb_is_resource_exhausted_like_any_message_too_large(
+        server: tuple[str, StderrLog]) -> None:
+    """A 50 KB gzip message inflating to 50 MB: refused once past the body limit (8 MiB) with
+    the status a too-large message gets (it was INVALID_ARGUMENT), and nothing more inflated."""
+    import gzip
+
+    url, _ = server
+    bomb = gzip.compress(b"\n" * (50 << 20))
+    assert len(bomb) < 65535  # within HTTP/2's initial window: raw_call sends it at once
+    trailers = raw_call(url, "/lf.a2a.v1.A2AService/SendMessage",
+                        b"\x01" + len(bomb).to_bytes(4, "big") + bomb,
+                        [("authorization", "Bearer alicetoken"), ("grpc-encoding", "gzip")])
+    assert trailers[b"grpc-status"] == b"8", trailers  # RESOURCE_EXHAUSTED
+    assert b"inflates to more than" in trailers[b"grpc-message"]
+    channel, api = stub(url)
+    with channel:
+        with pytest.raises(grpc.RpcError) as other:
+            api.GetTask(pb.GetTaskRequest(id="nope"), metadata=ALICE, timeout=5)
+        assert other.value.code() == grpc.StatusCode.NOT_FOUND

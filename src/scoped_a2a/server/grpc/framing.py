@@ -13,7 +13,7 @@ import base64
 import struct
 import zlib
 
-from ...protocol.errors import InvalidRequest
+from ...protocol.errors import InvalidRequest, LimitExceeded
 
 PREFIX = struct.Struct(">?I")
 """The message prefix: compressed flag, length."""
@@ -49,6 +49,7 @@ def one_message(body: bytes, encoding: str | None, limit: int) -> bytes:
 
     ``encoding``: the request's ``grpc-encoding`` (a compressed message is inflated, at most
     ``limit`` bytes). Raises InvalidRequest when the body is not exactly one whole message,
+    LimitExceeded when it inflates past ``limit`` (as a message sent that large is refused),
     UnsupportedEncoding for a compression other than gzip, CompressedWithoutEncoding for a
     message flagged compressed in a request that names no compression.
     """
@@ -72,7 +73,7 @@ def one_message(body: bytes, encoding: str | None, limit: int) -> bytes:
     except zlib.error:
         raise InvalidRequest("the compressed gRPC message is not valid gzip") from None
     if len(data) > limit:
-        raise InvalidRequest(f"the request message inflates to more than {limit} bytes")
+        raise LimitExceeded(f"the request message inflates to more than {limit} bytes")
     return data
 
 
