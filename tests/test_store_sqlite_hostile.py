@@ -252,3 +252,47 @@ async def test_a_fifo_for_the_file_or_its_key_is_refused_in_one_line(tmp_path: P
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "not a regular file" in lines[0], done.stderr
+
+
+async def test_a_detached_run_whose_end_a_locked_file_refused_completes_on_its_retry(
+    serve: Callable[..., Proc], tmp_path: Path,
+) -> None:
+    """Another connection holds the file's write lock for longer than the store waits (a slow
+    disk, a backup tool). The event loop keeps serving; the detached run's end cannot be
+    committed, so the durable queue runs it again. Found, two faults in a row: the worker's
+    claim of the retry failed on the locked file too, and the SQLite queue never handed a job
+    whose claim failed out again (its reclaim was a no-op), so the task stayed working until a
+    restart; and once retried, the run failed at once with "the task store could not write this
+    task's latest events", a mark left by the first attempt's lost commit, so a transient lock
+    turned a run that completes into a failed task. A failed claim is now reclaimed after the
+    claim idle time, and a new attempt starts from what is committed."""
+    first = serve("--claim-idle", "2")  # a run left queued is taken again after 2 s
+    url = await first.url()
+    async with httpx.AsyncClient(timeout=30) as client:
+        sent = await rpc(client, url, "SendMessage", {
+            "message": text_message("sleep 1"), "configuration": DETACHED})
+        task_id = sent["result"]["task"]["id"]
+        await _until_state(client, url, task_id, "TASK_STATE_WORKING")
+        hold = sqlite3.connect(tmp_path / "tasks.db", isolation_level=None)
+        try:
+            hold.execute("BEGIN IMMEDIATE")
+            slowest = 0.0
+            with anyio.move_on_after(6.5):  # the run's end waits 5 s for the lock, then fails
+                while True:
+                    started = anyio.current_time()
+                    card = await client.get(url + ".well-known/agent-card.json")
+                    assert card.status_code == 200
+                    slowest = max(slowest, anyio.current_time() - started)
+                    await anyio.sleep(0.2)
+            hold.execute("COMMIT")
+        finally:
+            hold.close()
+        assert slowest < 1.0  # the loop never waited on the file
+        with anyio.fail_after(20):
+            while True:
+                got = (await rpc(client, url, "GetTask", {"id": task_id}))["result"]["status"]
+                if got["state"] not in ("TASK_STATE_WORKING", "TASK_STATE_SUBMITTED"):
+                    break
+                await anyio.sleep(0.1)
+    assert got["state"] == "TASK_STATE_COMPLETED", got
+    assert got["message"]["parts"][0]["text"].endswith("attempt=2")

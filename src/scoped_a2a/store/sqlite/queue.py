@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from ...protocol.errors import TaskNotFound
+from ...protocol.errors import ServerUnavailable, TaskNotFound
 from ...protocol.types import Message, Task
 from ..launcher import Job, RunRegistry
 from .records import copy_task
@@ -58,6 +58,9 @@ class SQLiteRunQueue:
         self._queued: set[str] = set()  # task ids in _ready
         self._arrived = anyio.Event()
         self._leases: dict[str, tuple[str, float]] = {}  # task id -> (token, valid until)
+        # Jobs whose claim could not be stored (a locked or full file): the worker has let go
+        # of them, so reclaim hands them out again once idle, as Redis redelivers an entry.
+        self._stalled: dict[str, tuple[Job, float]] = {}
         self._runners: weakref.WeakSet[RunRegistry] = weakref.WeakSet()
         store.lease_of = self.lease_of
 
@@ -113,9 +116,19 @@ class SQLiteRunQueue:
         return out
 
     async def reclaim(self, consumer: str, count: int, min_idle_ms: int) -> list[Job]:
-        """Nothing: leases live in this process, and a run that lost one is made ready again
-        when its worker lets go of it (``retire``/``release``)."""
-        return []
+        """The jobs whose claim failed at least ``min_idle_ms`` ago (leases live in this
+        process, and a run that lost one is made ready again when its worker lets go of it,
+        ``retire``/``release``; a failed claim has no worker left to do so)."""
+        await anyio.lowlevel.checkpoint()
+        since = time.monotonic() - min_idle_ms / 1000
+        out: list[Job] = []
+        for task_id, (job, failed_at) in list(self._stalled.items()):
+            if len(out) >= count:
+                break
+            if failed_at <= since:
+                del self._stalled[task_id]
+                out.append(job)
+        return out
 
     async def claim(self, job: Job, token: str, lease_ms: int) -> tuple[int, Task | None]:
         store = self.store
@@ -135,10 +148,17 @@ class SQLiteRunQueue:
                                "RETURNING attempts", (job.task_id,)).fetchone()
             return int(got[0]) if got is not None else -1
 
-        attempt: int = await store.writer.write(Work(run))
+        try:
+            attempt: int = await store.writer.write(Work(run))
+        except ServerUnavailable:
+            self._stalled[job.task_id] = (job, time.monotonic())
+            raise
         if attempt < 1:
             return -1, None
         self._leases[job.task_id] = (token, time.monotonic() + lease_ms / 1000)
+        # A new attempt starts from what is committed: events an earlier attempt lost in a
+        # failed commit are not this run's to answer for.
+        rec.poisoned = None
         return attempt, copy_task(rec.view)
 
     async def renew(self, job: Job, consumer: str, token: str, lease_ms: int) -> int:
