@@ -15,13 +15,27 @@ import abc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..protocol.errors import TaskNotFound
+from ..protocol.errors import InvalidParams, TaskNotFound
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import ListTasksRequest, Task, TaskPushNotificationConfig
 from .claims import PriorSend
 
 if TYPE_CHECKING:
     from .launcher import RunLauncher
+
+
+def page_bounds(request: ListTasksRequest) -> tuple[int, int | None]:
+    """A ListTasks request's page size and its page token as a position, checked (every store
+    issues the position its page ended before as the next token). Raises InvalidParams."""
+    size = request.page_size or 50
+    if not 1 <= size <= 100:
+        raise InvalidParams("pageSize must be between 1 and 100")
+    if not request.page_token:
+        return size, None
+    try:
+        return size, int(request.page_token)
+    except ValueError:
+        raise InvalidParams("pageToken is not one this server issued") from None
 
 
 class TaskEnded(Exception):

@@ -39,7 +39,7 @@ from ..protocol.types import (
     TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
-from .base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
+from .base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
 from .batched import InBatch
 from .claims import DEFAULT_CLAIM_WINDOW, MemoryClaims, PriorSend, claim_key
 from .cooling import Cooling
@@ -372,15 +372,7 @@ class MemoryTaskStore(TaskStore):
             rec.pins -= 1
 
     async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
-        size = request.page_size or 50
-        if not 1 <= size <= 100:
-            raise InvalidParams("pageSize must be between 1 and 100")
-        before = None
-        if request.page_token:
-            try:
-                before = int(request.page_token)
-            except ValueError:
-                raise InvalidParams("pageToken is not one this server issued") from None
+        size, before = page_bounds(request)
         matched: list[_Record] = []
         for rec in reversed(self._tasks.values()):
             if owner is not None and rec.owner != owner:

@@ -51,7 +51,7 @@ from ...protocol.types import (
     TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
-from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore
+from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
 from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend
 from ..launcher import RunLauncher
 from ..snapshot import apply_event
@@ -325,15 +325,7 @@ class RedisTaskStore(TaskStore):
                     return
 
     async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
-        size = request.page_size or 50
-        if not 1 <= size <= 100:
-            raise InvalidParams("pageSize must be between 1 and 100")
-        before: int | None = None
-        if request.page_token:
-            try:
-                before = int(request.page_token)
-            except ValueError:
-                raise InvalidParams("pageToken is not one this server issued") from None
+        size, before = page_bounds(request)
         client = self.conn.client
         ids = await self.conn.call(
             lambda: client.zrange(self.keys.tasks, 0, -1, rev=True, withscores=True)

@@ -14,9 +14,9 @@ import sqlite3
 
 import msgspec
 
-from ...protocol.errors import InvalidParams, TaskNotFound
+from ...protocol.errors import TaskNotFound
 from ...protocol.types import ListTasksRequest, TaskPushNotificationConfig, TaskState
-from ..base import TaskPage
+from ..base import TaskPage, page_bounds
 from ..claims import PriorSend, claim_key
 from . import claims
 from .core import SQLiteCore
@@ -34,15 +34,7 @@ class SQLiteTaskStore(SQLiteCore):
     """
 
     async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
-        size = request.page_size or 50
-        if not 1 <= size <= 100:
-            raise InvalidParams("pageSize must be between 1 and 100")
-        before: int | None = None
-        if request.page_token:
-            try:
-                before = int(request.page_token)
-            except ValueError:
-                raise InvalidParams("pageToken is not one this server issued") from None
+        size, before = page_bounds(request)
         where, args = ["1"], []
         for clause, value in (("owner = ?", owner), ("context_id = ?", request.context_id),
                               ("state = ?", request.status.value if request.status else None),
