@@ -68,13 +68,20 @@ def test_a_bad_serve_option_is_one_line_and_exit_2(args: list[str], says: str) -
     assert says in line, line
 
 
-def test_a_missing_extra_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    # prometheus-client is installed here: shadow it with a module that cannot be imported.
-    (tmp_path / "prometheus_client.py").write_text("raise ImportError('not installed')\n")
+@pytest.mark.parametrize(("module", "option", "says"), [
+    ("prometheus_client", "--metrics", "--metrics needs prometheus-client"),
+    ("google/protobuf", "--grpc", "--grpc needs protobuf: pip install 'scoped-a2a[grpc]'"),
+])
+def test_a_missing_extra_is_one_line_and_exit_2(tmp_path: Path, module: str, option: str,
+                                                says: str) -> None:
+    # The extra is installed here: shadow it with a module that cannot be imported.
+    shadow = tmp_path / module / "__init__.py"
+    shadow.parent.mkdir(parents=True)
+    shadow.write_text("raise ImportError('not installed')\n")
     env = {**ENV, "PYTHONPATH": str(tmp_path) + os.pathsep + ENV["PYTHONPATH"]}
-    done = subprocess.run([sys.executable, "-m", "scoped_a2a", "serve", "--metrics"], env=env,
+    done = subprocess.run([sys.executable, "-m", "scoped_a2a", "serve", option], env=env,
                           capture_output=True, text=True, timeout=30)
-    assert "--metrics needs prometheus-client" in one_error_line(done)
+    assert says in one_error_line(done)
 
 
 @pytest.mark.parametrize("args", [

@@ -373,6 +373,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _check_grpc_extra() -> None:
+    """``--grpc`` without protobuf (the ``[grpc]`` extra): one line and exit 2, before the
+    loop starts, instead of a traceback from building the app."""
+    try:
+        import google.protobuf  # noqa: F401
+    except ImportError:
+        sys.stderr.write("error: --grpc needs protobuf: pip install 'scoped-a2a[grpc]'\n")
+        raise SystemExit(2) from None
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -393,6 +403,8 @@ def _main(argv: Sequence[str] | None) -> int:
         policy = _policy(args)
         if args.store != "memory":
             check_store_url(args.store)
+        if args.grpc:
+            _check_grpc_extra()
         _check_host(args.host, args.port)
         return _run_server(_serve, args, loaded, auth, signer, policy, backend=args.backend,
                            host=args.host, port=args.port)
