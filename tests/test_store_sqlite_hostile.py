@@ -11,7 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,30 +23,10 @@ from scoped_a2a import RunContext
 
 from .helpers import rpc, sse_events, text_message
 from .redis.conftest import ROOT, Proc
+from .sqlite_serving import AGENT, sqlite_serve  # noqa: F401 (the serve fixture)
 
 pytestmark = pytest.mark.anyio
-AGENT = "tests.redis.agents:probe_agent"
 DETACHED = {"returnImmediately": True}
-
-
-@pytest.fixture
-def serve(tmp_path: Path, anyio_backend: str) -> Iterator[Callable[..., Proc]]:
-    """``serve(*args)``: ``serve --store sqlite:<tmp>/tasks.db`` on the test's backend."""
-    procs: list[Proc] = []
-
-    def start(*args: str) -> Proc:
-        log = tmp_path / f"serve-{len(procs)}.log"
-        proc = Proc(["serve", "--backend", anyio_backend, "--port", "0", "--agent", AGENT,
-                     "--store", f"sqlite:{tmp_path / 'tasks.db'}", "--log-level", "INFO",
-                     "--grace", "1", "--allow-webhook-host", "127.0.0.1", *args], log)
-        procs.append(proc)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 def _start_once(tmp_path: Path, store: str = "") -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,32 +25,10 @@ import pytest
 from .helpers import rpc, sse_events, text_message
 from .push_receiver import Receiver, eventually, receiving
 from .redis.conftest import ROOT, Proc
+from .sqlite_serving import AGENT, sqlite_serve  # noqa: F401 (the serve fixture)
 
 pytestmark = pytest.mark.anyio
-AGENT = "tests.redis.agents:probe_agent"
 DETACHED = {"returnImmediately": True}
-
-
-@pytest.fixture
-def serve(tmp_path: Path, anyio_backend: str) -> Iterator[Callable[..., Proc]]:
-    """``serve(*args)``: ``serve --store sqlite:<tmp>/tasks.db`` on the test's backend."""
-    procs: list[Proc] = []
-
-    def start(*args: str) -> Proc:
-        log = tmp_path / f"serve-{len(procs)}.log"
-        if "--agent" not in args:
-            args = ("--agent", AGENT, *args)
-        proc = Proc(["serve", "--backend", anyio_backend, "--port", "0",
-                     "--store", f"sqlite:{tmp_path / 'tasks.db'}", "--log-level", "INFO",
-                     "--grace", "1", *args], log)
-        procs.append(proc)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 def _log_of(db: Path) -> dict[str, list[dict[str, Any]]]:
