@@ -82,3 +82,55 @@ class RawH2:
                                                         event.stream_id)
             self.flush()
         return found
+
+    def send_body(self, stream_id: int, data: bytes, *, end_stream: bool = False,
+                  timeout: float = 10.0) -> list[Any]:
+        """Send ``data`` on ``stream_id`` as the server's flow-control windows allow, reading
+        frames while waiting for window; the events read meanwhile. Stops early (returning)
+        once the server answers or resets that stream: a refused body is not sent on."""
+        import select
+        import time
+
+        events: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            for event in events:
+                if getattr(event, "stream_id", None) == stream_id and isinstance(
+                        event, (h2.events.ResponseReceived, h2.events.StreamReset)):
+                    return events
+            window = min(self.conn.local_flow_control_window(stream_id),
+                         self.conn.max_outbound_frame_size)
+            if data and window > 0 and not select.select([self.sock], [], [], 0)[0]:
+                piece, data = data[:window], data[window:]
+                self.conn.send_data(stream_id, piece, end_stream=end_stream and not data)
+                self.flush()
+                continue
+            if not data:
+                return events
+            left = deadline - time.monotonic()
+            assert left > 0, "the server granted no flow-control window in time"
+            self.sock.settimeout(left)
+            received = self.sock.recv(65536)
+            assert received, "the server closed the HTTP/2 connection"
+            events += self.conn.receive_data(received)
+            self.flush()
+
+    def read_events(self, seconds: float) -> list[Any]:
+        """Every event that arrives within ``seconds`` (received DATA is acknowledged)."""
+        import time
+
+        events: list[Any] = []
+        deadline = time.monotonic() + seconds
+        with contextlib.suppress(OSError):
+            while (left := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                received = self.sock.recv(65536)
+                if not received:
+                    break
+                for event in self.conn.receive_data(received):
+                    events.append(event)
+                    if isinstance(event, h2.events.DataReceived):
+                        self.conn.acknowledge_received_data(event.flow_controlled_length,
+                                                            event.stream_id)
+                self.flush()
+        return events

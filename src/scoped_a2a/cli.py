@@ -51,6 +51,7 @@ from .redis_cli import (
     serve_on_redis,
 )
 from .runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS, RunPolicy
+from .server.grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
 from .store.memory import DEFAULT_MAX_ENDED_BYTES
 
 if TYPE_CHECKING:
@@ -136,6 +137,14 @@ def _parser() -> argparse.ArgumentParser:
                         "then cannot use the card (docs/conformance.md)")
     s.add_argument("--max-body-bytes", type=at_least_one, default=8 << 20, metavar="BYTES",
                    help="larger request bodies are refused with 413")
+    s.add_argument("--body-timeout", type=seconds, default=60.0, metavar="SECONDS",
+                   help="a request body must arrive whole within this long, or the request "
+                        "gets 408 (gRPC: DEADLINE_EXCEEDED); default 60")
+    s.add_argument("--max-body-memory", type=parse_size, default=128 << 20, metavar="SIZE",
+                   help="bytes of unfinished request bodies held at once, over all requests "
+                        "(each body's first 64 KiB are not counted); a body that would pass it "
+                        "gets 503 (gRPC: UNAVAILABLE). SIZE is bytes or e.g. 64MiB; default "
+                        "128MiB")
     s.add_argument("--stream-write-timeout", type=seconds, default=30.0, metavar="SECONDS",
                    help="close a connection whose client has taken no bytes for this long "
                         "(a stream that stopped being read; default 30)")
@@ -173,6 +182,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="also serve A2A's gRPC binding on the same port (HTTP/2 with "
                         "content-type application/grpc; turns HTTP/2 on; needs the [grpc] "
                         "extra; docs/grpc.md)")
+    s.add_argument("--grpc-max-fields", type=at_least_one, default=DEFAULT_GRPC_MAX_FIELDS,
+                   metavar="N",
+                   help="refuse a gRPC request message holding more protobuf fields than this "
+                        "(RESOURCE_EXHAUSTED), before decoding it: decoding costs the event "
+                        "loop time per field; every metadata entry counts 4")
     add_auth_options(s)
     add_limit_options(s)
     # Push notifications (scoped_a2a.push).
@@ -224,7 +238,10 @@ async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authentica
             public_url=args.public_url,
             card_1_0_only=args.card_1_0_only,
             grpc=args.grpc,
+            grpc_max_fields=args.grpc_max_fields,
             max_body_bytes=args.max_body_bytes,
+            body_timeout=args.body_timeout,
+            max_body_memory=args.max_body_memory,
             stream_write_timeout=args.stream_write_timeout,
             keepalive=args.keepalive,
             store=store,

@@ -40,6 +40,7 @@ from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.memory import MemoryTaskStore
 from .asgi import (
+    BodyBudget,
     Receive,
     Scope,
     Send,
@@ -56,6 +57,7 @@ from .card import build_card
 from .card_http import send_card
 from .card_signing import JWKS_PATH, CardSigner
 from .cards import CardPublisher
+from .grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
 from .input_modes import InputModes
 from .jsonrpc_binding import JsonRpcBinding
 from .methods import Methods
@@ -82,6 +84,9 @@ class A2AApp:
     :param grace: seconds runs get on shutdown before they are cancelled and recorded.
     :param public_url: the URL the card advertises (default: taken from the request).
     :param max_body_bytes: larger request bodies are refused with 413.
+    :param body_timeout: seconds a request body may take to arrive whole (then 408).
+    :param max_body_memory: bytes of unfinished request bodies held at once, over all requests
+        (:class:`~.asgi.BodyBudget`; a body that would pass it gets 503).
     :param keepalive: seconds between keep-alive comments on an idle stream.
     :param stream_write_timeout: a stream whose client takes no event for this long is closed.
     :param extended_card: card fields for ``GetExtendedAgentCard`` (absent: -32007).
@@ -124,6 +129,10 @@ class A2AApp:
         on the same port: HTTP/2 calls with ``content-type: application/grpc`` go to it, and
         the card lists a ``GRPC`` interface. Needs the ``[grpc]`` extra (protobuf) and HTTP/2
         (``serve`` switches it on for such an app).
+    :param grpc_max_fields: a gRPC request message holding more protobuf fields than this
+        (nested ones, each repeated element and map entry: a ``Struct`` entry is 4) is refused
+        with RESOURCE_EXHAUSTED before it is decoded, since decoding costs the event loop time
+        in proportion to fields (docs/grpc.md).
     """
 
     def __init__(
@@ -137,6 +146,8 @@ class A2AApp:
         grace: float = 10.0,
         public_url: str | None = None,
         max_body_bytes: int = 8 << 20,
+        body_timeout: float = 60.0,
+        max_body_memory: int = 128 << 20,
         keepalive: float = 15.0,
         stream_write_timeout: float = 30.0,
         extended_card: Mapping[str, Any] | None = None,
@@ -150,6 +161,7 @@ class A2AApp:
         card_1_0_only: bool = False,
         console: ConsoleSettings | None = None,
         grpc: bool = False,
+        grpc_max_fields: int = DEFAULT_GRPC_MAX_FIELDS,
     ) -> None:
         if preferred_binding not in ("JSONRPC", "HTTP+JSON"):
             raise ValueError("preferred_binding must be 'JSONRPC' or 'HTTP+JSON'")
@@ -171,6 +183,8 @@ class A2AApp:
         self.runner.observe = self.observe
         self.grace = grace
         self.max_body_bytes = max_body_bytes
+        self.bodies = BodyBudget(max_body_memory, body_timeout)
+        """Request bodies still arriving, over every binding: their deadline and memory bound."""
         self.stream_write_timeout = stream_write_timeout
         self._detached = detached
         self.push = PushService(self.store, push or PushSettings())
@@ -198,13 +212,14 @@ class A2AApp:
         )
         self.rest = RestBinding(self.methods, max_body_bytes=max_body_bytes,
                                 write_timeout=stream_write_timeout, expose_errors=expose_errors,
-                                observe=self.observe)
+                                observe=self.observe, bodies=self.bodies)
         """The HTTP+JSON binding (:mod:`.rest`) over the same method table."""
         self.jsonrpc = JsonRpcBinding(self.methods, max_body_bytes=max_body_bytes,
                                       write_timeout=stream_write_timeout,
-                                      expose_errors=expose_errors, observe=self.observe)
+                                      expose_errors=expose_errors, observe=self.observe,
+                                      bodies=self.bodies)
         """The JSON-RPC binding (:mod:`.jsonrpc_binding`), 1.0 and 0.3, at the root."""
-        self.grpc = self._grpc_binding() if grpc else None
+        self.grpc = self._grpc_binding(grpc_max_fields) if grpc else None
         """The gRPC binding (:mod:`.grpc`) over the same method table, or None."""
         self.ready = anyio.Event()
         """Set once the server side runs (lifespan started): ``serve`` waits for it."""
@@ -223,9 +238,9 @@ class A2AApp:
 
             self.console = Console(console, runner=self.runner, store=self.store,
                                    authenticate=authenticate, public_url=public_url,
-                                   write_timeout=stream_write_timeout)
+                                   write_timeout=stream_write_timeout, bodies=self.bodies)
 
-    def _grpc_binding(self) -> Any:
+    def _grpc_binding(self, max_fields: int) -> Any:
         try:
             from .grpc.binding import GrpcBinding
         except ImportError as exc:  # protobuf is the [grpc] extra
@@ -235,7 +250,7 @@ class A2AApp:
             self.auth_failures += 1
 
         return GrpcBinding(self.methods, authenticate=self.authenticate,
-                           max_body_bytes=self.max_body_bytes,
+                           max_body_bytes=self.max_body_bytes, max_fields=max_fields,
                            write_timeout=self.stream_write_timeout,
                            expose_errors=self.expose_errors, observe=self.observe,
                            refused=refused)

@@ -1,14 +1,18 @@
-"""Small ASGI helpers: headers, reading a bounded body, sending a whole response.
+"""Small ASGI helpers: headers, reading a bounded body (in size, pieces, time and the
+server-wide memory of unfinished bodies), sending a whole response.
 
 These are the only places that speak raw ASGI besides the SSE writer and the disconnect watcher.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 import anyio
+
+from ..protocol.errors import A2AError, InvalidRequest, ServerUnavailable
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -16,15 +20,37 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-class BodyTooLarge(Exception):
-    """The request body is over the configured limit (answered 413).
+class BodyRefused(Exception):
+    """A request body this server will not read (to the end); the request gets an error.
 
-    ``more_body`` tells whether the client is still sending (so the rest may be discarded).
+    ``more_body`` tells whether the client is still sending (so the rest may be discarded);
+    ``http_status`` is the status the HTTP bindings answer with; ``str(exc)`` tells the caller
+    what to fix.
     """
 
-    def __init__(self, more_body: bool = True) -> None:
-        super().__init__("the request body is over the limit")
+    http_status = 400
+
+    def __init__(self, text: str, more_body: bool = True) -> None:
+        super().__init__(text)
         self.more_body = more_body
+
+    def a2a_error(self) -> A2AError:
+        """The A2A error an HTTP binding answers with (its text is this refusal's)."""
+        return InvalidRequest(str(self))
+
+    def http_headers(self) -> list[tuple[bytes, bytes]]:
+        """Headers for the refusal: the connection is closed (its body may be unread)."""
+        return [(b"connection", b"close")]
+
+
+class BodyTooLarge(BodyRefused):
+    """The request body is over the configured limit (answered 413)."""
+
+    http_status = 413
+
+    def __init__(self, more_body: bool = True, limit: int | None = None) -> None:
+        super().__init__("the request body is over the limit" if limit is None else
+                         f"the request body exceeds {limit} bytes", more_body)
 
 
 class BodyInTooManyPieces(BodyTooLarge):
@@ -40,10 +66,73 @@ class BodyInTooManyPieces(BodyTooLarge):
         self.args = (f"the request body came in more than {pieces} pieces",)
 
 
+class BodyTooSlow(BodyRefused):
+    """The request body did not arrive whole within the body deadline (answered 408)."""
+
+    http_status = 408
+
+    def __init__(self, seconds: float) -> None:
+        # more_body False: the rest is not discarded, since a client this slow would hold the
+        # discard for its whole time too; it may see a reset instead of the answer.
+        super().__init__(f"the request body did not arrive within {seconds:g} s; send the "
+                         "whole body within that time", more_body=False)
+
+
+class BodiesOverBudget(BodyRefused):
+    """Taking this body would hold more unfinished request bodies than the server allows
+    (answered 503 with ``Retry-After``: it is the server's state, not this request's fault)."""
+
+    http_status = 503
+
+    def __init__(self) -> None:
+        super().__init__("the server is receiving as many large request bodies as it holds "
+                         "at once; retry shortly")
+
+    def a2a_error(self) -> A2AError:
+        return ServerUnavailable(str(self))
+
+    def http_headers(self) -> list[tuple[bytes, bytes]]:
+        return [*super().http_headers(), (b"retry-after", b"1")]
+
+
 MAX_BODY_MESSAGES = 4096
 """A request body in more pieces than this is refused (413), whatever its size. Ordinary clients
 send a body in a few pieces (hypercorn hands on up to 64 KiB per read; chunked uploads use
 chunks of KiBs): an 8 MiB body in 4 KiB chunks is 2,048 pieces."""
+
+
+class BodyBudget:
+    """The server-wide bounds on request bodies still arriving: bytes held, and time.
+
+    Without them, a client that sends most of a large body and never the end holds that memory
+    for as long as its connection lives: 50 HTTP/2 streams of 4 MB each took a server from
+    47 to 254 MB, with nothing to release it. Here every body must arrive whole within
+    ``timeout`` seconds (:class:`BodyTooSlow`), and the bytes of unfinished bodies are counted
+    against ``max_bytes`` over all requests (:class:`BodiesOverBudget` once a body would pass
+    it). The first :data:`FREE_BYTES` of each body are not counted: every A2A call but a file
+    upload fits in them, so a flood of large bodies cannot lock ordinary calls out (what they
+    hold is bounded by the streams a connection may open and by the deadline). One budget is
+    shared by every binding of an app; it lives in one event loop, so it needs no lock.
+    """
+
+    FREE_BYTES = 64 << 10
+
+    def __init__(self, max_bytes: int = 128 << 20, timeout: float = 60.0) -> None:
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+        self.held = 0
+        """Bytes of unfinished bodies counted now (beyond each body's free allowance)."""
+
+    def take(self, nbytes: int) -> bool:
+        """Count ``nbytes`` more held bytes; False (nothing counted) if that passes the bound."""
+        if self.held + nbytes > self.max_bytes:
+            return False
+        self.held += nbytes
+        return True
+
+    def give_back(self, nbytes: int) -> None:
+        """Uncount ``nbytes`` (the body ended, was refused, or its reader was cancelled)."""
+        self.held -= nbytes
 
 
 class ClientGone(Exception):
@@ -59,36 +148,52 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 
 async def read_body(
-    scope: Scope, receive: Receive, limit: int, max_messages: int | None = None
+    scope: Scope, receive: Receive, limit: int, max_messages: int | None = None, *,
+    budget: BodyBudget | None = None,
 ) -> bytes:
     """Read the whole request body, refusing more than ``limit`` bytes.
 
     A declared Content-Length over the limit is refused before reading anything; so is a body
     in more than ``max_messages`` pieces, once the piece after the last allowed one arrives. The
-    pieces go into one growing buffer, so the work is linear in the body's size and pieces. On
-    cancellation the partial body is dropped. Raises BodyTooLarge (BodyInTooManyPieces) or
-    ClientGone.
+    pieces go into one growing buffer, so the work is linear in the body's size and pieces.
+    With a ``budget``, the body must arrive within its deadline and its held bytes are counted
+    against the server-wide bound while it is unfinished (:class:`BodyBudget`); they are
+    uncounted however reading ends. On cancellation the partial body is dropped. Raises
+    BodyTooLarge (BodyInTooManyPieces), BodyTooSlow, BodiesOverBudget or ClientGone.
     """
     max_messages = MAX_BODY_MESSAGES if max_messages is None else max_messages
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
+        raise BodyTooLarge(limit=limit)
     body = bytearray()
-    pieces = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        more = bool(message.get("more_body", False))
-        chunk = message.get("body", b"")
-        pieces += 1
-        if len(body) + len(chunk) > limit:
-            raise BodyTooLarge(more_body=more)
-        if pieces > max_messages:
-            raise BodyInTooManyPieces(more_body=more, pieces=max_messages)
-        body += chunk
-        if not more:
-            return bytes(body)
+    pieces = counted = 0
+    try:
+        with anyio.move_on_after(budget.timeout if budget is not None else math.inf):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientGone
+                more = bool(message.get("more_body", False))
+                chunk = message.get("body", b"")
+                pieces += 1
+                if len(body) + len(chunk) > limit:
+                    raise BodyTooLarge(more_body=more, limit=limit)
+                if pieces > max_messages:
+                    raise BodyInTooManyPieces(more_body=more, pieces=max_messages)
+                body += chunk
+                if not more:
+                    return bytes(body)
+                if budget is not None:  # held across the next await: count it
+                    owed = max(0, len(body) - BodyBudget.FREE_BYTES) - counted
+                    if owed and not budget.take(owed):
+                        raise BodiesOverBudget
+                    counted += owed
+        assert budget is not None  # only its deadline can end the loop
+        raise BodyTooSlow(budget.timeout)
+    finally:
+        if counted:
+            assert budget is not None
+            budget.give_back(counted)
 
 
 DISCARD_BYTES = 1 << 20
@@ -106,10 +211,12 @@ async def discard_body(scope: Scope, receive: Receive) -> None:
     client can lose the answer (seen with chunked bodies on the asyncio worker). Draining lets the
     client finish sending and read our answer. Beyond ``DISCARD_BYTES``, ``MAX_BODY_MESSAGES``
     pieces or ``DISCARD_SECONDS`` (or a declared length larger than that) it gives up at once:
-    the client may then see a reset
-    instead of the answer, which is the price of not reading unbounded input. Returns at a
-    disconnect; cancellation just stops the reading.
+    the client may then see a reset instead of the answer, which is the price of not reading
+    unbounded input. On HTTP/2 it returns at once: an answer there ends its stream and leaves
+    the connection open. Returns at a disconnect; cancellation just stops the reading.
     """
+    if scope.get("http_version") == "2":
+        return  # an HTTP/2 answer ends the stream, not the connection: nothing to protect
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > DISCARD_BYTES:
         return

@@ -25,8 +25,9 @@ from ..protocol.method import Call
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from .asgi import (
+    BodyBudget,
     BodyInTooManyPieces,
-    BodyTooLarge,
+    BodyRefused,
     ClientGone,
     Receive,
     Scope,
@@ -46,13 +47,16 @@ class JsonRpcBinding:
 
     :param methods: the app's :class:`~.methods.Methods` (the one method layer).
     :param max_body_bytes: larger bodies are refused with 413.
+    :param bodies: the app's :class:`~.asgi.BodyBudget` (body deadline and memory bound).
     :param write_timeout: a stream whose client takes no event for this long is closed.
     :param expose_errors: send the text of a method's exception to the caller (development).
     """
 
     def __init__(self, methods: Methods, *, max_body_bytes: int, write_timeout: float,
-                 expose_errors: bool = False, observe: Observer = NOOP) -> None:
+                 expose_errors: bool = False, observe: Observer = NOOP,
+                 bodies: BodyBudget | None = None) -> None:
         self.methods = methods
+        self.bodies = bodies
         self.observe = observe
         self.max_body_bytes = max_body_bytes
         self.write_timeout = write_timeout
@@ -63,23 +67,22 @@ class JsonRpcBinding:
         """Answer one JSON-RPC request (a POST to the app's root) for ``principal``."""
         ctype = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
         if ctype != "application/json":
-            err = InvalidRequest(
+            err: A2AError = InvalidRequest(
                 f"Content-Type must be application/json, not {ctype or 'absent'!r}")
             await discard_body(scope, receive)
             await send_response(send, 415, error_frame(b"null", err, v1=True))
             return
         try:
-            body = await read_body(scope, receive, self.max_body_bytes)
-        except BodyTooLarge as exc:
+            body = await read_body(scope, receive, self.max_body_bytes, budget=self.bodies)
+        except BodyRefused as exc:
             if exc.more_body:
                 await discard_body(scope, receive)
+            err = exc.a2a_error()
             if isinstance(exc, BodyInTooManyPieces):
                 err = InvalidRequest(f"{exc}; send it in fewer, larger pieces (for example "
                                      "with a Content-Length)")
-            else:
-                err = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
-            await send_response(send, 413, error_frame(b"null", err, v1=True),
-                                headers=[(b"connection", b"close")])
+            await send_response(send, exc.http_status, error_frame(b"null", err, v1=True),
+                                headers=exc.http_headers())
             return
         except ClientGone:
             return

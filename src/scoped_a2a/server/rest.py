@@ -50,7 +50,8 @@ from ..protocol.method import Call
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.rest_errors import rest_error_body, rest_status
 from .asgi import (
-    BodyTooLarge,
+    BodyBudget,
+    BodyRefused,
     ClientGone,
     Receive,
     Scope,
@@ -201,14 +202,17 @@ class RestBinding:
 
     :param methods: the app's :class:`~.methods.Methods` (the one method layer).
     :param max_body_bytes: larger bodies are refused with 413.
+    :param bodies: the app's :class:`~.asgi.BodyBudget` (body deadline and memory bound).
     :param write_timeout: a stream whose client takes no event for this long is closed.
     """
 
     def __init__(self, methods: Methods, *, max_body_bytes: int, write_timeout: float,
-                 expose_errors: bool = False, observe: Observer = NOOP) -> None:
+                 expose_errors: bool = False, observe: Observer = NOOP,
+                 bodies: BodyBudget | None = None) -> None:
         self.methods = methods
         self.observe = observe
         self.max_body_bytes = max_body_bytes
+        self.bodies = bodies
         self.write_timeout = write_timeout
         self.expose_errors = expose_errors
 
@@ -272,13 +276,13 @@ class RestBinding:
                 f"{ctype or 'absent'!r}")
             raise _Answered(415, rest_error_body(err, http_status=415))
         try:
-            return await read_body(scope, receive, self.max_body_bytes)
-        except BodyTooLarge as exc:
+            return await read_body(scope, receive, self.max_body_bytes, budget=self.bodies)
+        except BodyRefused as exc:
             if exc.more_body:
                 await discard_body(scope, receive)
-            err2 = InvalidRequest(f"the request body exceeds {self.max_body_bytes} bytes")
-            raise _Answered(413, rest_error_body(err2, http_status=413),
-                            [(b"connection", b"close")]) from None
+            raise _Answered(exc.http_status, rest_error_body(exc.a2a_error(),
+                                                             http_status=exc.http_status),
+                            exc.http_headers()) from None
 
     def _params(self, scope: Scope, route: Route, segments: tuple[str, ...],
                 body: bytes, tenant: str | None = None) -> msgspec.Raw:
@@ -308,7 +312,7 @@ async def _respond(send: Send, status: int, body: bytes,
 
 
 class _Answered(Exception):
-    """An answer decided before the method runs (413, 415)."""
+    """An answer decided before the method runs (a refused body, 415)."""
 
     def __init__(self, status: int, body: bytes,
                  headers: list[tuple[bytes, bytes]] | None = None) -> None:

@@ -31,6 +31,8 @@ from ...protocol.principal import ANONYMOUS
 from ...runtime.runner import Runner
 from ...store.base import TaskStore
 from ..asgi import (
+    BodyBudget,
+    BodyRefused,
     BodyTooLarge,
     ClientGone,
     Receive,
@@ -78,8 +80,9 @@ class Console:
 
     def __init__(self, settings: ConsoleSettings, *, runner: Runner, store: TaskStore,
                  authenticate: Authenticate | None, public_url: str | None,
-                 write_timeout: float) -> None:
+                 write_timeout: float, bodies: BodyBudget | None = None) -> None:
         self.runner, self.store, self.write_timeout = runner, store, write_timeout
+        self.bodies = bodies
         self.hub = RunHub()
         runner.watch = self.hub
         self.access = Access(authenticate, settings, public_url)
@@ -143,11 +146,12 @@ class Console:
             await discard_body(scope, receive)
             raise
         try:
-            body = await read_body(scope, receive, 32 << 10)
-        except BodyTooLarge as exc:
+            body = await read_body(scope, receive, 32 << 10, budget=self.bodies)
+        except BodyRefused as exc:
             if exc.more_body:
                 await discard_body(scope, receive)
-            await send_error(send, 413, "a login body is a small JSON object")
+            await send_error(send, exc.http_status, "a login body is a small JSON object"
+                             if isinstance(exc, BodyTooLarge) else str(exc), exc.http_headers())
             return
         except ClientGone:
             return
