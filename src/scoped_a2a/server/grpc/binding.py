@@ -8,15 +8,26 @@ detach policy, hang-ups, owner scoping, limits and shutdown are the other bindin
 the answer differs (:mod:`.output`): protobuf messages, and the status in the trailers
 (:mod:`.errors`).
 
+Before decoding, the request message's fields are counted on the wire
+(:mod:`...protocol.grpc.census`): more than ``max_fields`` is RESOURCE_EXHAUSTED, nesting past
+100 messages or bytes that are no protobuf message INVALID_ARGUMENT, so no message holds the
+event loop for longer than its first ``max_fields`` fields take.
+
 Metadata (HTTP/2 headers): ``a2a-version`` (absent: 1.0; a 0.x version is refused, the 0.3
 gRPC service is another one), ``a2a-extensions``, credentials as on every binding
 (``authorization``, the API key header; mTLS from the connection), ``last-event-id`` for a
-resumed ``SubscribeToTask``, and ``grpc-timeout``, which becomes the run's deadline on a send
-(the deadline extension's budget, unless the request's metadata gives an earlier one).
+resumed ``SubscribeToTask``, and ``grpc-timeout``, the call's deadline from its arrival (a
+malformed one is ignored). On a send it becomes the run's deadline (the deadline extension's
+budget, unless the request's metadata gives an earlier one), and the send answers as the run
+ended (canceled, reason ``deadline``; status OK). Every other method runs in a cancel scope
+with that deadline: when it passes first, the method is cancelled and the call ends
+DEADLINE_EXCEEDED, after the messages a stream already sent (a stream cut inside a message is
+reset instead: :meth:`.output.GrpcOutput.expired`).
 
 Cancellation: once the method runs, a client that cancels its call (RST_STREAM) or drops the
 connection is a hang-up exactly as on HTTP/1.1: hypercorn delivers ``http.disconnect`` and the
 disconnect watcher cancels the call, which ends an interactive run and leaves a detached one.
+A deadline that cancels a method releases its holds the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import msgspec
 from google.protobuf.message import DecodeError
 
@@ -40,6 +52,7 @@ from ...protocol.errors import (
     Unauthenticated,
     VersionNotSupported,
 )
+from ...protocol.grpc.census import Malformed, TooDeep, TooManyFields, count_fields
 from ...protocol.grpc.messages import SERVICE, methods, to_json
 from ...protocol.jsonrpc import RpcRequest
 from ...protocol.method import Call
@@ -56,7 +69,8 @@ from ..asgi import (
 from ..auth import Authenticate, resolve_principal
 from ..dispatch import extensions, last_event_id, run_method
 from ..methods import Methods
-from .errors import INTERNAL, UNIMPLEMENTED
+from . import DEFAULT_MAX_FIELDS
+from .errors import DEADLINE_EXCEEDED, INTERNAL, UNIMPLEMENTED
 from .framing import (
     CONTENT_TYPE,
     PREFIX,
@@ -87,17 +101,22 @@ class GrpcBinding:
     :param methods: the app's :class:`~..methods.Methods` (the one method layer).
     :param authenticate: the app's authenticator (None: every caller is anonymous).
     :param max_body_bytes: a larger request message is refused (RESOURCE_EXHAUSTED).
+    :param max_fields: a request message holding more protobuf fields (nested ones, repeated
+        elements and map entries included: :mod:`~...protocol.grpc.census`) is refused
+        (RESOURCE_EXHAUSTED) before it is decoded.
     :param write_timeout: a stream whose client takes nothing for this long is closed.
     :param refused: called for every request refused for its credentials (the app counts).
     """
 
     def __init__(self, methods: Methods, *, authenticate: Authenticate | None = None,
-                 max_body_bytes: int = 8 << 20, write_timeout: float = 30.0,
+                 max_body_bytes: int = 8 << 20, max_fields: int = DEFAULT_MAX_FIELDS,
+                 write_timeout: float = 30.0,
                  expose_errors: bool = False, observe: Observer = NOOP,
                  refused: Callable[[], None] | None = None) -> None:
         self.methods = methods
         self.authenticate = authenticate
         self.max_body_bytes = max_body_bytes
+        self.max_fields = max_fields
         self.write_timeout = write_timeout
         self.expose_errors = expose_errors
         self.observe = observe
@@ -113,6 +132,7 @@ class GrpcBinding:
         """Answer one gRPC call. Errors before the method runs are answered at once (the
         request body discarded); from then on :func:`~..dispatch.run_method` owns the call,
         so a hang-up cancels it. Never raises for a bad request."""
+        began = anyio.current_time()  # grpc-timeout counts from the call's arrival
         service, _, name = str(scope.get("path") or "").lstrip("/").partition("/")
         rpc = methods().get(name) if service == SERVICE else None
         handler = self.methods.table.get(name) if rpc is not None else None
@@ -143,9 +163,11 @@ class GrpcBinding:
             return
         except ClientGone:
             return
+        timeout = _timeout_seconds(header(scope, b"grpc-timeout"))
+        deadline = math.inf if timeout is None else began + timeout
         try:
             _check_version(scope)
-            params = self._params(scope, rpc.request, body, name)
+            params = self._params(scope, rpc.request, body, name, deadline)
         except A2AError as exc:
             await out.error(exc)
             return
@@ -160,19 +182,39 @@ class GrpcBinding:
             return
         call = Call(V10_DIALECT, RpcRequest(b"null", name, msgspec.Raw(params)),
                     extensions(scope), last_event_id(scope), principal)
-        await run_method(handler, call, out, receive, name, expose_errors=self.expose_errors)
+        if name in _SENDS:  # the deadline is the run's (_params): it answers at its end
+            await run_method(handler, call, out, receive, name,
+                             expose_errors=self.expose_errors)
+            return
+        with anyio.CancelScope(deadline=deadline) as call_deadline:
+            await run_method(handler, call, out, receive, name,
+                             expose_errors=self.expose_errors)
+        if call_deadline.cancelled_caught and timeout is not None:
+            await out.expired(status_trailers(DEADLINE_EXCEEDED, _expired_message(
+                timeout, rpc.streaming)))
 
-    def _params(self, scope: Scope, request: Any, body: bytes, name: str) -> bytes:
-        """The method's params: the request message as ProtoJSON, plus the call's deadline."""
+    def _params(self, scope: Scope, request: Any, body: bytes, name: str,
+                deadline: float) -> bytes:
+        """The method's params: the request message as ProtoJSON, plus, on a send, the call's
+        ``grpc-timeout`` (``deadline``, on AnyIO's clock) as the run's budget."""
         data = one_message(body, header(scope, b"grpc-encoding"), self.max_body_bytes)
         try:
+            count_fields(data, request.DESCRIPTOR, self.max_fields)
             params = to_json(request.FromString(data))
-        except DecodeError:
+        except TooManyFields as exc:
+            raise LimitExceeded(
+                f"the request message holds more than {exc.limit} protobuf fields (every "
+                "metadata entry and structured-data value counts); send large structured data "
+                "as a file part") from None
+        except TooDeep as exc:
+            raise InvalidParams(
+                f"the request message nests messages more than {exc.limit} deep (each level "
+                "of a list or object in metadata or data is two); flatten it") from None
+        except (DecodeError, Malformed):
             raise InvalidParams(f"the request is not a valid {request.DESCRIPTOR.name} "
                                 "message") from None
-        timeout = _timeout_seconds(header(scope, b"grpc-timeout"))
-        if timeout is not None and name in _SENDS:
-            _give_budget(params, timeout)
+        if deadline != math.inf and name in _SENDS:
+            _give_budget(params, max(0.0, deadline - anyio.current_time()))
         return _encode(params)
 
 
@@ -187,6 +229,15 @@ def _give_budget(params: dict[str, Any], timeout: float) -> None:
     if given is None or (isinstance(given, (int, float)) and not isinstance(given, bool)
                          and math.isfinite(given) and given > ms):
         metadata[BUDGET_KEY] = ms
+
+
+def _expired_message(timeout: float, streaming: bool) -> str:
+    """DEADLINE_EXCEEDED's message: what ran out, and what the caller can do."""
+    if streaming:
+        return (f"the stream reached its grpc-timeout ({timeout:g} s) before the task ended; "
+                "subscribe again to go on, or send a longer grpc-timeout")
+    return (f"the call was not answered within its grpc-timeout ({timeout:g} s); retry with a "
+            "longer grpc-timeout")
 
 
 def _check_version(scope: Scope) -> None:

@@ -106,6 +106,9 @@ class GrpcWriter(SSEWriter):
         super().__init__(send, write_timeout=write_timeout)
         self.response = response
         self.cache = cache if cache is not None else EncodedCache(max_entries=0)
+        self.partial = False
+        """A write of messages began and did not return (it was cancelled): the client may
+        hold part of a message, so the stream cannot end with trailers."""
 
     async def start(self) -> None:
         if not self.started:
@@ -115,12 +118,15 @@ class GrpcWriter(SSEWriter):
             self.last_write = anyio.current_time()
 
     async def _write_sliced(self, data: bytes) -> None:
+        """Write whole messages: one write, or slices of :data:`SLICE` bytes for a big one."""
+        self.partial = True
         if len(data) <= SLICE:
             await self._write(data)
-            return
-        view = memoryview(data)
-        for at in range(0, len(data), SLICE):
-            await self._write(bytes(view[at:at + SLICE]))
+        else:
+            view = memoryview(data)
+            for at in range(0, len(data), SLICE):
+                await self._write(bytes(view[at:at + SLICE]))
+        self.partial = False
 
     async def event(self, data: bytes, event_id: int | None = None) -> None:
         framed = framed_event(data, self.response)
@@ -145,7 +151,7 @@ class GrpcWriter(SSEWriter):
             if framed is None:
                 continue
             if batch and size + len(framed) > SLICE:
-                await self._write(b"".join(batch))
+                await self._write_sliced(b"".join(batch))
                 self.events_sent += len(batch)
                 batch, size = [], 0
             if len(framed) > SLICE:
@@ -155,7 +161,7 @@ class GrpcWriter(SSEWriter):
             batch.append(framed)
             size += len(framed)
         if batch:
-            await self._write(b"".join(batch))
+            await self._write_sliced(b"".join(batch))
             self.events_sent += len(batch)
 
     async def keepalive(self) -> None:
@@ -210,6 +216,17 @@ class GrpcOutput(Responder):
         if not self._done:
             self._done = True
             await self.final_write(lambda: self._sse.end(trailers))
+
+    async def expired(self, trailers: list[tuple[bytes, bytes]]) -> None:
+        """The call's deadline passed before its answer was complete: end it with
+        ``trailers`` (DEADLINE_EXCEEDED), after the messages a stream already sent. If the
+        deadline cut a message short (only a client that stopped reading lets a write wait
+        that long), nothing more is written: the response is left unfinished, which hypercorn
+        answers with ``RST_STREAM``."""
+        if self._sse.partial:
+            self._done = True
+            return
+        await self.status(trailers)
 
     async def finish(self) -> None:
         """The method returned: end the stream with OK (a stream with no event too)."""
