@@ -10,6 +10,7 @@ speak raw HTTP/2: the client sends ``grpc-timeout`` and then waits as long as th
 - A send keeps its rule: the deadline is the run's (the deadline extension's budget), so the
   answer is the task, canceled with reason ``deadline``, status OK.
 - A malformed ``grpc-timeout`` is ignored, as before: the call runs without a deadline.
+- A deadline that falls inside a message (a client that stopped reading) resets the stream.
 """
 
 from __future__ import annotations
@@ -97,13 +98,13 @@ def raw_call(url: str, method: str, message: bytes, headers: list[tuple[str, str
         client.close()
 
 
-def detached_slow_task(url: str) -> str:
+def detached_slow_task(url: str, text: str = "slow 30") -> str:
     """A task the demo agent works on for 30 s, detached (the sender does not hold it)."""
     meta = struct_pb2.Struct()
     meta.update({"onDisconnect": "continue"})
     req = pb.SendMessageRequest(
         message=pb.Message(message_id=uuid.uuid4().hex, role=pb.ROLE_USER,
-                           parts=[pb.Part(text="slow 30")]),
+                           parts=[pb.Part(text=text)]),
         configuration=pb.SendMessageConfiguration(return_immediately=True), metadata=meta)
     with grpc.insecure_channel(target(url)) as channel:
         task = pb_grpc.A2AServiceStub(channel).SendMessage(req, timeout=10).task
@@ -148,6 +149,38 @@ def test_a_subscription_ends_with_deadline_exceeded_at_its_grpc_timeout(server: 
     ok = raw_call(server, "GetTask", pb.GetTaskRequest(id=task_id).SerializeToString(),
                   [("grpc-timeout", "10S")])
     assert ok.status == 0 and pb.Task.FromString(ok.messages[0]).id == task_id
+
+
+def test_a_deadline_inside_a_message_resets_the_stream(server: str) -> None:
+    """A subscriber that grants a 1 KiB window and reads nothing: the 300 KB snapshot is still
+    being written at the deadline, and trailers after part of a message would corrupt the
+    stream, so it is reset (RST_STREAM) at the deadline rather than left waiting for the
+    client's window (up to the 30 s write timeout); the server serves on."""
+    task_id = detached_slow_task(server, "slow 30 " + "x" * 300_000)
+    client = RawH2(int(server.rstrip("/").rsplit(":", 1)[1]), window=1024, timeout=10)
+    try:
+        began = time.monotonic()
+        stream = client.start(SERVICE + "SubscribeToTask", "POST", end_stream=False, extra=[
+            ("content-type", "application/grpc"), ("te", "trailers"),
+            ("grpc-timeout", "500m")])
+        message = pb.SubscribeToTaskRequest(id=task_id).SerializeToString()
+        client.conn.send_data(stream, b"\0" + len(message).to_bytes(4, "big") + message,
+                              end_stream=True)
+        client.flush()
+        ended = None
+        while ended is None:  # no window granted: DATA is read, never acknowledged
+            data = client.sock.recv(65536)
+            assert data, "the server closed the connection"
+            for event in client.conn.receive_data(data):
+                if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)) and \
+                        event.stream_id == stream:
+                    ended = event
+        took = time.monotonic() - began
+    finally:
+        client.close()
+    assert isinstance(ended, h2.events.StreamReset), ended
+    assert 0.45 < took < 5, took
+    assert get_task(server, task_id).status.state == pb.TASK_STATE_WORKING
 
 
 def test_a_send_answers_its_canceled_task_at_its_grpc_timeout(server: str) -> None:
