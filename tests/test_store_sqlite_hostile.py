@@ -276,3 +276,39 @@ async def test_a_detached_run_whose_end_a_locked_file_refused_completes_on_its_r
                 await anyio.sleep(0.1)
     assert got["state"] == "TASK_STATE_COMPLETED", got
     assert got["message"]["parts"][0]["text"].endswith("attempt=2")
+
+
+async def test_an_interactive_runs_end_a_locked_file_refused_is_recorded_once_it_frees(
+    serve: Callable[..., Proc], tmp_path: Path,
+) -> None:
+    """Another connection holds the file's write lock for 7.5 s while an interactive run ends.
+    Its end cannot be committed within the runner's 5 s: the task stayed ``working`` until a
+    restart, and the blocking send that started it never got an answer. The end is now retried
+    in the background, and the send is answered ``completed`` once the lock is released."""
+    proc = serve()
+    url = await proc.url()
+    answer: dict[str, Any] = {}
+    async with httpx.AsyncClient(timeout=30) as client, anyio.create_task_group() as tg:
+        async def blocking_send() -> None:
+            answer.update(await rpc(client, url, "SendMessage",
+                                    {"message": text_message("sleep 2")}))
+
+        tg.start_soon(blocking_send)
+        with anyio.fail_after(10):
+            while not (await rpc(client, url, "ListTasks", {}))["result"]["tasks"]:
+                await anyio.sleep(0.05)
+        hold = sqlite3.connect(tmp_path / "tasks.db", isolation_level=None)
+        try:
+            hold.execute("BEGIN IMMEDIATE")
+            await anyio.sleep(7.5)  # the run ends at 2 s; its end waits 5 s, then fails
+            assert not answer, answer
+            hold.execute("COMMIT")
+        finally:
+            hold.close()
+        with anyio.fail_after(15):
+            while not answer:
+                await anyio.sleep(0.05)
+    status = answer["result"]["task"]["status"]
+    assert status["state"] == "TASK_STATE_COMPLETED", answer
+    assert status["message"]["parts"][0]["text"].endswith("attempt=1")
+    await proc.wait_for(r"recorded the end of task \S+ \(completed\) [\d.]+s late")

@@ -9,7 +9,8 @@ Outcomes. A run always ends in a terminal state that the store records: the agen
 ``completed`` (its reply is the status message); it raised -> ``failed`` (the message says what);
 its scope was cancelled -> ``canceled``, with the reason (hang-up, CancelTask, shutdown, ...). The
 end is recorded under a shielded, bounded scope, so even a run cancelled by the nursery's own
-cancellation leaves a record. One log line marks each run's start and end.
+cancellation leaves a record; one the store cannot take in time is retried in the background
+(:mod:`.ending`). One log line marks each run's start and end.
 """
 
 from __future__ import annotations
@@ -28,35 +29,18 @@ from ..protocol.deadline import budget_from
 from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent
-from ..protocol.types import (
-    Message,
-    Task,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-    utc_timestamp,
-)
+from ..protocol.types import Message, Task, TaskState
 from ..store.base import TaskEnded, TaskStore
 from ..store.launcher import RunLauncher
 from .context import Agent, AskFailed, RunContext
+from .ending import REASON_TEXT, RECORD_TIMEOUT, EndRecorder
 from .failures import AgentError, failure_text, new_error_id
 from .limits import CallerLimits, CallerRuns
-from .outcome import end_message, end_of
+from .outcome import end_of
 from .policy import RunPolicy
 from .run import ParkedRuns, Run, RunWatch
 
 log = logging.getLogger("scoped_a2a.runs")
-
-REASON_TEXT = {
-    "hang-up": "the caller hung up",
-    "CancelTask": "canceled by CancelTask",
-    "shutdown": "the server shut down before the run finished",
-    "nursery": "the server nursery was cancelled",
-    "deadline": "the caller's deadline passed before the run finished",
-}
-
-RECORD_TIMEOUT = 5.0
-"""Seconds a run's end may take to record (shielded) before it is given up and logged."""
 
 REDELIVER_REASONS = frozenset({"shutdown", "nursery", "lease-lost"})
 """Why a run from a durable queue may stop without recording an end: its process is going away
@@ -92,12 +76,15 @@ class Runner:
         """Traces and metrics of runs (the app sets it; observe/)."""
         self.watch: RunWatch | None = None
         """A live view of the runs started from now on (the console sets it; run.RunWatch)."""
+        self.ending = EndRecorder(store, lambda what: self.observe.store_error(what))
+        """Records each run's end, retrying in the background if the store cannot take it."""
 
     # --- wiring ---------------------------------------------------------------------------
 
     def attach(self, nursery: TaskGroup) -> None:
         """Use ``nursery`` as the server nursery for every run started from now on."""
         self._nursery = nursery
+        self.ending.attach(nursery)
 
     @property
     def active(self) -> int:
@@ -268,9 +255,8 @@ class Runner:
             text = failure_text(exc, error_id, expose=self.expose_errors)
             log.warning("task %s failed before its run started (error id %s)", task.id,
                         error_id, exc_info=exc)
-        with anyio.move_on_after(RECORD_TIMEOUT, shield=True):
-            await self._record_end(Run(task.id, task.context_id, None), state, text, reason,
-                                   error_id=error_id)
+        await self.ending.record(Run(task.id, task.context_id, None), state, text, reason,
+                                 error_id=error_id)
         log.info("run end task=%s outcome=%s duration_ms=0.0 reason=%s (never started)",
                  task.id, state.name.lower(), reason)
 
@@ -358,15 +344,8 @@ class Runner:
                 log.warning("run of task %s stopped (%s); left for redelivery",
                             run.task_id, reason)
                 reason = "redeliver"
-            elif not self.store.may_suspend:
-                # The store's append cannot wait: nothing for a shield or deadline to guard.
-                await self._record_end(run, state, text, reason, error_id=error_id)
             else:
-                with anyio.move_on_after(RECORD_TIMEOUT, shield=True) as recording:
-                    await self._record_end(run, state, text, reason, error_id=error_id)
-                if recording.cancelled_caught:
-                    log.error("could not record the end of task %s within %.0fs",
-                              run.task_id, RECORD_TIMEOUT)
+                await self.ending.record(run, state, text, reason, error_id=error_id)
             self._runs.pop(run.task_id, None)
             self.callers.remove(principal_id, run)
             run.done.set()
@@ -379,29 +358,6 @@ class Runner:
                 "run end task=%s outcome=%s duration_ms=%.1f reason=%s",
                 run.task_id, state.name.lower(), (time.monotonic() - run.started) * 1000, reason,
             )
-
-    async def _record_end(
-        self, run: Run, state: TaskState, text: str | Message | None, reason: str,
-        *, error_id: str | None = None,
-    ) -> None:
-        msg = end_message(state, text, reason, task_id=run.task_id, context_id=run.context_id,
-                          error_id=error_id)
-        metadata = {"reason": reason}
-        if run.canceled_by is not None and state is TaskState.CANCELED:
-            metadata["canceledBy"] = run.canceled_by  # the console's operator (or owner)
-        event = TaskStatusUpdateEvent(
-            task_id=run.task_id,
-            context_id=run.context_id,
-            status=TaskStatus(state=state, message=msg, timestamp=utc_timestamp()),
-            metadata=metadata,
-        )
-        try:
-            await self.store.append(run.task_id, event)
-        except TaskEnded:
-            pass  # an end was recorded first; terminal states never change
-        except Exception:
-            self.observe.store_error("record_end")
-            log.exception("recording the end of task %s failed", run.task_id)
 
     # --- cancelling -----------------------------------------------------------------------
 
@@ -435,7 +391,7 @@ class Runner:
             if by is not None:
                 stand_in.canceled_by = by
                 text += f" (by {by})"
-            await self._record_end(stand_in, TaskState.CANCELED, text, reason)
+            await self.ending.write(stand_in, TaskState.CANCELED, text, reason)
             if self.launcher is not None:
                 # The run may execute in another process: the recorded end already stops its
                 # next write; this stops it at once.
@@ -491,5 +447,6 @@ class Runner:
         self.cancel_all("shutdown")
         with anyio.move_on_after(RECORD_TIMEOUT):
             await self._idle.wait()
+        self.ending.stop()
         for run in self._runs.values():
             log.error("run of task %s ignored cancellation during shutdown", run.task_id)

@@ -38,7 +38,7 @@ import sniffio
 from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
-from ..runtime.runner import RECORD_TIMEOUT
+from ..runtime.ending import RECORD_TIMEOUT
 from . import gc_tuning, hypercorn_fixes
 from .tls import configure_tls
 

@@ -1,0 +1,156 @@
+"""Recording how a run ended: its terminal event, written under a shielded deadline, and written
+again in the background when the store cannot take it in time.
+
+Why the background retry: a durable store can be unable to write for a while (Redis failing over,
+another connection holding the SQLite file's write lock). A run that ended meanwhile used to
+leave its task ``working`` for good: a blocking send following it never got its answer, and
+GetTask said ``working`` until a restart (SQLite recovery) or forever (Redis). Now the end is
+retried from the server nursery, with a growing pause, until the store takes it or says the
+task ended some other way; the callers following the task get their answer then.
+
+Cancellation: :meth:`EndRecorder.record` is shielded and bounded by :data:`RECORD_TIMEOUT`, so
+a run cancelled by the nursery's own cancellation still leaves a record when the store is
+there. Retries stop at shutdown (:meth:`EndRecorder.stop`): each one left is logged (a
+durable store's own recovery takes such a task over at the next start).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ..protocol.types import Message, TaskState, TaskStatus, TaskStatusUpdateEvent, utc_timestamp
+from ..store.base import TaskEnded, TaskStore
+from .outcome import end_message
+from .run import Run
+
+log = logging.getLogger("scoped_a2a.runs")
+
+REASON_TEXT = {
+    "hang-up": "the caller hung up",
+    "CancelTask": "canceled by CancelTask",
+    "shutdown": "the server shut down before the run finished",
+    "nursery": "the server nursery was cancelled",
+    "deadline": "the caller's deadline passed before the run finished",
+}
+
+RECORD_TIMEOUT = 5.0
+"""Seconds a run's end may take to record (shielded) before it is retried in the background."""
+
+RETRY_PAUSES = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""Pauses between background retries of an end; the last one repeats until shutdown."""
+
+
+class EndRecorder:
+    """Writes the terminal events of one runner's runs to ``store``.
+
+    ``store_error`` is called with a label each time the store fails to take an end (the
+    runner counts it for metrics). Lives on one event loop; not thread-safe.
+    """
+
+    def __init__(self, store: TaskStore, store_error: Callable[[str], None]) -> None:
+        self.store = store
+        self._store_error = store_error
+        self._nursery: TaskGroup | None = None
+        self._retrying: dict[str, anyio.CancelScope] = {}
+        self._stopped = False
+
+    def attach(self, nursery: TaskGroup) -> None:
+        """Retry ends in ``nursery`` (the server nursery) from now on."""
+        self._nursery = nursery
+
+    @property
+    def retrying(self) -> int:
+        """How many ends wait for their retry now."""
+        return len(self._retrying)
+
+    async def write(
+        self, run: Run, state: TaskState, text: str | Message | None, reason: str, *,
+        error_id: str | None = None, quiet: bool = False,
+    ) -> bool:
+        """One attempt at appending the end; True once the task has ended (this end, or one
+        recorded first: terminal states never change). A store failure is logged (unless
+        ``quiet``) and counted, and gives False. Not bounded: callers bound it."""
+        msg = end_message(state, text, reason, task_id=run.task_id, context_id=run.context_id,
+                          error_id=error_id)
+        metadata = {"reason": reason}
+        if run.canceled_by is not None and state is TaskState.CANCELED:
+            metadata["canceledBy"] = run.canceled_by  # the console's operator (or owner)
+        event = TaskStatusUpdateEvent(
+            task_id=run.task_id,
+            context_id=run.context_id,
+            status=TaskStatus(state=state, message=msg, timestamp=utc_timestamp()),
+            metadata=metadata,
+        )
+        try:
+            await self.store.append(run.task_id, event)
+        except TaskEnded:
+            return True
+        except Exception:
+            self._store_error("record_end")
+            if not quiet:
+                log.exception("recording the end of task %s failed", run.task_id)
+            return False
+        return True
+
+    async def record(
+        self, run: Run, state: TaskState, text: str | Message | None, reason: str, *,
+        error_id: str | None = None,
+    ) -> None:
+        """Record the end, shielded, within :data:`RECORD_TIMEOUT`; if the store does not take
+        it by then, hand it to a background retry and return."""
+        if not self.store.may_suspend:
+            # The store's append cannot wait (or fail for a while): nothing to guard or retry.
+            await self.write(run, state, text, reason, error_id=error_id)
+            return
+        recorded = False
+        with anyio.move_on_after(RECORD_TIMEOUT, shield=True):
+            recorded = await self.write(run, state, text, reason, error_id=error_id)
+        if not recorded:
+            self._retry_later(run, state, text, reason, error_id)
+
+    def _retry_later(self, run: Run, state: TaskState, text: str | Message | None, reason: str,
+                     error_id: str | None) -> None:
+        if self._nursery is None or self._stopped or run.task_id in self._retrying:
+            log.error("could not record the end of task %s (%s)", run.task_id,
+                      state.name.lower())
+            return
+        log.error("could not record the end of task %s (%s) within %.0fs; retrying",
+                  run.task_id, state.name.lower(), RECORD_TIMEOUT)
+        scope = anyio.CancelScope()
+        self._retrying[run.task_id] = scope
+        self._nursery.start_soon(self._retry, scope, run, state, text, reason, error_id,
+                                 name=f"scoped_a2a record end {run.task_id}")
+
+    async def _retry(self, scope: anyio.CancelScope, run: Run, state: TaskState,
+                     text: str | Message | None, reason: str, error_id: str | None) -> None:
+        began = time.monotonic()
+        recorded = False
+        try:
+            with scope:
+                for attempt in range(1, 1 << 30):
+                    await anyio.sleep(RETRY_PAUSES[min(attempt, len(RETRY_PAUSES)) - 1])
+                    with anyio.move_on_after(RECORD_TIMEOUT):
+                        recorded = await self.write(run, state, text, reason,
+                                                    error_id=error_id, quiet=True)
+                    if recorded:
+                        log.warning("recorded the end of task %s (%s) %.1fs late, attempt %d",
+                                    run.task_id, state.name.lower(),
+                                    time.monotonic() - began, attempt + 1)
+                        return
+        finally:
+            self._retrying.pop(run.task_id, None)
+            if not recorded:
+                log.error("gave up recording the end of task %s (%s) at shutdown",
+                          run.task_id, state.name.lower())
+
+    def stop(self) -> None:
+        """Stop every background retry (shutdown), and start no more: each one left is logged
+        as given up."""
+        self._stopped = True
+        for scope in list(self._retrying.values()):
+            scope.cancel()
