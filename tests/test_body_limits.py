@@ -135,8 +135,9 @@ async def test_a_cancelled_or_abandoned_read_gives_its_bytes_back() -> None:
 
 @pytest.fixture(params=["trio", "asyncio"])
 def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``serve --http2`` with a 3 s body deadline and a 1 MiB bound on unfinished bodies."""
-    proc, url, log = start("--http2", "--backend", request.param, "--body-timeout", "3",
+    """``serve --grpc`` (HTTP/2 on) with a 3 s body deadline and a 1 MiB bound on unfinished
+    bodies."""
+    proc, url, log = start("--grpc", "--backend", request.param, "--body-timeout", "3",
                            "--max-body-memory", "1MiB", "--grace", "1")
     try:
         yield url, proc
@@ -293,5 +294,59 @@ def test_sixty_never_ending_bodies_cost_bounded_memory(
         # (Once the first is cut off at its deadline, a later one may be held in its place.)
         assert answered[0] == 408 and set(answered) == {408, 503}, statuses
         assert answered.count(503) >= 50, statuses
+    finally:
+        client.close()
+
+
+GRPC_SEND = "/lf.a2a.v1.A2AService/SendMessage"
+
+
+def _grpc_post(client: RawH2, *extra: tuple[str, str]) -> int:
+    return client.start(GRPC_SEND, "POST", end_stream=False, extra=[
+        ("content-type", "application/grpc"), ("te", "trailers"), *extra])
+
+
+def _grpc_endings(events: list[Any]) -> dict[int, tuple[int, str]]:
+    """Each stream's grpc-status and grpc-message, from its trailers."""
+    from urllib.parse import unquote
+
+    found = {}
+    for e in events:
+        if isinstance(e, h2.events.TrailersReceived):
+            fields = dict(e.headers)
+            found[e.stream_id] = (int(fields[b"grpc-status"]),
+                                  unquote(fields.get(b"grpc-message", b"").decode()))
+    return found
+
+
+def test_grpc_messages_that_never_end_get_deadline_exceeded_or_unavailable(
+        server: tuple[str, subprocess.Popen[str]]) -> None:
+    """The same bounds on gRPC: a message that never ends gets DEADLINE_EXCEEDED at the body
+    deadline, or at the call's own grpc-timeout when that comes first; one that would pass the
+    bound on unfinished bodies gets UNAVAILABLE (retryable) at once."""
+    url, _ = server
+    client = RawH2(_port(url), window=1 << 20)
+    prefix = b"\x00" + (300 * KIB).to_bytes(4, "big")
+    try:
+        held = [_grpc_post(client) for _ in range(5)]
+        events: list[Any] = []
+        for stream in held:
+            events += client.send_body(stream, prefix + b"\x00" * (256 * KIB))
+        short = _grpc_post(client, ("grpc-timeout", "500m"))
+        events += client.send_body(short, prefix + b"\x00" * 1000)
+        refused = _grpc_post(client)
+        events += client.send_body(refused, prefix + b"\x00" * (256 * KIB))
+        events += client.read_events(0.9)
+        endings = _grpc_endings(events)
+        assert endings.get(refused, (0,))[0] == 14, endings  # UNAVAILABLE
+        assert "retry shortly" in endings[refused][1]
+        assert endings.get(short, (0,))[0] == 4, endings  # DEADLINE_EXCEEDED, its own
+        assert "grpc-timeout (0.5 s)" in endings[short][1], endings[short]
+        assert not any(s in endings for s in held), endings
+        events += client.read_events(3.5)
+        endings = _grpc_endings(events)
+        for stream in held:
+            status, text = endings[stream]
+            assert status == 4 and "did not arrive within 3 s" in text, endings[stream]
     finally:
         client.close()

@@ -253,7 +253,7 @@ class A2AApp:
                            max_body_bytes=self.max_body_bytes, max_fields=max_fields,
                            write_timeout=self.stream_write_timeout,
                            expose_errors=self.expose_errors, observe=self.observe,
-                           refused=refused)
+                           refused=refused, bodies=self.bodies)
 
     # --- lifetime -------------------------------------------------------------------------
 

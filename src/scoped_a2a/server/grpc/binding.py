@@ -57,7 +57,11 @@ from ...protocol.grpc.messages import SERVICE, methods, to_json
 from ...protocol.jsonrpc import RpcRequest
 from ...protocol.method import Call
 from ..asgi import (
+    BodiesOverBudget,
+    BodyBudget,
+    BodyRefused,
     BodyTooLarge,
+    BodyTooSlow,
     ClientGone,
     Receive,
     Scope,
@@ -105,6 +109,9 @@ class GrpcBinding:
         elements and map entries included: :mod:`~...protocol.grpc.census`) is refused
         (RESOURCE_EXHAUSTED) before it is decoded.
     :param write_timeout: a stream whose client takes nothing for this long is closed.
+    :param bodies: the app's :class:`~..asgi.BodyBudget`: a request message must arrive within
+        its deadline (else DEADLINE_EXCEEDED) and within the server-wide bound on unfinished
+        bodies (else UNAVAILABLE, retryable).
     :param refused: called for every request refused for its credentials (the app counts).
     """
 
@@ -112,8 +119,10 @@ class GrpcBinding:
                  max_body_bytes: int = 8 << 20, max_fields: int = DEFAULT_MAX_FIELDS,
                  write_timeout: float = 30.0,
                  expose_errors: bool = False, observe: Observer = NOOP,
-                 refused: Callable[[], None] | None = None) -> None:
+                 refused: Callable[[], None] | None = None,
+                 bodies: BodyBudget | None = None) -> None:
         self.methods = methods
+        self.bodies = bodies
         self.authenticate = authenticate
         self.max_body_bytes = max_body_bytes
         self.max_fields = max_fields
@@ -153,18 +162,31 @@ class GrpcBinding:
             await discard_body(scope, receive)
             await out.error(exc)
             return
+        timeout = _timeout_seconds(header(scope, b"grpc-timeout"))
+        deadline = math.inf if timeout is None else began + timeout
+        body = b""
         try:
-            body = await read_body(scope, receive, self.max_body_bytes + PREFIX.size)
-        except BodyTooLarge as exc:
-            if exc.more_body:
-                await discard_body(scope, receive)
-            await out.error(LimitExceeded(
-                f"the request message exceeds {self.max_body_bytes} bytes"))
+            with anyio.CancelScope(deadline=deadline) as reading:
+                body = await read_body(scope, receive, self.max_body_bytes + PREFIX.size,
+                                       budget=self.bodies)
+        except BodyTooSlow as exc:  # the server's body deadline, before the caller's
+            await out.status(status_trailers(DEADLINE_EXCEEDED, str(exc)))
+            return
+        except BodyRefused as exc:
+            # No discard: an answer ends an HTTP/2 stream, not the connection.
+            await out.error(LimitExceeded(f"the request message exceeds {self.max_body_bytes} "
+                                          "bytes") if type(exc) is BodyTooLarge
+                            else exc.a2a_error() if isinstance(exc, BodiesOverBudget)
+                            else LimitExceeded(str(exc)))
             return
         except ClientGone:
             return
-        timeout = _timeout_seconds(header(scope, b"grpc-timeout"))
-        deadline = math.inf if timeout is None else began + timeout
+        if reading.cancelled_caught:
+            assert timeout is not None  # only grpc-timeout sets that deadline
+            await out.status(status_trailers(DEADLINE_EXCEEDED, (
+                f"the request message did not arrive within the call's grpc-timeout "
+                f"({timeout:g} s)")))
+            return
         try:
             _check_version(scope)
             params = self._params(scope, rpc.request, body, name, deadline)
