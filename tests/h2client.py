@@ -115,14 +115,15 @@ class RawH2:
             events += self.conn.receive_data(received)
             self.flush()
 
-    def read_events(self, seconds: float) -> list[Any]:
-        """Every event that arrives within ``seconds`` (received DATA is acknowledged)."""
+    def read_events(self, seconds: float, until: Any = None) -> list[Any]:
+        """Every event that arrives within ``seconds`` (received DATA is acknowledged), or
+        until ``until(events)`` is true."""
         import time
 
         events: list[Any] = []
         deadline = time.monotonic() + seconds
         with contextlib.suppress(OSError):
-            while (left := deadline - time.monotonic()) > 0:
+            while (left := deadline - time.monotonic()) > 0 and not (until and until(events)):
                 self.sock.settimeout(left)
                 received = self.sock.recv(65536)
                 if not received:
