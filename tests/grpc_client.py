@@ -102,3 +102,18 @@ class Stub:
 
 async def in_thread(work: Callable[[], T]) -> T:
     return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field, serialized (for hand-made wire bytes)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def varint(value: int) -> bytes:
+    """A protobuf base-128 varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

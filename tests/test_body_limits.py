@@ -33,7 +33,7 @@ from scoped_a2a.server.asgi import (
 )
 
 from .h2client import RawH2
-from .test_cli import StderrLog, start, stop
+from .test_cli import start, stopped_cleanly
 
 KIB = 1 << 10
 
@@ -143,15 +143,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, subprocess.Pop
     try:
         yield url, proc
     finally:
-        _stopped(proc, log)
-
-
-def _stopped(proc: subprocess.Popen[str], log: StderrLog) -> None:
-    try:
-        text = stop(proc, log)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the server did not stop (frozen?)")
-    assert "Traceback" not in text, text
+        stopped_cleanly(proc, log)
 
 
 def _port(url: str) -> int:

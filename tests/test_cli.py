@@ -81,6 +81,18 @@ def stop(proc: subprocess.Popen[str], log: StderrLog, sig: int = signal.SIGTERM)
     return log.text()
 
 
+def stopped_cleanly(proc: subprocess.Popen[str], log: StderrLog) -> str:
+    """Stop a server at the end of a test: one that does not stop within its grace fails the
+    test (and is killed, so a frozen server does not hang CI), and so does a traceback in its
+    log. Returns the log."""
+    try:
+        text = stop(proc, log)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the server did not stop (frozen?)")
+    assert "Traceback" not in text, text
+    return text
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_serve_cli_detaches_crm_events_and_shuts_down_gracefully(backend: str) -> None:
     proc, url, log = start("--backend", backend, "--agent", "tests.cli_agents:one_second",

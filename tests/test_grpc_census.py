@@ -20,22 +20,10 @@ from scoped_a2a.protocol.grpc.census import (
 )
 from scoped_a2a.protocol.grpc.messages import methods
 
+from .grpc_client import field, varint
+
 SEND = methods()["SendMessage"].request
 DESCRIPTOR = SEND.DESCRIPTOR
-
-
-def field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field, serialized."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def request(metadata: dict[str, object] | None = None) -> bytes:

@@ -15,7 +15,6 @@ speak raw HTTP/2: the client sends ``grpc-timeout`` and then waits as long as th
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from scoped_a2a.protocol.method import Call, Output
 from .grpc_client import target
 from .h2client import RawH2
 from .helpers import served
-from .test_cli import start, stop
+from .test_cli import start, stopped_cleanly
 
 SERVICE = "/lf.a2a.v1.A2AService/"
 
@@ -124,11 +123,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[str]:
     try:
         yield url
     finally:
-        try:
-            text = stop(proc, log)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the server did not stop (frozen?)")
-        assert "Traceback" not in text, text
+        stopped_cleanly(proc, log)
 
 
 def test_a_subscription_ends_with_deadline_exceeded_at_its_grpc_timeout(server: str) -> None:

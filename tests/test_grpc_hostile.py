@@ -21,7 +21,6 @@ Findings of the hostile-client probe of the gRPC binding, each with its test:
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,8 +30,8 @@ import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.types import a2a_pb2_grpc as pb_grpc
 
-from .grpc_client import target
-from .test_cli import StderrLog, start, stop
+from .grpc_client import field, target
+from .test_cli import StderrLog, start, stopped_cleanly
 
 KEYS = "alice:alicetoken\nbob:bobtoken\n"
 ALICE = (("a2a-version", "1.0"), ("authorization", "Bearer alicetoken"))
@@ -50,11 +49,7 @@ def server(request: pytest.FixtureRequest,
     try:
         yield url, log
     finally:
-        try:
-            text = stop(proc, log)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the server did not stop (frozen?)")
-        assert "Traceback" not in text, text
+        stopped_cleanly(proc, log)
 
 
 def stub(url: str) -> tuple[grpc.Channel, pb_grpc.A2AServiceStub]:
@@ -216,26 +211,12 @@ def test_a_message_just_under_the_field_cap_is_served(server: tuple[str, StderrL
     assert worst < 0.75, worst
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field, serialized."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def _nested_value(levels: int) -> bytes:
     """A serialized ``google.protobuf.Value`` nesting ``levels`` lists, built by hand (the
     protobuf runtime would not build one this deep)."""
     value = b"\x11" + bytes(8)  # number_value 0.0
     for _ in range(levels):
-        value = _field(6, _field(1, value))  # Value.list_value -> ListValue.values
+        value = field(6, field(1, value))  # Value.list_value -> ListValue.values
     return value
 
 
@@ -249,9 +230,9 @@ def test_a_deeply_nested_value_is_refused_cleanly(server: tuple[str, StderrLog])
     head = pb.SendMessageRequest(message=message).SerializeToString()
 
     def with_metadata(levels: int) -> bytes:
-        entry = _field(1, b"k") + _field(2, _nested_value(levels))  # key, value
+        entry = field(1, b"k") + field(2, _nested_value(levels))  # key, value
         number = pb.SendMessageRequest.DESCRIPTOR.fields_by_name["metadata"].number
-        return head + _field(number, _field(1, entry))  # Struct.fields: one entry
+        return head + field(number, field(1, entry))  # Struct.fields: one entry
 
     auth = [("authorization", "Bearer alicetoken")]
     for levels in (5_000, 49):  # request, Struct, entry, Value: 4; then 2 a level
