@@ -312,3 +312,29 @@ async def test_an_interactive_runs_end_a_locked_file_refused_is_recorded_once_it
     assert status["state"] == "TASK_STATE_COMPLETED", answer
     assert status["message"]["parts"][0]["text"].endswith("attempt=1")
     await proc.wait_for(r"recorded the end of task \S+ \(completed\) [\d.]+s late")
+
+
+async def test_a_follow_up_to_a_queued_task_is_refused_saying_so_and_changes_nothing(
+    serve: Callable[..., Proc],
+) -> None:
+    """With one worker slot busy, a second detached task waits in the queue. A follow-up to it
+    was refused as "running in another process; send follow-ups to the replica that holds its
+    run", untrue of a store that has one process. It now says the run is queued, and the
+    queued run still starts from its own first message."""
+    proc = serve("--concurrency", "1")
+    url = await proc.url()
+    async with httpx.AsyncClient(timeout=30) as client:
+        await rpc(client, url, "SendMessage", {"message": text_message("sleep 1.5"),
+                                               "configuration": DETACHED})
+        queued = await rpc(client, url, "SendMessage", {"message": text_message("first"),
+                                                        "configuration": DETACHED})
+        task_id = queued["result"]["task"]["id"]
+        follow = await rpc(client, url, "SendMessage", {
+            "message": text_message("second", taskId=task_id), "configuration": DETACHED})
+        assert follow["error"]["code"] == -32004, follow
+        assert "is queued" in follow["error"]["message"], follow
+        assert "another process" not in follow["error"]["message"]
+        await _until_state(client, url, task_id, "TASK_STATE_COMPLETED")
+        task = (await rpc(client, url, "GetTask", {"id": task_id}))["result"]
+    texts = [part["text"] for m in task["history"] for part in m["parts"] if "text" in part]
+    assert "first" in texts and "second" not in texts, texts

@@ -206,10 +206,15 @@ class Runner:
             self.callers.check(principal.id)
         if self.launcher is not None:
             if not new:
-                # A non-terminal task with no run here has one in another process (or queued).
+                # A non-terminal task with no run here has one queued, or (with replicas) in
+                # another process.
+                if not self.launcher.runs_elsewhere:
+                    raise UnsupportedOperation(
+                        f"task {task.id!r} is queued: its run has not started yet; send "
+                        "follow-ups once it asks for input or ends")
                 raise UnsupportedOperation(
-                    f"task {task.id!r} is running in another process; send follow-ups to the "
-                    "replica that holds its run, or wait for it to end"
+                    f"task {task.id!r} is queued or running in another process; send "
+                    "follow-ups to the replica that holds its run, or once it ends"
                 )
             if detach_reason is not None:
                 await self.launcher.submit(

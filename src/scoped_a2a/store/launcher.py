@@ -42,6 +42,10 @@ class RunRegistry(Protocol):
 class RunLauncher(Protocol):
     """A durable queue for detached runs, plus cross-process cancellation."""
 
+    runs_elsewhere: bool
+    """Whether runs may execute in other processes (Redis: workers and replicas; SQLite: no,
+    every run of the file executes in its one process). Error texts say where a run is."""
+
     def bind(self, runner: RunRegistry) -> None:
         """Deliver cancel requests from other processes to ``runner``'s runs from now on."""
 

@@ -62,6 +62,8 @@ class QueueStore(Protocol):
 class RunQueue:
     """The run queue of one store (and the launcher its app's runner uses)."""
 
+    runs_elsewhere = True  # any worker process of the same Redis may take a run
+
     def __init__(self, conn: RedisConnection, store: QueueStore) -> None:
         self.conn = conn
         self.store = store

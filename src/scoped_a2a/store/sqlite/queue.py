@@ -52,6 +52,8 @@ def job_of(row: tuple[str, bytes, bytes, str, str]) -> Job:
 class SQLiteRunQueue:
     """The run queue of one SQLite store (and the launcher its app's runner uses)."""
 
+    runs_elsewhere = False  # one process per file (its flock): every run executes here
+
     def __init__(self, store: SQLiteTaskStore) -> None:
         self.store = store
         self._ready: deque[Job] = deque()
