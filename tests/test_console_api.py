@@ -176,6 +176,19 @@ async def test_owners_see_their_own_runs_and_operators_cancel(tmp_path: Path) ->
         assert counts["counts"][-1]["reasons"] == {"CancelTask": 1}  # bob's hang-up: not hers
 
 
+async def test_a_cancel_task_over_a2a_records_who_asked(tmp_path: Path) -> None:
+    """A2A CancelTask keeps its caller with the end, as the console's cancel keeps its user:
+    the operator sees who ended a run whichever way it was asked."""
+    async with served(make_app(tmp_path)) as url, httpx.AsyncClient(timeout=10) as client:
+        async with held_run(client, url, "alice") as task_id:
+            done = (await rpc(client, url, "CancelTask", {"id": task_id},
+                              headers=key("alice")))["result"]["status"]["message"]
+        assert done["parts"][0]["text"] == "Canceled: canceled by CancelTask (by alice)"
+        ended = (await client.get(url + "console/api/runs?reason=CancelTask",
+                                  headers=key("ops"))).json()["ended"]
+        assert [(r["taskId"], r["canceledBy"]) for r in ended] == [(task_id, "alice")]
+
+
 async def test_streams_show_a_new_run_its_timeline_and_its_hang_up(tmp_path: Path) -> None:
     async with served(make_app(tmp_path)) as url, httpx.AsyncClient(timeout=10) as client:
         async with client.stream("GET", url + "console/api/runs/stream",

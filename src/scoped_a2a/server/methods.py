@@ -26,7 +26,7 @@ from ..protocol.errors import (
 )
 from ..protocol.jsonrpc import decode_params
 from ..protocol.method import BAD_LAST_EVENT_ID, MAX_EVENT_ID_DIGITS, Call, Method, Output
-from ..protocol.principal import owner_key
+from ..protocol.principal import ANONYMOUS, owner_key
 from ..protocol.trajectory import (
     TRAJECTORY_EXTENSION_URI,
     TrajectoryEvent,
@@ -264,7 +264,9 @@ class Methods:
     async def cancel_task(self, call: Call, out: Output) -> None:
         req = call.dialect.cancel_params(call.rpc.params)
         await self.store.check_owner(req.id, owner_key(call.principal, req.tenant))
-        task = await self.runner.cancel_task(req.id)
+        # Who asked is kept with the end (as the console's cancels are); anonymous: nobody.
+        by = None if call.principal.id == ANONYMOUS.id else call.principal.id
+        task = await self.runner.cancel_task(req.id, by=by)
         await out.result(call.dialect.task(task))
 
     async def push_not_supported(self, call: Call, out: Output) -> None:
