@@ -142,9 +142,9 @@ def _parser() -> argparse.ArgumentParser:
                         "gets 408 (gRPC: DEADLINE_EXCEEDED); default 60")
     s.add_argument("--max-body-memory", type=parse_size, default=128 << 20, metavar="SIZE",
                    help="bytes of unfinished request bodies held at once, over all requests "
-                        "(each body's first 64 KiB are not counted); a body that would pass it "
-                        "gets 503 (gRPC: UNAVAILABLE). SIZE is bytes or e.g. 64MiB; default "
-                        "128MiB")
+                        "(each body's first 64 KiB are counted apart, against SIZE again); a "
+                        "body that would pass it gets 503 (gRPC: UNAVAILABLE). SIZE is bytes or "
+                        "e.g. 64MiB; default 128MiB")
     s.add_argument("--stream-write-timeout", type=seconds, default=30.0, metavar="SECONDS",
                    help="close a connection whose client has taken no bytes for this long "
                         "(a stream that stopped being read; default 30)")

@@ -310,9 +310,13 @@ class A2AApp:
         end, so call this *before* your server stops serving connections: ``serve`` calls it
         from its shutdown trigger. Calling it again (the lifespan shutdown does) returns at once.
 
+        Request bodies still arriving get a moment to end, then are refused with 503
+        (:meth:`.asgi.BodyBudget.close`), so they are answered before the server stops serving.
+
         On cancellation the grace period is cut short: the runs left are cancelled at once
         (reason ``shutdown``) and the cancellation propagates.
         """
+        self.bodies.close()
         try:
             await self.runner.shutdown(self.grace if grace is None else grace)
         finally:
@@ -320,7 +324,9 @@ class A2AApp:
             self.runner.cancel_all("shutdown")
 
     def begin_shutdown(self) -> None:
-        """Refuse new sends from now on; runs carry on (:meth:`drain` ends them)."""
+        """Refuse new sends from now on, and bodies still arriving soon; runs carry on
+        (:meth:`drain` ends them)."""
+        self.bodies.close()
         self.runner.begin_shutdown()
 
     # --- ASGI -----------------------------------------------------------------------------

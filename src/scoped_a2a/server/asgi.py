@@ -6,8 +6,8 @@ These are the only places that speak raw ASGI besides the SSE writer and the dis
 
 from __future__ import annotations
 
-import math
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import anyio
@@ -84,9 +84,9 @@ class BodiesOverBudget(BodyRefused):
 
     http_status = 503
 
-    def __init__(self) -> None:
-        super().__init__("the server is receiving as many large request bodies as it holds "
-                         "at once; retry shortly")
+    def __init__(self, text: str = "the server is receiving as many large request bodies as "
+                 "it holds at once; retry shortly", more_body: bool = True) -> None:
+        super().__init__(text, more_body)
 
     def a2a_error(self) -> A2AError:
         return ServerUnavailable(str(self))
@@ -101,6 +101,16 @@ send a body in a few pieces (hypercorn hands on up to 64 KiB per read; chunked u
 chunks of KiBs): an 8 MiB body in 4 KiB chunks is 2,048 pieces."""
 
 
+class ServerClosing(BodiesOverBudget):
+    """The server began shutting down while this body was still arriving (answered 503 with
+    ``Retry-After``): a body unfinished :data:`BodyBudget.CLOSING_SECONDS` after that point is
+    refused rather than left for the shutdown to cut off with no answer."""
+
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down and the request body had not arrived "
+                         "whole; send the request again", more_body=False)
+
+
 class BodyBudget:
     """The server-wide bounds on request bodies still arriving: bytes held, and time.
 
@@ -108,31 +118,73 @@ class BodyBudget:
     for as long as its connection lives: 50 HTTP/2 streams of 4 MB each took a server from
     47 to 254 MB, with nothing to release it. Here every body must arrive whole within
     ``timeout`` seconds (:class:`BodyTooSlow`), and the bytes of unfinished bodies are counted
-    against ``max_bytes`` over all requests (:class:`BodiesOverBudget` once a body would pass
-    it). The first :data:`FREE_BYTES` of each body are not counted: every A2A call but a file
-    upload fits in them, so a flood of large bodies cannot lock ordinary calls out (what they
-    hold is bounded by the streams a connection may open and by the deadline). One budget is
-    shared by every binding of an app; it lives in one event loop, so it needs no lock.
+    over all requests (:class:`BodiesOverBudget` once a body would pass a bound): those beyond
+    each body's first :data:`FREE_BYTES` against ``max_bytes``, and those within them on their
+    own against ``max_bytes`` again, so at most twice ``max_bytes`` in all. Apart, because every
+    A2A call but a file upload fits in the first 64 KiB: a flood of large bodies cannot lock
+    ordinary calls out. Counted all the same, because nothing bounds the connections a client
+    may open: uncounted, 2,000 HTTP/2 streams that each sent 63.5 KiB and never the end grew a
+    server with a 1 MiB bound by 91 MB.
+
+    At shutdown (:meth:`close`), a body still arriving gets :data:`CLOSING_SECONDS` more, then
+    :class:`ServerClosing`. One budget is shared by every binding of an app; it lives in one
+    event loop, so it needs no lock.
     """
 
     FREE_BYTES = 64 << 10
+    CLOSING_SECONDS = 1.0
 
     def __init__(self, max_bytes: int = 128 << 20, timeout: float = 60.0) -> None:
         self.max_bytes = max_bytes
         self.timeout = timeout
         self.held = 0
-        """Bytes of unfinished bodies counted now (beyond each body's free allowance)."""
+        """Bytes of unfinished bodies counted now beyond each body's first ``FREE_BYTES``."""
+        self.held_first = 0
+        """Bytes of unfinished bodies counted now within each body's first ``FREE_BYTES``."""
+        self.closing = False
+        """:meth:`close` was called: bodies get at most ``CLOSING_SECONDS`` more."""
+        self._readers: set[anyio.CancelScope] = set()
 
-    def take(self, nbytes: int) -> bool:
-        """Count ``nbytes`` more held bytes; False (nothing counted) if that passes the bound."""
-        if self.held + nbytes > self.max_bytes:
+    def take(self, nbytes: int, first: int = 0) -> bool:
+        """Count ``nbytes`` more held bytes beyond bodies' first ``FREE_BYTES`` and ``first``
+        within them; False (nothing counted) if either passes the bound."""
+        if self.held + nbytes > self.max_bytes or self.held_first + first > self.max_bytes:
             return False
         self.held += nbytes
+        self.held_first += first
         return True
 
-    def give_back(self, nbytes: int) -> None:
-        """Uncount ``nbytes`` (the body ended, was refused, or its reader was cancelled)."""
+    def give_back(self, nbytes: int, first: int = 0) -> None:
+        """Uncount what :meth:`take` counted (the body ended, was refused, or its reader was
+        cancelled)."""
         self.held -= nbytes
+        self.held_first -= first
+
+    def close(self) -> None:
+        """The server is shutting down: every body still arriving, and every one that starts
+        from now on, must end within ``CLOSING_SECONDS`` (or its own deadline, if sooner), so
+        that it is answered (:class:`ServerClosing`) before the server stops serving. Calling
+        it again changes nothing."""
+        if self.closing:
+            return
+        self.closing = True
+        for scope in self._readers:
+            self._closing_deadline(scope)
+
+    def _closing_deadline(self, scope: anyio.CancelScope) -> None:
+        scope.deadline = min(scope.deadline, anyio.current_time() + self.CLOSING_SECONDS)
+
+    @contextmanager
+    def deadline(self) -> Iterator[anyio.CancelScope]:
+        """The cancel scope a body is read in: ``timeout``, shortened at :meth:`close`."""
+        with anyio.move_on_after(self.timeout) as scope:
+            if self.closing:
+                self._closing_deadline(scope)
+            self._readers.add(scope)
+            try:
+                yield scope
+            finally:
+                self._readers.discard(scope)
 
 
 class ClientGone(Exception):
@@ -159,16 +211,17 @@ async def read_body(
     With a ``budget``, the body must arrive within its deadline and its held bytes are counted
     against the server-wide bound while it is unfinished (:class:`BodyBudget`); they are
     uncounted however reading ends. On cancellation the partial body is dropped. Raises
-    BodyTooLarge (BodyInTooManyPieces), BodyTooSlow, BodiesOverBudget or ClientGone.
+    BodyTooLarge (BodyInTooManyPieces), BodyTooSlow, BodiesOverBudget (ServerClosing once the
+    budget is closed) or ClientGone.
     """
     max_messages = MAX_BODY_MESSAGES if max_messages is None else max_messages
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(limit=limit)
     body = bytearray()
-    pieces = counted = 0
+    pieces = counted = counted_first = 0
     try:
-        with anyio.move_on_after(budget.timeout if budget is not None else math.inf):
+        with budget.deadline() if budget is not None else nullcontext():
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
@@ -184,16 +237,18 @@ async def read_body(
                 if not more:
                     return bytes(body)
                 if budget is not None:  # held across the next await: count it
+                    first = min(len(body), BodyBudget.FREE_BYTES) - counted_first
                     owed = max(0, len(body) - BodyBudget.FREE_BYTES) - counted
-                    if owed and not budget.take(owed):
+                    if (owed or first) and not budget.take(owed, first):
                         raise BodiesOverBudget
                     counted += owed
+                    counted_first += first
         assert budget is not None  # only its deadline can end the loop
-        raise BodyTooSlow(budget.timeout)
+        raise ServerClosing if budget.closing else BodyTooSlow(budget.timeout)
     finally:
-        if counted:
+        if counted or counted_first:
             assert budget is not None
-            budget.give_back(counted)
+            budget.give_back(counted, counted_first)
 
 
 DISCARD_BYTES = 1 << 20
