@@ -13,6 +13,9 @@ What was found (each test fails without its fix):
   two or more such streams on one HTTP/2 connection, the process never exited (killed after
   25 s). They are now refused with 503 soon after shutdown begins.
 
+- With ``--max-body-memory`` below the body limit, a body too large to ever be held was told
+  503 "retry shortly" (Retry-After: 1) for ever; it is now 413 naming the largest size held.
+
 What held up, and is kept here: a stream reset or a connection dropped mid-body gives its bytes
 back; a refusal with ``Expect: 100-continue`` and with a Content-Length far over what is drained
 is still read by the client; an unauthenticated caller (``--api-keys``) holds nothing.
@@ -182,6 +185,28 @@ def test_a_refusal_over_http11_reaches_the_client(
             assert b"retry-after: 1\r\n" in answer.lower() and b"retry shortly" in answer
     finally:
         holder.close()
+
+
+def test_a_body_larger_than_the_budget_could_ever_hold_is_413_not_retry_later(
+        server: tuple[str, subprocess.Popen[str]]) -> None:
+    """--max-body-memory 1MiB below the 8 MiB body limit: a 2 MiB body, with nothing else held,
+    was answered 503 "retry shortly" with Retry-After: 1, for ever. It is too large for this
+    server, and the answer now says so (413, the largest size held)."""
+    url, _ = server
+    port = _port(url)
+    body = _send_body("b" * (2 << 20))
+    head = (f"POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode()
+    answer = _http11(port, head, body)
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:300]
+    assert b"exceeds 1114112 bytes" in answer and b"retry-after" not in answer.lower()
+    client = RawH2(port, window=1 << 20)
+    try:
+        stream = _post(client, "/message:send")
+        assert _statuses(client.send_body(stream, body)) == {stream: 413}
+    finally:
+        client.close()
+    assert _whole_body_status(port, 900 * KIB) == 200
 
 
 def test_an_unauthenticated_caller_holds_no_budget(backend: str, tmp_path: Path) -> None:

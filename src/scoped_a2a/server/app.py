@@ -311,7 +311,8 @@ class A2AApp:
         from its shutdown trigger. Calling it again (the lifespan shutdown does) returns at once.
 
         Request bodies still arriving get a moment to end, then are refused with 503
-        (:meth:`.asgi.BodyBudget.close`), so they are answered before the server stops serving.
+        (:meth:`.asgi.BodyBudget.close`); this returns only once they are answered, so that
+        they are answered while the server still serves (at most about 1.5 s past the runs).
 
         On cancellation the grace period is cut short: the runs left are cancelled at once
         (reason ``shutdown``) and the cancellation propagates.
@@ -319,6 +320,7 @@ class A2AApp:
         self.bodies.close()
         try:
             await self.runner.shutdown(self.grace if grace is None else grace)
+            await self.bodies.wait_closed()
         finally:
             # Interrupted by cancellation: still mark what is left as ended by shutdown.
             self.runner.cancel_all("shutdown")

@@ -144,6 +144,7 @@ class BodyBudget:
         self.closing = False
         """:meth:`close` was called: bodies get at most ``CLOSING_SECONDS`` more."""
         self._readers: set[anyio.CancelScope] = set()
+        self._no_readers: anyio.Event | None = None  # made by wait_closed, set by the last
 
     def take(self, nbytes: int, first: int = 0) -> bool:
         """Count ``nbytes`` more held bytes beyond bodies' first ``FREE_BYTES`` and ``first``
@@ -153,6 +154,17 @@ class BodyBudget:
         self.held += nbytes
         self.held_first += first
         return True
+
+    @property
+    def largest_body(self) -> int:
+        """The largest body this budget can hold unfinished even when nothing else is held
+        (smaller than the body limit only when ``max_bytes`` was set below it)."""
+        return min(self.FREE_BYTES, self.max_bytes) + self.max_bytes
+
+    def never_fits(self, nbytes: int, first: int) -> bool:
+        """Whether one body holding this much could not be taken even with nothing else
+        held: it is then too large for this server (413), not early (503, retry)."""
+        return nbytes > self.max_bytes or first > self.max_bytes
 
     def give_back(self, nbytes: int, first: int = 0) -> None:
         """Uncount what :meth:`take` counted (the body ended, was refused, or its reader was
@@ -171,6 +183,17 @@ class BodyBudget:
         for scope in self._readers:
             self._closing_deadline(scope)
 
+    async def wait_closed(self) -> None:
+        """After :meth:`close`: return once no body is being read (each has ended or been
+        refused), at most ``CLOSING_SECONDS`` and a little later, and a moment for the refusals
+        to be sent. Cancellation just stops the waiting."""
+        if not self._readers:
+            return
+        self._no_readers = self._no_readers or anyio.Event()
+        with anyio.move_on_after(self.CLOSING_SECONDS + 0.5):
+            await self._no_readers.wait()
+            await anyio.sleep(0.05)  # the refusals' answers are sent in the readers' tasks
+
     def _closing_deadline(self, scope: anyio.CancelScope) -> None:
         scope.deadline = min(scope.deadline, anyio.current_time() + self.CLOSING_SECONDS)
 
@@ -185,6 +208,8 @@ class BodyBudget:
                 yield scope
             finally:
                 self._readers.discard(scope)
+                if not self._readers and self._no_readers is not None:
+                    self._no_readers.set()
 
 
 class ClientGone(Exception):
@@ -240,6 +265,8 @@ async def read_body(
                     first = min(len(body), BodyBudget.FREE_BYTES) - counted_first
                     owed = max(0, len(body) - BodyBudget.FREE_BYTES) - counted
                     if (owed or first) and not budget.take(owed, first):
+                        if budget.never_fits(counted + owed, counted_first + first):
+                            raise BodyTooLarge(more_body=more, limit=budget.largest_body)
                         raise BodiesOverBudget
                     counted += owed
                     counted_first += first
