@@ -6,7 +6,9 @@ another connection holding the SQLite file's write lock). A run that ended meanw
 leave its task ``working`` for good: a blocking send following it never got its answer, and
 GetTask said ``working`` until a restart (SQLite recovery) or forever (Redis). Now the end is
 retried from the server nursery, with a growing pause, until the store takes it or says the
-task ended some other way; the callers following the task get their answer then.
+task ended some other way; the callers following the task get their answer then. Not for a
+run from a durable queue: its entry stays queued and the queue runs it again under a new lease
+(a late write of the old attempt's end could land in the middle of the new attempt).
 
 Cancellation: :meth:`EndRecorder.record` is shielded and bounded by :data:`RECORD_TIMEOUT`, so
 a run cancelled by the nursery's own cancellation still leaves a record when the store is
@@ -99,10 +101,15 @@ class EndRecorder:
 
     async def record(
         self, run: Run, state: TaskState, text: str | Message | None, reason: str, *,
-        error_id: str | None = None,
+        error_id: str | None = None, retry: bool = True,
     ) -> None:
         """Record the end, shielded, within :data:`RECORD_TIMEOUT`; if the store does not take
-        it by then, hand it to a background retry and return."""
+        it by then, hand it to a background retry (unless ``retry`` is false) and return.
+
+        ``retry`` false is for a run from a durable queue: an end it could not record leaves
+        its entry queued, and the queue runs it again under a new lease. A late write of the
+        first attempt's end, outside its lease, could land while that attempt runs.
+        """
         if not self.store.may_suspend:
             # The store's append cannot wait (or fail for a while): nothing to guard or retry.
             await self.write(run, state, text, reason, error_id=error_id)
@@ -110,8 +117,11 @@ class EndRecorder:
         recorded = False
         with anyio.move_on_after(RECORD_TIMEOUT, shield=True):
             recorded = await self.write(run, state, text, reason, error_id=error_id)
-        if not recorded:
+        if not recorded and retry:
             self._retry_later(run, state, text, reason, error_id)
+        elif not recorded:
+            log.error("could not record the end of task %s (%s) within %.0fs; its queue runs "
+                      "it again", run.task_id, state.name.lower(), RECORD_TIMEOUT)
 
     def _retry_later(self, run: Run, state: TaskState, text: str | Message | None, reason: str,
                      error_id: str | None) -> None:

@@ -350,7 +350,8 @@ class Runner:
                             run.task_id, reason)
                 reason = "redeliver"
             else:
-                await self.ending.record(run, state, text, reason, error_id=error_id)
+                await self.ending.record(run, state, text, reason, error_id=error_id,
+                                         retry=not redeliverable)
             self._runs.pop(run.task_id, None)
             self.callers.remove(principal_id, run)
             run.done.set()
