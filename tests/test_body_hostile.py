@@ -13,6 +13,8 @@ What was found (each test fails without its fix):
   two or more such streams on one HTTP/2 connection, the process never exited (killed after
   25 s). They are now refused with 503 soon after shutdown begins.
 
+- Counting the first 64 KiB let unauthenticated console logins (read before anyone is known)
+  fill the bound and lock authenticated callers out (503); they now get an eighth of it.
 - With ``--max-body-memory`` below the body limit, a body too large to ever be held was told
   503 "retry shortly" (Retry-After: 1) for ever; it is now 413 naming the largest size held.
 
@@ -225,6 +227,38 @@ def test_an_unauthenticated_caller_holds_no_budget(backend: str, tmp_path: Path)
             assert client.status(stream) == 200
         finally:
             client.close()
+    finally:
+        stopped_cleanly(proc, log)
+
+
+def test_console_logins_nobody_finishes_cannot_lock_callers_out(backend: str,
+                                                                 tmp_path: Path) -> None:
+    """A console login is read before anyone is known. 40 login streams each send 31 KiB and
+    never the end: counted like any body, 33 of them filled the 1 MiB and an authenticated
+    caller's 40 KiB call got 503 until their deadline. They may now hold an eighth of it."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text("alice:alicetoken\n")
+    proc, url, log = _serve(backend, "--body-timeout", "8", "--api-keys", str(keys),
+                            "--console")
+    try:
+        port = _port(url)
+        logins = RawH2(port, window=1 << 20)
+        answers: dict[int, int] = {}
+        try:
+            for _ in range(40):
+                stream = _post(logins, "/console/api/login", [("x-console-request", "1")])
+                answers.update(_statuses(logins.send_body(stream, b" " * (31 * KIB))))
+            caller = RawH2(port, window=1 << 20)
+            try:
+                stream = _post(caller, extra=[("authorization", "Bearer alicetoken")])
+                got = _statuses(caller.send_body(stream, _send_body("c" * (40 * KIB)),
+                                                 end_stream=True))
+                assert (got[stream] if stream in got else caller.status(stream)) == 200
+            finally:
+                caller.close()
+            assert list(answers.values()).count(503) >= 30, answers  # the logins' share
+        finally:
+            logins.close()
     finally:
         stopped_cleanly(proc, log)
 

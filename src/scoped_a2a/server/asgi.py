@@ -126,6 +126,10 @@ class BodyBudget:
     may open: uncounted, 2,000 HTTP/2 streams that each sent 63.5 KiB and never the end grew a
     server with a 1 MiB bound by 91 MB.
 
+    Bodies read before their caller is authenticated (a console login) may hold only an eighth
+    of the bound between them (:attr:`unauthenticated_max`): counted like the others, they could
+    otherwise fill it and lock every authenticated caller out.
+
     At shutdown (:meth:`close`), a body still arriving gets :data:`CLOSING_SECONDS` more, then
     :class:`ServerClosing`. One budget is shared by every binding of an app; it lives in one
     event loop, so it needs no lock.
@@ -141,19 +145,33 @@ class BodyBudget:
         """Bytes of unfinished bodies counted now beyond each body's first ``FREE_BYTES``."""
         self.held_first = 0
         """Bytes of unfinished bodies counted now within each body's first ``FREE_BYTES``."""
+        self.held_unauthenticated = 0
+        """Bytes of those (in either count) of bodies read before authentication."""
         self.closing = False
         """:meth:`close` was called: bodies get at most ``CLOSING_SECONDS`` more."""
         self._readers: set[anyio.CancelScope] = set()
         self._no_readers: anyio.Event | None = None  # made by wait_closed, set by the last
 
-    def take(self, nbytes: int, first: int = 0) -> bool:
+    def take(self, nbytes: int, first: int = 0, *, unauthenticated: bool = False) -> bool:
         """Count ``nbytes`` more held bytes beyond bodies' first ``FREE_BYTES`` and ``first``
-        within them; False (nothing counted) if either passes the bound."""
+        within them; False (nothing counted) if either passes the bound, or, for a body read
+        before its caller is authenticated, if such bodies would hold more than
+        :attr:`unauthenticated_max` in all."""
         if self.held + nbytes > self.max_bytes or self.held_first + first > self.max_bytes:
             return False
+        if unauthenticated:
+            if self.held_unauthenticated + nbytes + first > self.unauthenticated_max:
+                return False
+            self.held_unauthenticated += nbytes + first
         self.held += nbytes
         self.held_first += first
         return True
+
+    @property
+    def unauthenticated_max(self) -> int:
+        """Bytes that bodies read before authentication (a console login) may hold in all: an
+        eighth of the bound, so that callers nobody knows cannot lock known ones out."""
+        return self.max_bytes // 8
 
     @property
     def largest_body(self) -> int:
@@ -166,9 +184,11 @@ class BodyBudget:
         held: it is then too large for this server (413), not early (503, retry)."""
         return nbytes > self.max_bytes or first > self.max_bytes
 
-    def give_back(self, nbytes: int, first: int = 0) -> None:
+    def give_back(self, nbytes: int, first: int = 0, *, unauthenticated: bool = False) -> None:
         """Uncount what :meth:`take` counted (the body ended, was refused, or its reader was
         cancelled)."""
+        if unauthenticated:
+            self.held_unauthenticated -= nbytes + first
         self.held -= nbytes
         self.held_first -= first
 
@@ -226,7 +246,7 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 async def read_body(
     scope: Scope, receive: Receive, limit: int, max_messages: int | None = None, *,
-    budget: BodyBudget | None = None,
+    budget: BodyBudget | None = None, unauthenticated: bool = False,
 ) -> bytes:
     """Read the whole request body, refusing more than ``limit`` bytes.
 
@@ -235,7 +255,8 @@ async def read_body(
     pieces go into one growing buffer, so the work is linear in the body's size and pieces.
     With a ``budget``, the body must arrive within its deadline and its held bytes are counted
     against the server-wide bound while it is unfinished (:class:`BodyBudget`); they are
-    uncounted however reading ends. On cancellation the partial body is dropped. Raises
+    uncounted however reading ends; ``unauthenticated``: the caller is not known yet (its
+    body may hold only a share of the bound). On cancellation the partial body is dropped. Raises
     BodyTooLarge (BodyInTooManyPieces), BodyTooSlow, BodiesOverBudget (ServerClosing once the
     budget is closed) or ClientGone.
     """
@@ -264,7 +285,8 @@ async def read_body(
                 if budget is not None:  # held across the next await: count it
                     first = min(len(body), BodyBudget.FREE_BYTES) - counted_first
                     owed = max(0, len(body) - BodyBudget.FREE_BYTES) - counted
-                    if (owed or first) and not budget.take(owed, first):
+                    if (owed or first) and not budget.take(owed, first,
+                                                           unauthenticated=unauthenticated):
                         if budget.never_fits(counted + owed, counted_first + first):
                             raise BodyTooLarge(more_body=more, limit=budget.largest_body)
                         raise BodiesOverBudget
@@ -275,7 +297,7 @@ async def read_body(
     finally:
         if counted or counted_first:
             assert budget is not None
-            budget.give_back(counted, counted_first)
+            budget.give_back(counted, counted_first, unauthenticated=unauthenticated)
 
 
 DISCARD_BYTES = 1 << 20

@@ -146,7 +146,8 @@ class Console:
             await discard_body(scope, receive)
             raise
         try:
-            body = await read_body(scope, receive, 32 << 10, budget=self.bodies)
+            body = await read_body(scope, receive, 32 << 10, budget=self.bodies,
+                                   unauthenticated=True)  # a login: nobody known yet
         except BodyRefused as exc:
             if exc.more_body:
                 await discard_body(scope, receive)
