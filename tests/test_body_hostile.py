@@ -10,9 +10,8 @@ What was found (each test fails without its fix):
   64 KiB are now counted on their own, against the same bound.
 - Unfinished bodies at shutdown: the server waited on them until hypercorn's graceful wait ran
   out, then cut them off with 500 (asyncio) or no answer at all (trio); and on asyncio, with
-  two or more such streams on one HTTP/2 connection, the process never exited (killed after
-  25 s). They are now refused with 503 soon after shutdown begins.
-
+  two or more such streams on one HTTP/2 connection, the process never exited (still running
+  95 s after SIGTERM). They are now refused with 503 soon after shutdown begins.
 - Counting the first 64 KiB let unauthenticated console logins (read before anyone is known)
   fill the bound and lock authenticated callers out (503); they now get an eighth of it.
 - With ``--max-body-memory`` below the body limit, a body too large to ever be held was told
