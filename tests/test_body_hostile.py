@@ -1,5 +1,5 @@
 """A hostile client against the bounds on request bodies (docs/connections.md, "Request
-bodies"; :class:`scoped_a2a.server.asgi.BodyBudget`): real ``serve`` processes on each backend,
+bodies"; :class:`scoped_a2a.server.body.BodyBudget`): real ``serve`` processes on each backend,
 raw HTTP/1.1 sockets and raw HTTP/2 frames.
 
 What was found (each test fails without its fix):

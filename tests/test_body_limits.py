@@ -1,5 +1,5 @@
 """Request bodies that never end: the body deadline and the server-wide bound on the bytes of
-unfinished bodies (:class:`scoped_a2a.server.asgi.BodyBudget`), for every binding.
+unfinished bodies (:class:`scoped_a2a.server.body.BodyBudget`), for every binding.
 
 Found by the gRPC hostile probe: a client that sent most of a 4 MB body on each of 50 HTTP/2
 streams and never the end took the server from 47 to 254 MB, held for as long as the connection
@@ -24,7 +24,7 @@ import h2.events
 import httpx
 import pytest
 
-from scoped_a2a.server.asgi import (
+from scoped_a2a.server.body import (
     BodiesOverBudget,
     BodyBudget,
     BodyTooSlow,

@@ -24,7 +24,7 @@ from anyio.abc import SocketStream
 
 from scoped_a2a import A2AApp, serve
 from scoped_a2a.agents.demo import demo_agent
-from scoped_a2a.server.asgi import MAX_BODY_MESSAGES
+from scoped_a2a.server.body import MAX_BODY_MESSAGES
 
 from .h2client import RawH2
 from .helpers import free_port, served, text_message

@@ -39,20 +39,14 @@ from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.memory import MemoryTaskStore
-from .asgi import (
-    BodyBudget,
-    Receive,
-    Scope,
-    Send,
-    discard_body,
-    send_response,
-)
+from .asgi import Receive, Scope, Send, send_response
 from .auth import (
     Authenticate,
     auth_error_response,
     challenge_of,
     resolve_principal,
 )
+from .body import BodyBudget, discard_body
 from .card import build_card
 from .card_http import send_card
 from .card_signing import JWKS_PATH, CardSigner
@@ -86,7 +80,7 @@ class A2AApp:
     :param max_body_bytes: larger request bodies are refused with 413.
     :param body_timeout: seconds a request body may take to arrive whole (then 408).
     :param max_body_memory: bytes of unfinished request bodies held at once, over all requests
-        (:class:`~.asgi.BodyBudget`; a body that would pass it gets 503).
+        (:class:`~.body.BodyBudget`; a body that would pass it gets 503).
     :param keepalive: seconds between keep-alive comments on an idle stream.
     :param stream_write_timeout: a stream whose client takes no event for this long is closed.
     :param extended_card: card fields for ``GetExtendedAgentCard`` (absent: -32007).
@@ -311,7 +305,7 @@ class A2AApp:
         from its shutdown trigger. Calling it again (the lifespan shutdown does) returns at once.
 
         Request bodies still arriving get a moment to end, then are refused with 503
-        (:meth:`.asgi.BodyBudget.close`); this returns only once they are answered, so that
+        (:meth:`.body.BodyBudget.close`); this returns only once they are answered, so that
         they are answered while the server still serves (at most about 1.5 s past the runs).
 
         On cancellation the grace period is cut short: the runs left are cancelled at once

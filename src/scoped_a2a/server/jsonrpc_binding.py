@@ -24,19 +24,8 @@ from ..protocol.jsonrpc import NO_ID, error_frame, parse_request, result_frame
 from ..protocol.method import Call
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
-from .asgi import (
-    BodyBudget,
-    BodyInTooManyPieces,
-    BodyRefused,
-    ClientGone,
-    Receive,
-    Scope,
-    Send,
-    discard_body,
-    header,
-    read_body,
-    send_response,
-)
+from .asgi import Receive, Scope, Send, header, send_response
+from .body import BodyBudget, BodyInTooManyPieces, BodyRefused, ClientGone, discard_body, read_body
 from .dispatch import Responder, extensions, last_event_id, run_method
 from .methods import Methods
 from .sse import SSEWriter
@@ -47,7 +36,7 @@ class JsonRpcBinding:
 
     :param methods: the app's :class:`~.methods.Methods` (the one method layer).
     :param max_body_bytes: larger bodies are refused with 413.
-    :param bodies: the app's :class:`~.asgi.BodyBudget` (body deadline and memory bound).
+    :param bodies: the app's :class:`~.body.BodyBudget` (body deadline and memory bound).
     :param write_timeout: a stream whose client takes no event for this long is closed.
     :param expose_errors: send the text of a method's exception to the caller (development).
     """

@@ -49,18 +49,8 @@ from ..protocol.jsonrpc import RpcRequest
 from ..protocol.method import Call
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.rest_errors import rest_error_body, rest_status
-from .asgi import (
-    BodyBudget,
-    BodyRefused,
-    ClientGone,
-    Receive,
-    Scope,
-    Send,
-    discard_body,
-    header,
-    read_body,
-    send_response,
-)
+from .asgi import Receive, Scope, Send, header, send_response
+from .body import BodyBudget, BodyRefused, ClientGone, discard_body, read_body
 from .dispatch import Responder, extensions, last_event_id, run_method
 from .methods import Methods
 from .sse import SSEWriter
@@ -202,7 +192,7 @@ class RestBinding:
 
     :param methods: the app's :class:`~.methods.Methods` (the one method layer).
     :param max_body_bytes: larger bodies are refused with 413.
-    :param bodies: the app's :class:`~.asgi.BodyBudget` (body deadline and memory bound).
+    :param bodies: the app's :class:`~.body.BodyBudget` (body deadline and memory bound).
     :param write_timeout: a stream whose client takes no event for this long is closed.
     """
 

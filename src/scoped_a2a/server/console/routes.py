@@ -30,19 +30,9 @@ from ...protocol.errors import (
 from ...protocol.principal import ANONYMOUS
 from ...runtime.runner import Runner
 from ...store.base import TaskStore
-from ..asgi import (
-    BodyBudget,
-    BodyRefused,
-    BodyTooLarge,
-    ClientGone,
-    Receive,
-    Scope,
-    Send,
-    discard_body,
-    read_body,
-    send_response,
-)
+from ..asgi import Receive, Scope, Send, send_response
 from ..auth import Authenticate
+from ..body import BodyBudget, BodyRefused, BodyTooLarge, ClientGone, discard_body, read_body
 from ..disconnect import DisconnectWatcher
 from .access import COOKIE, Access, ConsoleSettings, Viewer, cookie, session_cookie
 from .http import SECURITY_HEADERS, EventStream, StaticFiles, send_error, send_file, send_json

@@ -56,21 +56,18 @@ from ...protocol.grpc.census import Malformed, TooDeep, TooManyFields, count_fie
 from ...protocol.grpc.messages import SERVICE, methods, to_json
 from ...protocol.jsonrpc import RpcRequest
 from ...protocol.method import Call
-from ..asgi import (
+from ..asgi import Receive, Scope, Send, header
+from ..auth import Authenticate, resolve_principal
+from ..body import (
     BodiesOverBudget,
     BodyBudget,
     BodyRefused,
     BodyTooLarge,
     BodyTooSlow,
     ClientGone,
-    Receive,
-    Scope,
-    Send,
     discard_body,
-    header,
     read_body,
 )
-from ..auth import Authenticate, resolve_principal
 from ..dispatch import extensions, last_event_id, run_method
 from ..methods import Methods
 from . import DEFAULT_MAX_FIELDS
@@ -109,7 +106,7 @@ class GrpcBinding:
         elements and map entries included: :mod:`~...protocol.grpc.census`) is refused
         (RESOURCE_EXHAUSTED) before it is decoded.
     :param write_timeout: a stream whose client takes nothing for this long is closed.
-    :param bodies: the app's :class:`~..asgi.BodyBudget`: a request message must arrive within
+    :param bodies: the app's :class:`~..body.BodyBudget`: a request message must arrive within
         its deadline (else DEADLINE_EXCEEDED) and within the server-wide bound on unfinished
         bodies (else UNAVAILABLE, retryable).
     :param refused: called for every request refused for its credentials (the app counts).
