@@ -370,3 +370,38 @@ async def test_a_follow_up_to_a_parked_run_is_refused_once_shutdown_begins() -> 
     assert ended.status.state.name == "CANCELED"
     assert ended.status.message is not None
     assert ended.status.message.metadata == {"reason": "shutdown"}
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_client_that_stops_reading_a_large_answer_does_not_hold_up_shutdown(
+        backend: str) -> None:
+    """An HTTP/2 client that grants no flow-control window, then asks for a 600 KB task: its
+    answer's write waits on the window, shielded from hang-ups and bounded by the 30 s write
+    timeout. SIGTERM used to wait that out on trio (exit after about 29 s). Final writes in
+    flight at shutdown now get ``FINAL_WRITE_CLOSING`` (5 s) at most."""
+    from .h2client import RawH2
+    from .test_cli import start, stopped_cleanly
+
+    proc, url, log = start("--http2", "--backend", backend, "--grace", "1")
+    try:
+        sent = httpx.post(url, json=send_body("x" * 600_000), timeout=10,
+                          headers={"A2A-Version": "1.0"}).json()
+        task_id = sent["result"]["task"]["id"]
+        client = RawH2(int(url.rstrip("/").rsplit(":", 1)[1]), window=0)
+        try:
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask",
+                               "params": {"id": task_id}}).encode()
+            stream = client.start("/", "POST", end_stream=False, extra=[
+                ("content-type", "application/json"), ("a2a-version", "1.0")])
+            client.conn.send_data(stream, body, end_stream=True)
+            client.flush()
+            client.read_events(1.0)  # the answer starts, then waits for a window
+            began = time.monotonic()
+            stopped_cleanly(proc, log)
+            took = time.monotonic() - began
+        finally:
+            client.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 12, f"shutdown took {took:.1f} s"

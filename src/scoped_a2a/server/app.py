@@ -51,6 +51,8 @@ from .card import build_card
 from .card_http import send_card
 from .card_signing import JWKS_PATH, CardSigner
 from .cards import CardPublisher
+from .closing import ClosingDeadlines
+from .dispatch import FINAL_WRITE_CLOSING
 from .grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
 from .input_modes import InputModes
 from .jsonrpc_binding import JsonRpcBinding
@@ -178,6 +180,8 @@ class A2AApp:
         self.grace = grace
         self.max_body_bytes = max_body_bytes
         self.bodies = BodyBudget(max_body_memory, body_timeout)
+        self.final_writes = ClosingDeadlines(FINAL_WRITE_CLOSING)
+        """The final answers being written, over every binding: cut short at shutdown."""
         """Request bodies still arriving, over every binding: their deadline and memory bound."""
         self.stream_write_timeout = stream_write_timeout
         self._detached = detached
@@ -206,12 +210,13 @@ class A2AApp:
         )
         self.rest = RestBinding(self.methods, max_body_bytes=max_body_bytes,
                                 write_timeout=stream_write_timeout, expose_errors=expose_errors,
-                                observe=self.observe, bodies=self.bodies)
+                                observe=self.observe, bodies=self.bodies,
+                                final_writes=self.final_writes)
         """The HTTP+JSON binding (:mod:`.rest`) over the same method table."""
         self.jsonrpc = JsonRpcBinding(self.methods, max_body_bytes=max_body_bytes,
                                       write_timeout=stream_write_timeout,
                                       expose_errors=expose_errors, observe=self.observe,
-                                      bodies=self.bodies)
+                                      bodies=self.bodies, final_writes=self.final_writes)
         """The JSON-RPC binding (:mod:`.jsonrpc_binding`), 1.0 and 0.3, at the root."""
         self.grpc = self._grpc_binding(grpc_max_fields) if grpc else None
         """The gRPC binding (:mod:`.grpc`) over the same method table, or None."""
@@ -247,7 +252,8 @@ class A2AApp:
                            max_body_bytes=self.max_body_bytes, max_fields=max_fields,
                            write_timeout=self.stream_write_timeout,
                            expose_errors=self.expose_errors, observe=self.observe,
-                           refused=refused, bodies=self.bodies)
+                           refused=refused, bodies=self.bodies,
+                           final_writes=self.final_writes)
 
     # --- lifetime -------------------------------------------------------------------------
 
@@ -304,14 +310,17 @@ class A2AApp:
         end, so call this *before* your server stops serving connections: ``serve`` calls it
         from its shutdown trigger. Calling it again (the lifespan shutdown does) returns at once.
 
-        Request bodies still arriving get a moment to end, then are refused with 503
-        (:meth:`.body.BodyBudget.close`); this returns only once they are answered, so that
-        they are answered while the server still serves (at most about 1.5 s past the runs).
+        Final answers still being written get :data:`~.dispatch.FINAL_WRITE_CLOSING` (5 s) at
+        most from now on. Request bodies still arriving get a moment to end, then are refused
+        with 503 (:meth:`.body.BodyBudget.close`); this returns only once they are answered, so
+        that they are answered while the server still serves (at most about 1.5 s past the
+        runs).
 
         On cancellation the grace period is cut short: the runs left are cancelled at once
         (reason ``shutdown``) and the cancellation propagates.
         """
         self.bodies.close()
+        self.final_writes.close()
         try:
             await self.runner.shutdown(self.grace if grace is None else grace)
             await self.bodies.wait_closed()
@@ -323,6 +332,7 @@ class A2AApp:
         """Refuse new sends from now on, and bodies still arriving soon; runs carry on
         (:meth:`drain` ends them)."""
         self.bodies.close()
+        self.final_writes.close()
         self.runner.begin_shutdown()
 
     # --- ASGI -----------------------------------------------------------------------------

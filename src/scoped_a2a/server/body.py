@@ -8,13 +8,13 @@ told: an HTTP status, the A2A error, headers, and a text saying what to fix.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 
 import anyio
 
 from ..protocol.errors import A2AError, InvalidRequest, ServerUnavailable
 from .asgi import Receive, Scope, header
+from .closing import ClosingDeadlines
 
 
 class BodyRefused(Exception):
@@ -144,10 +144,8 @@ class BodyBudget:
         """Bytes of unfinished bodies counted now within each body's first ``FREE_BYTES``."""
         self.held_unauthenticated = 0
         """Bytes of those (in either count) of bodies read before authentication."""
-        self.closing = False
-        """:meth:`close` was called: bodies get at most ``CLOSING_SECONDS`` more."""
-        self._readers: set[anyio.CancelScope] = set()
-        self._no_readers: anyio.Event | None = None  # made by wait_closed, set by the last
+        self._reading = ClosingDeadlines(self.CLOSING_SECONDS)
+        """The deadlines of the bodies being read, cut short by :meth:`close`."""
 
     def take(self, nbytes: int, first: int = 0, *, unauthenticated: bool = False) -> bool:
         """Count ``nbytes`` more held bytes beyond bodies' first ``FREE_BYTES`` and ``first``
@@ -189,44 +187,30 @@ class BodyBudget:
         self.held -= nbytes
         self.held_first -= first
 
+    @property
+    def closing(self) -> bool:
+        """:meth:`close` was called: bodies get at most ``CLOSING_SECONDS`` more."""
+        return self._reading.closing
+
     def close(self) -> None:
         """The server is shutting down: every body still arriving, and every one that starts
         from now on, must end within ``CLOSING_SECONDS`` (or its own deadline, if sooner), so
         that it is answered (:class:`ServerClosing`) before the server stops serving. Calling
         it again changes nothing."""
-        if self.closing:
-            return
-        self.closing = True
-        for scope in self._readers:
-            self._closing_deadline(scope)
+        self._reading.close()
 
     async def wait_closed(self) -> None:
         """After :meth:`close`: return once no body is being read (each has ended or been
         refused), at most ``CLOSING_SECONDS`` and a little later, and a moment for the refusals
         to be sent. Cancellation just stops the waiting."""
-        if not self._readers:
-            return
-        self._no_readers = self._no_readers or anyio.Event()
-        with anyio.move_on_after(self.CLOSING_SECONDS + 0.5):
-            await self._no_readers.wait()
-            await anyio.sleep(0.05)  # the refusals' answers are sent in the readers' tasks
+        if self._reading.open:
+            with anyio.move_on_after(self.CLOSING_SECONDS + 0.5):
+                await self._reading.wait_none_open()
+                await anyio.sleep(0.05)  # the refusals' answers are sent in the readers' tasks
 
-    def _closing_deadline(self, scope: anyio.CancelScope) -> None:
-        scope.deadline = min(scope.deadline, anyio.current_time() + self.CLOSING_SECONDS)
-
-    @contextmanager
-    def deadline(self) -> Iterator[anyio.CancelScope]:
+    def deadline(self) -> AbstractContextManager[anyio.CancelScope]:
         """The cancel scope a body is read in: ``timeout``, shortened at :meth:`close`."""
-        with anyio.move_on_after(self.timeout) as scope:
-            if self.closing:
-                self._closing_deadline(scope)
-            self._readers.add(scope)
-            try:
-                yield scope
-            finally:
-                self._readers.discard(scope)
-                if not self._readers and self._no_readers is not None:
-                    self._no_readers.set()
+        return self._reading.scope(self.timeout)
 
 
 class ClientGone(Exception):

@@ -26,6 +26,7 @@ from ..protocol.method import (
 )
 from ..runtime.failures import failure_text, new_error_id
 from .asgi import Receive, Scope, header
+from .closing import ClosingDeadlines
 from .disconnect import DisconnectWatcher
 from .sse import SlowConsumer, SSEWriter
 
@@ -36,6 +37,9 @@ HANGUP_WAIT = 0.5
 """Seconds a blocking send whose caller hung up waits for its task to end before answering."""
 HANGUP_WRITE = 2.0
 """...and seconds it then has to write that answer (the client may be gone: nobody reads)."""
+FINAL_WRITE_CLOSING = 5.0
+"""Seconds a final answer still being written may take once the server shuts down (the answers
+of a shutdown take milliseconds; this is for a client that stopped reading)."""
 
 
 class Responder(Output):
@@ -50,6 +54,8 @@ class Responder(Output):
     """
 
     write_timeout: float = 30.0
+    closing: ClosingDeadlines | None = None
+    """The app's final-write deadlines, cut short at shutdown (None: ``write_timeout`` only)."""
     _on_hangup: Callable[[float], Awaitable[bytes]] | None = None
 
     async def error(self, exc: A2AError) -> None:
@@ -101,8 +107,11 @@ class Responder(Output):
         self._sse.rest(seconds)
 
     async def final_write(self, write: Callable[[], Awaitable[None]]) -> None:
-        """Run ``write`` (the final answer's sends) shielded, within ``write_timeout``."""
-        with anyio.move_on_after(self.write_timeout, shield=True):
+        """Run ``write`` (the final answer's sends) shielded, within ``write_timeout``, and
+        within :data:`FINAL_WRITE_CLOSING` once the server shuts down (``closing``): a client
+        that stopped reading would otherwise hold the process for the whole timeout."""
+        with (anyio.move_on_after(self.write_timeout, shield=True) if self.closing is None
+              else self.closing.scope(self.write_timeout, shield=True)):
             await write()
 
     def answer_on_hangup(self, answer: Callable[[float], Awaitable[bytes]]) -> None:

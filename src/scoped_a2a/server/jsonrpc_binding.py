@@ -26,6 +26,7 @@ from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from .asgi import Receive, Scope, Send, header, send_response
 from .body import BodyBudget, BodyInTooManyPieces, BodyRefused, ClientGone, discard_body, read_body
+from .closing import ClosingDeadlines
 from .dispatch import Responder, extensions, last_event_id, run_method
 from .methods import Methods
 from .sse import SSEWriter
@@ -43,9 +44,11 @@ class JsonRpcBinding:
 
     def __init__(self, methods: Methods, *, max_body_bytes: int, write_timeout: float,
                  expose_errors: bool = False, observe: Observer = NOOP,
-                 bodies: BodyBudget | None = None) -> None:
+                 bodies: BodyBudget | None = None,
+                 final_writes: ClosingDeadlines | None = None) -> None:
         self.methods = methods
         self.bodies = bodies
+        self.final_writes = final_writes
         self.observe = observe
         self.max_body_bytes = max_body_bytes
         self.write_timeout = write_timeout
@@ -84,7 +87,8 @@ class JsonRpcBinding:
         dialect = V03_DIALECT if name is not None else V10_DIALECT
         name = name or rpc.method
         self.observe.request_method(rpc.method, "1.0" if dialect.v1 else "0.3")
-        out = _JsonRpcOutput(send, rpc.id_json, dialect.v1, self.write_timeout)
+        out = _JsonRpcOutput(send, rpc.id_json, dialect.v1, self.write_timeout,
+                             self.final_writes)
         try:
             check_version(header(scope, b"a2a-version") or query_version(scope))
             if name == TRAJECTORY_READ_METHOD:
@@ -111,8 +115,10 @@ class _JsonRpcOutput(Responder):
     Final answers go through :meth:`~.dispatch.Responder.final_write` (shielded, bounded).
     """
 
-    def __init__(self, send: Send, id_json: bytes, v1: bool, write_timeout: float) -> None:
+    def __init__(self, send: Send, id_json: bytes, v1: bool, write_timeout: float,
+                 closing: ClosingDeadlines | None = None) -> None:
         self._send = send
+        self.closing = closing
         self._id = id_json
         self._v1 = v1
         self.write_timeout = write_timeout

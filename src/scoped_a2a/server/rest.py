@@ -51,6 +51,7 @@ from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.rest_errors import rest_error_body, rest_status
 from .asgi import Receive, Scope, Send, header, send_response
 from .body import BodyBudget, BodyRefused, ClientGone, discard_body, read_body
+from .closing import ClosingDeadlines
 from .dispatch import Responder, extensions, last_event_id, run_method
 from .methods import Methods
 from .sse import SSEWriter
@@ -198,11 +199,13 @@ class RestBinding:
 
     def __init__(self, methods: Methods, *, max_body_bytes: int, write_timeout: float,
                  expose_errors: bool = False, observe: Observer = NOOP,
-                 bodies: BodyBudget | None = None) -> None:
+                 bodies: BodyBudget | None = None,
+                 final_writes: ClosingDeadlines | None = None) -> None:
         self.methods = methods
         self.observe = observe
         self.max_body_bytes = max_body_bytes
         self.bodies = bodies
+        self.final_writes = final_writes
         self.write_timeout = write_timeout
         self.expose_errors = expose_errors
 
@@ -250,7 +253,7 @@ class RestBinding:
             return
         call = Call(V10_DIALECT, RpcRequest(b"null", route.method, params),
                     extensions(scope), last_event_id(scope), principal)
-        out = _RestOutput(send, self.write_timeout)
+        out = _RestOutput(send, self.write_timeout, self.final_writes)
         await run_method(handler, call, out, receive, route.method,
                          expose_errors=self.expose_errors)
 
@@ -321,9 +324,11 @@ class _RestOutput(Responder):
 
     _sse: _RestSSE
 
-    def __init__(self, send: Send, write_timeout: float) -> None:
+    def __init__(self, send: Send, write_timeout: float,
+                 closing: ClosingDeadlines | None = None) -> None:
         self._send = send
         self.write_timeout = write_timeout
+        self.closing = closing
         self._sse = _RestSSE(send, write_timeout=write_timeout)
         self._done = False
 

@@ -68,6 +68,7 @@ from ..body import (
     discard_body,
     read_body,
 )
+from ..closing import ClosingDeadlines
 from ..dispatch import extensions, last_event_id, run_method
 from ..methods import Methods
 from . import DEFAULT_MAX_FIELDS
@@ -117,9 +118,11 @@ class GrpcBinding:
                  write_timeout: float = 30.0,
                  expose_errors: bool = False, observe: Observer = NOOP,
                  refused: Callable[[], None] | None = None,
-                 bodies: BodyBudget | None = None) -> None:
+                 bodies: BodyBudget | None = None,
+                 final_writes: ClosingDeadlines | None = None) -> None:
         self.methods = methods
         self.bodies = bodies
+        self.final_writes = final_writes
         self.authenticate = authenticate
         self.max_body_bytes = max_body_bytes
         self.max_fields = max_fields
@@ -144,12 +147,14 @@ class GrpcBinding:
         handler = self.methods.table.get(name) if rpc is not None else None
         if rpc is None or handler is None:
             await discard_body(scope, receive)
-            out = GrpcOutput(send, methods()["GetTask"].response, self.write_timeout)
+            out = GrpcOutput(send, methods()["GetTask"].response, self.write_timeout,
+                             closing=self.final_writes)
             await out.status(status_trailers(
                 UNIMPLEMENTED, f"no method {scope.get('path')!r}: this server serves "
                 f"{SERVICE} (A2A 1.0)"))
             return
-        out = GrpcOutput(send, rpc.response, self.write_timeout, self.encoded)
+        out = GrpcOutput(send, rpc.response, self.write_timeout, self.encoded,
+                         closing=self.final_writes)
         self.observe.request_method(name, "1.0", "GRPC")
         try:
             principal = await resolve_principal(self.authenticate, scope)

@@ -28,6 +28,7 @@ from ...protocol.errors import A2AError
 from ...protocol.grpc.messages import from_json
 from ...runtime.failures import new_error_id
 from ..asgi import Send
+from ..closing import ClosingDeadlines
 from ..dispatch import Responder
 from ..sse import SLICE, SSEWriter
 from .errors import OK, error_trailers
@@ -186,8 +187,10 @@ class GrpcOutput(Responder):
     _sse: GrpcWriter
 
     def __init__(self, send: Send, response: type[Message], write_timeout: float,
-                 cache: EncodedCache | None = None) -> None:
+                 cache: EncodedCache | None = None,
+                 closing: ClosingDeadlines | None = None) -> None:
         self.write_timeout = write_timeout
+        self.closing = closing
         self._sse = GrpcWriter(send, response, write_timeout=write_timeout, cache=cache)
         self._done = False
 
