@@ -347,5 +347,11 @@ def test_grpc_messages_that_never_end_get_deadline_exceeded_or_unavailable(
         for stream in held:
             status, text = endings[stream]
             assert status == 4 and "did not arrive within 3 s" in text, endings[stream]
+        # A message larger than the server can hold at all is too large, not early.
+        big = _grpc_post(client)
+        events = client.send_body(big, b"\x00" + (2 << 20).to_bytes(4, "big") + bytes(1200 * KIB))
+        events += client.read_events(3, until=lambda new: big in _grpc_endings(events + new))
+        status, text = _grpc_endings(events)[big]
+        assert status == 8 and text == f"the request message exceeds {KIB * 1088} bytes", text
     finally:
         client.close()

@@ -48,6 +48,8 @@ class BodyTooLarge(BodyRefused):
     def __init__(self, more_body: bool = True, limit: int | None = None) -> None:
         super().__init__("the request body is over the limit" if limit is None else
                          f"the request body exceeds {limit} bytes", more_body)
+        self.limit = limit
+        """The limit passed (the body limit, or what the server-wide budget can hold)."""
 
 
 class BodyInTooManyPieces(BodyTooLarge):

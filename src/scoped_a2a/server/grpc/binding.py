@@ -176,10 +176,7 @@ class GrpcBinding:
             return
         except BodyRefused as exc:
             # No discard: an answer ends an HTTP/2 stream, not the connection.
-            await out.error(LimitExceeded(f"the request message exceeds {self.max_body_bytes} "
-                                          "bytes") if type(exc) is BodyTooLarge
-                            else exc.a2a_error() if isinstance(exc, BodiesOverBudget)
-                            else LimitExceeded(str(exc)))
+            await out.error(self._refusal(exc))
             return
         except ClientGone:
             return
@@ -216,6 +213,17 @@ class GrpcBinding:
         if call_deadline.cancelled_caught and timeout is not None:
             await out.expired(status_trailers(DEADLINE_EXCEEDED, _expired_message(
                 timeout, rpc.streaming)))
+
+    def _refusal(self, exc: BodyRefused) -> A2AError:
+        """The error for a request message refused while it arrived: too large for the limit
+        or for what the server holds (RESOURCE_EXHAUSTED, naming the limit without the 5-byte
+        frame prefix), or no room now (UNAVAILABLE, retryable)."""
+        if isinstance(exc, BodiesOverBudget):
+            return exc.a2a_error()
+        if type(exc) is BodyTooLarge and exc.limit is not None:
+            limit = min(exc.limit, self.max_body_bytes)
+            return LimitExceeded(f"the request message exceeds {limit} bytes")
+        return LimitExceeded(str(exc))
 
     def _params(self, scope: Scope, request: Any, body: bytes, name: str,
                 deadline: float) -> bytes:
