@@ -15,8 +15,8 @@ cancels interactive runs no one else holds; detached runs carry on in the server
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -382,12 +382,8 @@ class A2AApp:
             return
         if self.grpc is not None and self.grpc.accepts(scope):
             # gRPC answers every refusal (credentials included) with a status in trailers.
-            self.open_requests += 1
-            try:
-                with self.observe.request(scope):
-                    await self.grpc(scope, receive, send)
-            finally:
-                self.open_requests -= 1
+            with self._in_flight(scope):
+                await self.grpc(scope, receive, send)
             return
         if self.console is not None and (path == "/console" or path.startswith("/console/")):
             await self.console(scope, receive, send, path)  # its own authentication
@@ -417,12 +413,8 @@ class A2AApp:
             await send_response(send, 200, page[0], content_type=page[1].encode())
             return
         if is_rest_path(path):
-            self.open_requests += 1
-            try:
-                with self.observe.request(scope):
-                    await self.rest(scope, receive, send, path, principal)
-            finally:
-                self.open_requests -= 1
+            with self._in_flight(scope):
+                await self.rest(scope, receive, send, path, principal)
             return
         if path not in ("/", ""):
             # The HTTP+JSON binding's error body (google.rpc.Status, docs/rest.md): a path that
@@ -438,10 +430,16 @@ class A2AApp:
             await _plain(send, 405,
                          f"A2A JSON-RPC requests are POSTed to {_root_path(scope)}/")
             return
+        with self._in_flight(scope):
+            await self.jsonrpc(scope, receive, send, principal)
+
+    @contextmanager
+    def _in_flight(self, scope: Scope) -> Iterator[None]:
+        """Around one A2A request: counted in ``open_requests`` and observed (span, metrics)."""
         self.open_requests += 1
         try:
             with self.observe.request(scope):
-                await self.jsonrpc(scope, receive, send, principal)
+                yield
         finally:
             self.open_requests -= 1
 
