@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
-import os
-import re
 import signal
 import socket
 import sys
@@ -38,7 +36,15 @@ from .cli_auth import (
     tls_from_args,
 )
 from .cli_help import HelpFormatter, Parser, StartupError, add_log_level, prog_name
-from .cli_types import at_least_one, port, seconds, seconds_or_zero
+from .cli_serve_options import (
+    add_console_options,
+    add_memory_options,
+    add_push_options,
+    add_request_options,
+    add_transport_options,
+    console_settings,
+)
+from .cli_types import port, seconds_or_zero
 from .client.cli_send import add_send_parser, run_send
 from .client.cli_tasks import add_task_commands, run_task_command
 from .observe.logs import use_json_logs
@@ -50,14 +56,11 @@ from .redis_cli import (
     run_worker,
     serve_on_redis,
 )
-from .runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS, RunPolicy
-from .server.grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
-from .store.memory import DEFAULT_MAX_ENDED_BYTES
+from .runtime.policy import RunPolicy
 
 if TYPE_CHECKING:
     from .server.auth import Authenticator
     from .server.card_signing import CardSigner
-    from .server.console.access import ConsoleSettings
 
 log = logging.getLogger("scoped_a2a.cli")
 
@@ -77,26 +80,6 @@ def _version() -> str:
         return version("scoped-a2a")
     except PackageNotFoundError:  # run from a source tree that is not installed
         return "unknown"
-
-
-_SIZE_UNITS = {
-    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
-    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
-}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
-
-
-def parse_size(text: str) -> int:
-    """A byte count from ``1048576``, ``64MiB``, ``1.5GiB``, ``500MB`` (K/M/G mean KiB/...)."""
-    match = _SIZE.fullmatch(text.lower())
-    if match is None or match.group(2) not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size: give bytes (1048576) or a number with a unit "
-            "(64MiB, 1GiB, 500MB)")
-    size = int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the size must be at least 1 byte")
-    return size
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -135,83 +118,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="serve an agent card without the 0.3 fields (url, preferredTransport, "
                         "protocolVersion), which the 1.0 card schema refuses; 0.3 clients "
                         "then cannot use the card (docs/conformance.md)")
-    s.add_argument("--max-body-bytes", type=at_least_one, default=8 << 20, metavar="BYTES",
-                   help="larger request bodies are refused with 413")
-    s.add_argument("--body-timeout", type=seconds, default=60.0, metavar="SECONDS",
-                   help="a request body must arrive whole within this long, or the request "
-                        "gets 408 (gRPC: DEADLINE_EXCEEDED); default 60")
-    s.add_argument("--max-body-memory", type=parse_size, default=128 << 20, metavar="SIZE",
-                   help="bytes of unfinished request bodies held at once, over all requests "
-                        "(each body's first 64 KiB are counted apart, against SIZE again); a "
-                        "body that would pass it gets 503 (gRPC: UNAVAILABLE). SIZE is bytes or "
-                        "e.g. 64MiB; default 128MiB")
-    s.add_argument("--stream-write-timeout", type=seconds, default=30.0, metavar="SECONDS",
-                   help="close a connection whose client has taken no bytes for this long "
-                        "(a stream that stopped being read; default 30)")
-    s.add_argument("--keepalive", type=seconds, default=15.0, metavar="SECONDS",
-                   help="send a keep-alive comment on a stream with nothing written for this "
-                        "long")
-    s.add_argument("--max-ended-tasks", type=at_least_one, default=10_000, metavar="N",
-                   help="ended tasks kept in memory (oldest evicted first)")
+    add_request_options(s)
     s.add_argument("--expose-errors", action="store_true",
                    help="send the full text of an agent's exceptions to callers (development); "
                         "by default they see the type and an error id that is in the log")
-    # Memory bounds (docs/memory.md).
-    s.add_argument("--max-ended-bytes", type=parse_size, default=DEFAULT_MAX_ENDED_BYTES,
-                   metavar="SIZE",
-                   help="bytes of ended tasks kept in memory, as encoded JSON (oldest evicted "
-                        "first); SIZE is bytes or e.g. 64MiB, 1GiB")
-    s.add_argument("--max-parked-runs", type=at_least_one, default=DEFAULT_MAX_PARKED_RUNS,
-                   metavar="N",
-                   help="runs that may wait for input (ctx.ask) at once; once reached, a run "
-                        "that asks fails with reason parked-limit")
-    s.add_argument("--no-gc-tuning", action="store_true",
-                   help="leave Python's garbage collector as configured (by default, once "
-                        "started, serve freezes the start-up objects and raises the young "
-                        "generation's threshold; also off with SCOPED_A2A_GC_TUNING=0)")
-    s.add_argument("--input-timeout", type=seconds, default=DEFAULT_INPUT_TIMEOUT,
-                   metavar="SECONDS",
-                   help="how long a run waits for the answer to ctx.ask; then its task fails "
-                        "with reason input-timeout")
+    add_memory_options(s)
     add_log_level(s, "INFO")
-    s.add_argument("--http2", action="store_true",
-                   help="also accept HTTP/2 (h2c) clients; off by default because its known "
-                        "hypercorn bugs are worked around by patching hypercorn's private "
-                        "HTTP/2 code (docs/connections.md)")
-    s.add_argument("--grpc", action="store_true",
-                   help="also serve A2A's gRPC binding on the same port (HTTP/2 with "
-                        "content-type application/grpc; turns HTTP/2 on; needs the [grpc] "
-                        "extra; docs/grpc.md)")
-    s.add_argument("--grpc-max-fields", type=at_least_one, default=DEFAULT_GRPC_MAX_FIELDS,
-                   metavar="N",
-                   help="refuse a gRPC request message holding more protobuf fields than this "
-                        "(RESOURCE_EXHAUSTED), before decoding it: decoding costs the event "
-                        "loop time per field; every metadata entry counts 4")
+    add_transport_options(s)
     add_auth_options(s)
     add_limit_options(s)
-    # Push notifications (scoped_a2a.push).
-    s.add_argument("--allow-webhook-host", action="append", default=[], metavar="HOST",
-                   help="allow push webhooks on HOST although it is (or resolves to) a "
-                        "loopback, private, link-local or reserved address; HOST is a name, an "
-                        "address or a network such as 10.8.0.0/16 (repeatable)")
-    s.add_argument("--push-bearer-token", default=os.environ.get("SCOPED_A2A_PUSH_BEARER_TOKEN"),
-                   help="send 'Authorization: Bearer TOKEN' with deliveries whose config has no "
-                        "authentication (default: $SCOPED_A2A_PUSH_BEARER_TOKEN)")
-    s.add_argument("--push-signing-secret",
-                   default=os.environ.get("SCOPED_A2A_PUSH_SIGNING_SECRET"),
-                   help="sign deliveries with HMAC-SHA256 (Standard Webhooks headers) "
-                        "(default: $SCOPED_A2A_PUSH_SIGNING_SECRET)")
-    s.add_argument("--no-push", action="store_true", help="switch push notifications off")
+    add_push_options(s)
     add_observe_options(s)
-    # The live console (server/console, docs/console.md).
-    s.add_argument("--console", action="store_true",
-                   help="serve the live console at /console: runs in flight, who holds them, "
-                        "why they ended (off by default; docs/console.md)")
-    s.add_argument("--console-operator", action="append", default=[], metavar="PRINCIPAL",
-                   help="a principal id that sees (and may cancel) every run on the console; "
-                        "others see their own (repeatable)")
-    s.add_argument("--console-operator-scope", metavar="SCOPE",
-                   help="a JWT scope whose bearer is a console operator")
+    add_console_options(s)
     add_send_parser(sub)
     add_task_commands(sub)  # get, list, cancel, subscribe
     # --- Redis: shared tasks, durable detached runs, the worker command (redis_cli.py) ---
@@ -251,7 +169,7 @@ async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authentica
             caller_limits=limits_from_args(args),
             card_signer=signer,
             observe=args.observers,
-            console=_console_settings(args),
+            console=console_settings(args),
             push=PushSettings(
                 enabled=not args.no_push,
                 allow_hosts=tuple(args.allow_webhook_host),
@@ -281,15 +199,6 @@ async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authentica
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
                     http2=args.http2, gc_tuning=not args.no_gc_tuning, **tls_from_args(args))
         tg.cancel_scope.cancel()
-
-
-def _console_settings(args: argparse.Namespace) -> ConsoleSettings | None:
-    """``--console``'s settings, or None (then nothing of the console is imported)."""
-    if not args.console:
-        return None
-    from .server.console.access import ConsoleSettings
-
-    return ConsoleSettings(frozenset(args.console_operator), args.console_operator_scope)
 
 
 def _policy(args: argparse.Namespace) -> RunPolicy:

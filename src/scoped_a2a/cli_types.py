@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 
 def _number(text: str) -> float:
@@ -62,3 +63,23 @@ def port(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{value} is not a port: give 1 to 65535, or 0 for a free one")
     return value
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+
+
+def parse_size(text: str) -> int:
+    """A byte count from ``1048576``, ``64MiB``, ``1.5GiB``, ``500MB`` (K/M/G mean KiB/...)."""
+    match = _SIZE.fullmatch(text.lower())
+    if match is None or match.group(2) not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size: give bytes (1048576) or a number with a unit "
+            "(64MiB, 1GiB, 500MB)")
+    size = int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the size must be at least 1 byte")
+    return size
