@@ -41,7 +41,11 @@ version nothing is patched and a warning says so, because these reach into priva
    1 MiB event in 8 KiB slices logged one warning per slice (20,800 lines for 200
    subscribers that hung up mid-event). Now a write to a closing transport is not made; the
    connection is treated as closed, as hypercorn does when a write fails. (A half-closed
-   client is not affected: its transport stays open for our answer.)
+   client is not affected: its transport stays open for our answer.) And an HTTP/2 stream
+   that ends while its connection is being cancelled at shutdown (a client that stopped
+   reading, cut off) no longer ends the process with status 1: hypercorn restarted the idle
+   timer in the cancelling task group, and asyncio's refusal escaped
+   (``tests/test_shutdown_process.py``, on Python 3.11).
 7. **trio: two tasks writing one socket** (``BusyResourceError``). hypercorn's trio worker
    serialises its writes with a lock, but its connection close (``TCPServer._close``, run by
    whichever task closes: the read loop after a client's malformed bytes, or the app's task
@@ -268,7 +272,7 @@ def _patch_http2(wrapper_class: Any) -> None:
 
 
 def _skip_writes_to_closing_transports(server_class: Any) -> None:
-    from hypercorn.events import Closed, RawData
+    from hypercorn.events import Closed, RawData, Updated
 
     protocol_send: Callable[[Any, Any], Awaitable[None]] = server_class.protocol_send
 
@@ -278,6 +282,18 @@ def _skip_writes_to_closing_transports(server_class: Any) -> None:
             # What hypercorn does when a write fails: the protocol learns the connection is
             # gone, which ends its streams and tells the app (http.disconnect).
             await self.protocol.handle(Closed())
+            return
+        if isinstance(event, Updated):
+            try:
+                await protocol_send(self, event)
+            except RuntimeError as exc:
+                # An HTTP/2 stream that ends while its connection's task group is being
+                # cancelled (a shutdown cutting off a client that stopped reading) restarts
+                # the idle timer in that group, and asyncio refuses a new task there: the
+                # error escaped hypercorn and ended the process with status 1 and a
+                # traceback. The connection is ending: there is no idle time left to watch.
+                if "TaskGroup" not in str(exc):
+                    raise
             return
         await protocol_send(self, event)
 
