@@ -18,6 +18,7 @@ durable store's own recovery takes such a task over at the next start).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -117,9 +118,11 @@ class EndRecorder:
         recorded = False
         with anyio.move_on_after(RECORD_TIMEOUT, shield=True):
             recorded = await self.write(run, state, text, reason, error_id=error_id)
-        if not recorded and retry:
+        if recorded:
+            return
+        if retry:
             self._retry_later(run, state, text, reason, error_id)
-        elif not recorded:
+        else:
             log.error("could not record the end of task %s (%s) within %.0fs; its queue runs "
                       "it again", run.task_id, state.name.lower(), RECORD_TIMEOUT)
 
@@ -142,7 +145,7 @@ class EndRecorder:
         recorded = False
         try:
             with scope:
-                for attempt in range(1, 1 << 30):
+                for attempt in itertools.count(1):
                     await anyio.sleep(RETRY_PAUSES[min(attempt, len(RETRY_PAUSES)) - 1])
                     with anyio.move_on_after(RECORD_TIMEOUT):
                         recorded = await self.write(run, state, text, reason,

@@ -94,12 +94,6 @@ class BodiesOverBudget(BodyRefused):
         return [*super().http_headers(), (b"retry-after", b"1")]
 
 
-MAX_BODY_MESSAGES = 4096
-"""A request body in more pieces than this is refused (413), whatever its size. Ordinary clients
-send a body in a few pieces (hypercorn hands on up to 64 KiB per read; chunked uploads use
-chunks of KiBs): an 8 MiB body in 4 KiB chunks is 2,048 pieces."""
-
-
 class ServerClosing(BodiesOverBudget):
     """The server began shutting down while this body was still arriving (answered 503 with
     ``Retry-After``): a body unfinished :data:`BodyBudget.CLOSING_SECONDS` after that point is
@@ -108,6 +102,12 @@ class ServerClosing(BodiesOverBudget):
     def __init__(self) -> None:
         super().__init__("the server is shutting down and the request body had not arrived "
                          "whole; send the request again", more_body=False)
+
+
+MAX_BODY_MESSAGES = 4096
+"""A request body in more pieces than this is refused (413), whatever its size. Ordinary clients
+send a body in a few pieces (hypercorn hands on up to 64 KiB per read; chunked uploads use
+chunks of KiBs): an 8 MiB body in 4 KiB chunks is 2,048 pieces."""
 
 
 class BodyBudget:
@@ -233,8 +233,19 @@ async def read_body(
     uncounted however reading ends; ``unauthenticated``: the caller is not known yet (its
     body may hold only a share of the bound). On cancellation the partial body is dropped. Raises
     BodyTooLarge (BodyInTooManyPieces), BodyTooSlow, BodiesOverBudget (ServerClosing once the
-    budget is closed) or ClientGone.
+    budget is closed) or ClientGone. Before a refusal is raised, the rest of a body still
+    arriving is discarded within bounds (:func:`discard_body`), so the caller can answer.
     """
+    try:
+        return await _read(scope, receive, limit, max_messages, budget, unauthenticated)
+    except BodyRefused as exc:
+        if exc.more_body:
+            await discard_body(scope, receive)
+        raise
+
+
+async def _read(scope: Scope, receive: Receive, limit: int, max_messages: int | None,
+                budget: BodyBudget | None, unauthenticated: bool) -> bytes:
     max_messages = MAX_BODY_MESSAGES if max_messages is None else max_messages
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:

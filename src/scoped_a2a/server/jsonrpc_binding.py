@@ -67,8 +67,6 @@ class JsonRpcBinding:
         try:
             body = await read_body(scope, receive, self.max_body_bytes, budget=self.bodies)
         except BodyRefused as exc:
-            if exc.more_body:
-                await discard_body(scope, receive)
             err = exc.a2a_error()
             if isinstance(exc, BodyInTooManyPieces):
                 err = InvalidRequest(f"{exc}; send it in fewer, larger pieces (for example "

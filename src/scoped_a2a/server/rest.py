@@ -271,8 +271,6 @@ class RestBinding:
         try:
             return await read_body(scope, receive, self.max_body_bytes, budget=self.bodies)
         except BodyRefused as exc:
-            if exc.more_body:
-                await discard_body(scope, receive)
             raise _Answered(exc.http_status, rest_error_body(exc.a2a_error(),
                                                              http_status=exc.http_status),
                             exc.http_headers()) from None

@@ -139,8 +139,6 @@ class Console:
             body = await read_body(scope, receive, 32 << 10, budget=self.bodies,
                                    unauthenticated=True)  # a login: nobody known yet
         except BodyRefused as exc:
-            if exc.more_body:
-                await discard_body(scope, receive)
             await send_error(send, exc.http_status, "a login body is a small JSON object"
                              if isinstance(exc, BodyTooLarge) else str(exc), exc.http_headers())
             return

@@ -175,7 +175,6 @@ class GrpcBinding:
             await out.status(status_trailers(DEADLINE_EXCEEDED, str(exc)))
             return
         except BodyRefused as exc:
-            # No discard: an answer ends an HTTP/2 stream, not the connection.
             await out.error(self._refusal(exc))
             return
         except ClientGone:
@@ -203,14 +202,11 @@ class GrpcBinding:
             return
         call = Call(V10_DIALECT, RpcRequest(b"null", name, msgspec.Raw(params)),
                     extensions(scope), last_event_id(scope), principal)
-        if name in _SENDS:  # the deadline is the run's (_params): it answers at its end
+        # A send's deadline is its run's (_params): the send answers as the run ends.
+        with anyio.CancelScope(deadline=math.inf if name in _SENDS else deadline) as calling:
             await run_method(handler, call, out, receive, name,
                              expose_errors=self.expose_errors)
-            return
-        with anyio.CancelScope(deadline=deadline) as call_deadline:
-            await run_method(handler, call, out, receive, name,
-                             expose_errors=self.expose_errors)
-        if call_deadline.cancelled_caught and timeout is not None:
+        if calling.cancelled_caught and timeout is not None:
             await out.expired(status_trailers(DEADLINE_EXCEEDED, _expired_message(
                 timeout, rpc.streaming)))
 
