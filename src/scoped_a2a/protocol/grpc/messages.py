@@ -98,11 +98,14 @@ def from_json(text: bytes | str, cls: type[Message]) -> Message:
 def error_status(code: int, message: str, reason: str, domain: str,
                  metadata: dict[str, str] | None = None) -> bytes:
     """A serialized ``google.rpc.Status`` whose details hold one ``google.rpc.ErrorInfo``."""
-    info = message_class("google.rpc.ErrorInfo")(reason=reason, domain=domain,
-                                                 metadata=metadata or {})
-    status = message_class("google.rpc.Status")(code=code, message=message)
-    status.details.add().Pack(info)  # type: ignore[attr-defined]
-    return status.SerializeToString()
+    # Any: the classes are built from descriptors at run time, so no stub knows their fields.
+    error_info: Any = message_class("google.rpc.ErrorInfo")
+    status_cls: Any = message_class("google.rpc.Status")
+    info = error_info(reason=reason, domain=domain, metadata=metadata or {})
+    status = status_cls(code=code, message=message)
+    status.details.add().Pack(info)
+    serialized: bytes = status.SerializeToString()
+    return serialized
 
 
 def error_info_of(status_bytes: bytes) -> tuple[int, str, list[tuple[str, str]]]:
