@@ -11,7 +11,11 @@ Streams (``stream``, ``subscribe``) are async context managers handing out an
 :class:`~.streams.EventStream`; leaving the ``async with`` closes the response.
 
 Cancellation: every method can be cancelled at any point; the request is abandoned and its
-connection closed, nothing keeps running.
+connection closed. A send or stream given up on (cancelled, its deadline passed, or ended by an
+exception) before its task settled also has the remote task cancelled, unless its run is
+detached: the abandon rule of :mod:`.abandon`, which ``cancel_abandoned=False`` switches off.
+A blocking send to an agent that streams but does not cancel on a hang-up is carried as a stream
+whose events are collected, so its task id is known in time to cancel it.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from ..protocol.types import (
     Task,
     TaskState,
 )
+from .abandon import CANCEL_TIMEOUT, RemoteTask, caller_detached, cancels_on_hangup, note
 from .auth import Auth, as_httpx_auth, missing_credential_text, refusal_reason
 from .backoff import Backoff
 from .card import AgentCard, decode_card, select_binding, select_interface
@@ -111,6 +116,9 @@ class A2AClient:
         answer; only to an agent whose card declares idempotent sends (a resend is then the
         same send, never a second run: docs/exactly-once.md). 0: never.
     :param send_backoff: the wait before each resend.
+    :param cancel_abandoned: a send or stream given up on before its task settled cancels the
+        task (``CancelTask``, shielded, at most ``cancel_timeout`` s) unless its run is detached
+        (:mod:`.abandon`); False: giving up only hangs up.
     """
 
     def __init__(
@@ -130,6 +138,8 @@ class A2AClient:
         verify_card: CardVerifier | None = None,
         send_retries: int = 3,
         send_backoff: Backoff = SEND_BACKOFF,
+        cancel_abandoned: bool = True,
+        cancel_timeout: float = CANCEL_TIMEOUT,
     ) -> None:
         if version not in (None, "1.0", "0.3"):
             raise ValueError("version must be '1.0', '0.3' or None")
@@ -152,6 +162,8 @@ class A2AClient:
             raise ValueError("send_retries must not be negative")
         self.send_retries = send_retries
         self.send_backoff = send_backoff
+        self.cancel_abandoned = cancel_abandoned
+        self.cancel_timeout = cancel_timeout
         self.resends = 0
         """How many times a message was resent after a connection error (tests, metrics)."""
         self._transport: RpcTransport | RestTransport | None = None
@@ -283,15 +295,14 @@ class A2AClient:
     # --- the A2A methods -------------------------------------------------------------------
 
     def _send_request(
-        self, message: Message | str, *, return_immediately: bool, history_length: int | None,
+        self, message: Message, *, return_immediately: bool, history_length: int | None,
         metadata: dict[str, Any] | None, accepted_output_modes: list[str] | None,
     ) -> SendMessageRequest:
-        msg = user_message(message) if isinstance(message, str) else message
         cfg = SendMessageConfiguration(
             return_immediately=return_immediately, history_length=history_length,
             accepted_output_modes=accepted_output_modes,
         )
-        return SendMessageRequest(message=msg, configuration=cfg, metadata=metadata)
+        return SendMessageRequest(message=message, configuration=cfg, metadata=metadata)
 
     async def send(
         self, message: Message | str, *, return_immediately: bool = False,
@@ -300,41 +311,122 @@ class A2AClient:
     ) -> Task | Message:
         """Send a message; return the task (ended or interrupted, unless ``return_immediately``)
         or the agent's direct reply message. A blocking send has no deadline of its own (it
-        lasts as long as the agent works): bound it with ``anyio.fail_after`` if you want."""
+        lasts as long as the agent works): bound it with ``anyio.fail_after`` if you want.
+
+        Given up on (cancelled, or its deadline passed) before the task settled, the task is
+        cancelled by the abandon rule (:mod:`.abandon`; the outcome is logged and in the
+        exception's notes). To learn the task id in time, a blocking send to an agent that
+        streams but does not cancel on a hang-up goes as a stream whose events are collected
+        into the task returned (an agent that does not stream is sent a plain blocking call,
+        whose task cannot be known before its answer).
+        """
+        msg = user_message(message) if isinstance(message, str) else message
+        if not return_immediately and self.cancel_abandoned:
+            card = await self.card()
+            if card.streaming and not cancels_on_hangup(card, metadata, msg.metadata):
+                return await self._send_as_stream(
+                    msg, history_length=history_length, metadata=metadata,
+                    accepted_output_modes=accepted_output_modes)
         transport, codec = await self._rpc()
         req = self._send_request(
-            message, return_immediately=return_immediately, history_length=history_length,
+            msg, return_immediately=return_immediately, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
         params = codec.send_params(req)  # one messageId for every attempt
         raw = await self._resending(
             lambda: transport.call(codec.send_method, params, bounded=return_immediately))
         return codec.send_result(raw)
 
+    async def _send_as_stream(
+        self, msg: Message, *, history_length: int | None, metadata: dict[str, Any] | None,
+        accepted_output_modes: list[str] | None,
+    ) -> Task | Message:
+        """A blocking send carried as a stream: its events folded into the task, which is
+        returned once it settles (polled with ``GetTask`` if the stream closes before)."""
+        remote = self.remote_task(msg, held=True, metadata=metadata)
+        try:
+            async with self.stream(
+                msg, history_length=history_length, metadata=metadata,
+                accepted_output_modes=accepted_output_modes, cancel_abandoned=False,
+            ) as events:
+                async for item in events:
+                    remote.see(item.event)
+                    if remote.settled:
+                        break
+            failures = 0
+            while not remote.settled:
+                if remote.task is None:
+                    raise InvalidAgentResponse(
+                        f"the agent at {self.url} closed the stream without a task or message")
+                failures += 1
+                await anyio.sleep(SEND_BACKOFF.delay(min(failures, 5)))
+                remote.see(await self.get_task(remote.task.id))
+        except BaseException as exc:
+            note(exc, await remote.abandon())
+            raise
+        result = remote.message or remote.task
+        assert result is not None
+        return result
+
+    def remote_task(
+        self, message: Message | str, *, held: bool, metadata: dict[str, Any] | None = None,
+        return_immediately: bool = False, previous: Task | None = None,
+        enabled: bool | None = None,
+    ) -> RemoteTask:
+        """A :class:`~.abandon.RemoteTask` for a send of ``message`` by this client: what an
+        owner keeps to apply the abandon rule (``enabled`` defaults to ``cancel_abandoned``).
+        Whether a hang-up cancels is read from the card, which must have been fetched."""
+        card = self._card
+        msg_meta = message.metadata if isinstance(message, Message) else None
+        return RemoteTask(
+            self, held=held, previous=previous, timeout=self.cancel_timeout,
+            enabled=self.cancel_abandoned if enabled is None else enabled,
+            detached=caller_detached(return_immediately=return_immediately,
+                                     request_metadata=metadata,
+                                     message_metadata=msg_meta),
+            hangup_cancels=card is not None and cancels_on_hangup(card, metadata, msg_meta),
+            continues=isinstance(message, Message) and message.task_id is not None,
+        )
+
     @asynccontextmanager
     async def stream(
         self, message: Message | str, *, history_length: int | None = None,
         metadata: dict[str, Any] | None = None, accepted_output_modes: list[str] | None = None,
-        extensions: Sequence[str] = (),
+        extensions: Sequence[str] = (), cancel_abandoned: bool | None = None,
     ) -> AsyncIterator[EventStream]:
         """Send a message as a stream: ``async with client.stream(msg) as events: async for e
-        in events``. The first event is the task (or the only one, a direct reply message); the
-        stream ends after the task ends or needs input. Leaving the block hangs up.
+        in events``. The first event is the task (or the only one, a direct reply message; for a
+        continued task some agents begin with a status update); the stream ends after the task
+        ends or needs input. Leaving the block hangs up.
+
+        Leaving it by an exception or a cancellation before the task settled is an abandon: the
+        task is cancelled unless its run is detached (:mod:`.abandon`; ``cancel_abandoned``
+        overrides the client's setting for this stream). Leaving it normally (``break``, or
+        returning from the block) is not.
 
         Opening the stream is retried like ``send`` (a resend attaches to the same task); once
         it is open, a broken stream is the caller's to resume (``subscribe``)."""
         transport, codec = await self._rpc()
+        msg = user_message(message) if isinstance(message, str) else message
         req = self._send_request(
-            message, return_immediately=False, history_length=history_length,
+            msg, return_immediately=False, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
         params = codec.send_params(req)  # one messageId for every attempt
-        async with AsyncExitStack() as stack:
-            response = await self._resending(lambda: stack.enter_async_context(
-                transport.stream(codec.stream_method, params, extensions=extensions)))
-            events = self._events(response, transport, codec)
-            try:
-                yield events
-            finally:
-                await events.aclose()
+        remote = self.remote_task(msg, held=True, metadata=metadata, enabled=cancel_abandoned)
+        try:
+            async with AsyncExitStack() as stack:
+                response = await self._resending(lambda: stack.enter_async_context(
+                    transport.stream(codec.stream_method, params, extensions=extensions)))
+                events = self._events(response, transport, codec)
+                if remote.enabled:
+                    events.observe = lambda item: remote.see(item.event)
+                try:
+                    yield events
+                finally:
+                    await events.aclose()
+        except BaseException as exc:
+            # After the response is closed: a server that cancels on a hang-up has seen one.
+            note(exc, await remote.abandon())
+            raise
 
     @asynccontextmanager
     async def subscribe(

@@ -8,16 +8,23 @@
 
 The ownership tree (docs/design.md)::
 
-    step (one task group)
+        step (one task group)
     └── turn
         ├── send + wait for the task's end      (in the caller's task)
-        └── follower of the turn's trajectory   (in the step's task group: cannot outlive it)
+        ├── follower of the turn's trajectory   (in the step's task group: cannot outlive it)
+        └── the remote task: abandoned -> CancelTask   (shielded, bounded: client/abandon.py)
 
 A turn sends its message as a stream when the agent streams (so its follower starts as soon as
 the task exists, and a cancelled turn hangs up, which ends an interactive run), else with
 ``returnImmediately`` and polls ``GetTask``. A turn whose task needs input is continued by the
-next turn. When the stream breaks, the turn resubscribes from the last position it saw, a few
-times, before it fails.
+next turn (the agent's stream for it may begin with a status update rather than the task, as
+the a2a-sdk's does). When the stream breaks, the turn resubscribes from the last position it saw,
+a few times, before it fails.
+
+A turn given up on (the step cancelled, its deadline passed, or an error ended the turn) before
+its task settled applies the abandon rule (:mod:`.abandon`): the remote task is cancelled unless
+its run is detached, and the outcome is kept on the turn (``Turn.abandoned``). A turn sent in
+polled mode (``returnImmediately``) is still the caller's interactive turn.
 
 Ending: when the body returns, followers are told the turn ended and may drain for at most
 ``drain_timeout`` seconds, then are cancelled; when the body raises or is cancelled, they are
@@ -35,12 +42,11 @@ from types import TracebackType
 from typing import Any
 
 import anyio
-import msgspec
 from anyio.abc import TaskGroup
 
 from ..protocol.errors import InvalidAgentResponse, UnsupportedOperation
 from ..protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
-from ..store.snapshot import apply_event
+from .abandon import Abandon, RemoteTask
 from .backoff import Backoff
 from .client import A2AClient, user_message
 from .errors import TransportError
@@ -65,6 +71,8 @@ class Turn:
     over: bool = False  # the turn's wait has finished (returned, raised or was cancelled)
     aborted: TaskState | None = None  # CANCELED / FAILED when the turn did not see an end
     recorded: bool = False  # its end is in the sink
+    remote: RemoteTask | None = None  # the task the turn started, as the turn has seen it
+    abandoned: Abandon | None = None  # what giving up on it did (the abandon rule)
 
 
 def _ends(state: TaskState) -> bool:
@@ -269,6 +277,8 @@ class Step:
         except BaseException as exc:
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             turn.aborted = TaskState.CANCELED if cancelled else TaskState.FAILED
+            if turn.remote is not None:  # shielded and bounded: safe while cancelled
+                turn.abandoned = await turn.remote.abandon()
             raise
         finally:
             self._in_turn = False
@@ -286,8 +296,11 @@ class Step:
     ) -> Task | Message:
         task: Task | Message | None = None
         last: int | None = None
+        turn.remote = self.client.remote_task(
+            msg, held=True, metadata=metadata, previous=self._continued(msg))
         try:
-            async with self.client.stream(msg, metadata=metadata) as events:
+            async with self.client.stream(msg, metadata=metadata,
+                                          cancel_abandoned=False) as events:
                 async for item in events:
                     task = await self._take(turn, task, item, on_event)
                     if isinstance(task, Message):
@@ -337,33 +350,54 @@ class Step:
         self, turn: Turn, task: Task | Message | None, item: StreamEvent,
         on_event: OnEvent | None,
     ) -> Task | Message:
-        """Fold one stream event into the turn's task; start the follower at the first."""
-        ev = item.event
+        """Fold one stream event into the turn's task; start the follower at the first.
+
+        The first event is the task, or the agent's direct reply message, or (a continued
+        task, on the a2a-sdk) a status or artifact update of the task: folded into the task
+        the turn continues. Anything else first is refused, naming it and the agent.
+        """
         if on_event is not None:
             maybe = on_event(item)
             if maybe is not None:
                 await maybe
+        remote = turn.remote
+        assert remote is not None
+        known = remote.see(item.event)
         if task is None:
-            if isinstance(ev, Message):
+            if known is None:
+                raise InvalidAgentResponse(
+                    f"the stream from {self.client.url} began with {item.kind}, not a task, "
+                    "a message or an update of a task")
+            if isinstance(known, Message):
                 await self._sink("meta", self.sink.meta(turn.id, self._meta(turn, None)))
-                return ev
-            if not isinstance(ev, Task):
-                raise InvalidAgentResponse(f"the stream began with {item.kind}, not a task")
-            task = msgspec.structs.replace(ev)
-            self._start_follower(turn, task, item.position or 0)
-            return task
-        assert isinstance(task, Task)
-        if isinstance(ev, Task):
-            return msgspec.structs.replace(ev)
-        if not isinstance(ev, Message):
-            apply_event(task, ev)
-        return task
+                return known
+            self._start_follower(turn, known, self._follow_from(item, known))
+            return known
+        return remote.task if remote.task is not None else task
+
+    def _continued(self, msg: Message) -> Task | None:
+        """The task ``msg`` continues, when the step knows it."""
+        prev = self.task
+        return prev if prev is not None and msg.task_id == prev.id else None
+
+    def _follow_from(self, item: StreamEvent, task: Task) -> int:
+        """Where the follower of a streamed turn starts: the first event's position, else
+        (a continued task whose stream has no positions) where the last turn's stood."""
+        if item.position is not None:
+            return item.position
+        prev = self.turns[-2].follower if len(self.turns) > 1 else None
+        if prev is not None and prev.task_id == task.id:
+            return prev.cursor
+        return 0
 
     async def _polled(
         self, turn: Turn, msg: Message, on_event: OnEvent | None,
         metadata: dict[str, Any] | None,
     ) -> Task | Message:
+        # Polled on the caller's behalf: still its interactive turn (cancelled if given up on).
+        turn.remote = remote = self.client.remote_task(msg, held=False, metadata=metadata)
         result = await self.client.send(msg, return_immediately=True, metadata=metadata)
+        remote.see(result)
         if isinstance(result, Message):
             await self._sink("meta", self.sink.meta(turn.id, self._meta(turn, None)))
             return result
@@ -371,16 +405,20 @@ class Step:
         if msg.task_id and self.turns[:-1] and self.turns[-2].follower is not None:
             after = self.turns[-2].follower.cursor
         self._start_follower(turn, result, after)
-        return await self._poll_until_end(result, on_event)
+        return await self._poll_until_end(result, on_event, remote)
 
-    async def _poll_until_end(self, task: Task, on_event: OnEvent | None) -> Task:
-        """Poll ``GetTask`` until the task ends or needs input; return it."""
+    async def _poll_until_end(self, task: Task, on_event: OnEvent | None,
+                              remote: RemoteTask | None = None) -> Task:
+        """Poll ``GetTask`` until the task ends or needs input; return it (each read is also
+        folded into ``remote``)."""
         failures = 0
         while not _ends(task.status.state):
             await anyio.sleep(self.backoff.delay(failures) if failures else self.poll_interval)
             try:
                 task = await self.client.get_task(task.id)
                 failures = 0
+                if remote is not None:
+                    remote.see(task)
             except TransportError:
                 failures += 1
                 if failures > self.reconnects:

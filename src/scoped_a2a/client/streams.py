@@ -54,6 +54,8 @@ class EventStream:
         self._closed = False
         self.last_position: int | None = None
         """The position (SSE ``id``) of the last event handed out, if the agent sends ids."""
+        self.observe: Callable[[StreamEvent], object] | None = None
+        """Called with each event as it is handed out (the abandon rule's view of the task)."""
 
     def __aiter__(self) -> EventStream:
         return self
@@ -87,6 +89,8 @@ class EventStream:
             raise item
         if item.position is not None:
             self.last_position = item.position
+        if self.observe is not None:
+            self.observe(item)
         return item
 
     async def _fill(self) -> bool:

@@ -3,8 +3,10 @@
 A call executes in the run's cancel scope, so whatever ends the run (its caller hanging up,
 CancelTask, its deadline, shutdown) ends the call: the HTTP request is abandoned, which a server
 that cancels on disconnect (scoped-a2a) takes as a hang-up. A server that does not (the official
-a2a-sdk) would keep working, so when a call ends before its downstream task did, a ``CancelTask``
-for that task is sent under a shielded scope bounded by ``cancel_timeout``. Each downstream task's
+a2a-sdk) would keep working, so when a call ends before its downstream task did, the abandon rule
+applies (:mod:`scoped_a2a.client.abandon`, the one every caller-side owner uses): a
+``CancelTask`` for that task under a shielded scope bounded by ``cancel_timeout``, unless its run
+is detached (the caller's ``onDisconnect: continue``, or the server says so). Each downstream task's
 id is recorded on the calling task (metadata ``downstreamTasks``) as soon as it is known, so the
 tree of calls can be walked from the top.
 
@@ -21,24 +23,17 @@ from typing import Any
 
 import anyio
 
+from ..client.abandon import CANCEL_TIMEOUT as ABANDON_CANCEL_TIMEOUT
+from ..client.abandon import RemoteTask
 from ..client.backoff import Backoff
 from ..client.card import AgentCard, select_interface
 from ..client.client import A2AClient
-from ..client.errors import TransportError
 from ..client.streams import EventStream
 from ..client.wire import StreamEvent
 from ..observe.propagation import inject_metadata
 from ..protocol.deadline import BUDGET_KEY
-from ..protocol.errors import A2AError, InvalidAgentResponse
-from ..protocol.types import (
-    Message,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-)
-from ..store.snapshot import apply_event
+from ..protocol.errors import InvalidAgentResponse
+from ..protocol.types import Message, Task, TaskState
 
 log = logging.getLogger("scoped_a2a.calls")
 
@@ -48,7 +43,7 @@ Target = str | AgentCard | A2AClient
 DEADLINE_MARGIN = 0.05
 """Seconds kept back from the budget passed downstream: time for the answer to travel back."""
 
-CANCEL_TIMEOUT = 2.0
+CANCEL_TIMEOUT = ABANDON_CANCEL_TIMEOUT
 """Seconds the shielded CancelTask of an abandoned downstream task may take."""
 
 _POLL = Backoff(initial=0.05, factor=2.0, cap=1.0, jitter=0.2)
@@ -85,68 +80,53 @@ async def open_client(target: Target) -> AsyncIterator[A2AClient]:
 
 
 class Downstream:
-    """The task one call started on another agent: recorded once known, cancelled if abandoned."""
+    """The task one call started on another agent: recorded once known, cancelled if abandoned
+    (its state and the abandon rule: :class:`~scoped_a2a.client.abandon.RemoteTask`)."""
 
-    def __init__(self, client: A2AClient, record: Record, message: Message | str) -> None:
+    def __init__(self, client: A2AClient, record: Record, message: Message | str,
+                 remote: RemoteTask) -> None:
         self.client = client
-        self.task: Task | None = None
-        self.message: Message | None = None
+        self.remote = remote
         self._record = record
         # A follow-up to a downstream task (an answer to its question) was recorded already.
         self._recorded = message.task_id if isinstance(message, Message) else None
 
     @property
+    def task(self) -> Task | None:
+        return self.remote.task
+
+    @property
+    def message(self) -> Message | None:
+        return self.remote.message
+
+    @property
     def settled(self) -> bool:
         """True once the downstream task ended or waits for input (nothing to cancel then)."""
-        if self.message is not None:
-            return True
-        if self.task is None:
-            return False
-        state = self.task.status.state
-        return state.terminal or state.interrupted
+        return self.remote.settled
 
     async def feed(self, event: Any) -> None:
         """Fold one event (or polled task) of the call into the downstream task's snapshot."""
-        first = self.task is None
-        if isinstance(event, Message) and first:
-            self.message = event
-        elif isinstance(event, Task):
-            self.task = event
-        elif isinstance(event, (TaskStatusUpdateEvent, TaskArtifactUpdateEvent)):
-            if self.task is None:  # some 0.3 servers open a stream with a status update
-                self.task = Task(id=event.task_id, context_id=event.context_id,
-                                 status=_initial_status(event))
-            apply_event(self.task, event)
-        if first and self.task is not None and self.task.id != self._recorded:
+        first = self.remote.task is None
+        self.remote.see(event)
+        task = self.remote.task
+        if first and task is not None and task.id != self._recorded:
             # Known before it is recorded: if recording is cancelled, the task still gets its
             # CancelTask on the way out.
-            await self._record({"agent": self.client.url, "taskId": self.task.id,
-                                "contextId": self.task.context_id})
+            await self._record({"agent": self.client.url, "taskId": task.id,
+                                "contextId": task.context_id})
 
-    async def cancel_if_open(self, bound: float) -> None:
-        """Send CancelTask for a known, unsettled downstream task; shielded, at most ``bound`` s.
-
-        Errors are logged, never raised: the call is already ending for another reason.
-        """
-        if self.task is None or self.settled:
-            return
-        task_id = self.task.id
-        with anyio.move_on_after(bound, shield=True) as scope:
-            try:
-                self.task = await self.client.cancel(task_id)
-            except (A2AError, TransportError) as exc:
-                # Already ended (TaskNotCancelable) is the usual case with a server that
-                # cancelled on the hang-up; the rest is logged for the operator.
-                log.debug("CancelTask of downstream task %s: %s", task_id, exc)
-        if scope.cancelled_caught:
-            log.warning("CancelTask of downstream task %s at %s got no answer within %.1fs",
-                        task_id, self.client.url, bound)
+    async def cancel_if_open(self) -> None:
+        """Apply the abandon rule to an unsettled downstream task (shielded, bounded; its
+        outcome is logged, never raised: the call is already ending for another reason)."""
+        await self.remote.abandon()
 
 
-def _initial_status(event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent) -> TaskStatus:
-    if isinstance(event, TaskStatusUpdateEvent):
-        return event.status
-    return TaskStatus(state=TaskState.WORKING)
+def _downstream(client: A2AClient, record: Record, message: Message | str,
+                metadata: dict[str, Any] | None, *, held: bool,
+                cancel_timeout: float) -> Downstream:
+    remote = client.remote_task(message, held=held, metadata=metadata, enabled=True)
+    remote.timeout = cancel_timeout
+    return Downstream(client, record, message, remote)
 
 
 async def call(
@@ -162,14 +142,17 @@ async def call(
     task is cancelled (shielded, bounded) before this re-raises.
     """
     async with open_client(target) as client:
-        down = Downstream(client, record, message)
+        down: Downstream | None = None
         try:
             streaming = (await client.card()).streaming
             # The budget is measured after the card fetch, just before the send: time spent
             # before it would otherwise count twice (here and downstream).
             meta = outgoing_metadata(metadata, remaining(), margin)
+            down = _downstream(client, record, message, meta, held=streaming,
+                               cancel_timeout=cancel_timeout)
             if streaming:
-                async with client.stream(message, metadata=meta) as events:
+                async with client.stream(message, metadata=meta,
+                                         cancel_abandoned=False) as events:
                     async for item in events:
                         await down.feed(item.event)
                         if down.message is not None:
@@ -185,7 +168,7 @@ async def call(
             while not down.settled:  # no stream, or it closed before the task settled
                 failures += 1
                 await anyio.sleep(_POLL.delay(min(failures, 8)))
-                down.task = await client.get_task(down.task.id)
+                await down.feed(await client.get_task(down.task.id))
             left = remaining()
             if left is not None and ended_by_deadline(down.task):
                 # The downstream ran out of the budget we gave it, so ours ends within the
@@ -194,7 +177,8 @@ async def call(
                 await anyio.sleep(left + margin)
             return down.task
         finally:
-            await down.cancel_if_open(cancel_timeout)
+            if down is not None:
+                await down.cancel_if_open()
 
 
 def ended_by_deadline(task: Task) -> bool:
@@ -238,11 +222,13 @@ async def stream(
     or was cancelled.
     """
     async with open_client(target) as client:
-        down = Downstream(client, record, message)
+        await client.card()  # fetched first, so the budget below is measured at the send
+        meta = outgoing_metadata(metadata, remaining(), margin)
+        down = _downstream(client, record, message, meta, held=True,
+                           cancel_timeout=cancel_timeout)
         try:
-            await client.card()  # fetched first, so the budget below is measured at the send
-            meta = outgoing_metadata(metadata, remaining(), margin)
-            async with client.stream(message, metadata=meta) as events:
+            async with client.stream(message, metadata=meta, cancel_abandoned=False) as events:
                 yield CallEvents(events, down)
         finally:
-            await down.cancel_if_open(cancel_timeout)
+            # Leaving the block ends the run's use of the call: an unsettled task is abandoned.
+            await down.cancel_if_open()

@@ -12,7 +12,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.errors import InvalidParams
+from ..protocol.on_disconnect import (  # re-exported: the server's names for them
+    ON_DISCONNECT_EXTENSION_URI as ON_DISCONNECT_EXTENSION_URI,
+)
+from ..protocol.on_disconnect import (
+    ON_DISCONNECT_KEY as ON_DISCONNECT_KEY,
+)
+from ..protocol.on_disconnect import (
+    ON_DISCONNECT_VALUES as ON_DISCONNECT_VALUES,
+)
+from ..protocol.on_disconnect import (
+    on_disconnect_choice,
+)
 
 DEFAULT_INPUT_TIMEOUT = 600.0
 """Seconds a run waits in ``ctx.ask``: long enough for a person to answer a chat question."""
@@ -98,29 +109,3 @@ class RunPolicy:
         if not self.cancel_on_disconnect:
             return "cancel-on-disconnect off"
         return None
-
-
-ON_DISCONNECT_EXTENSION_URI = "https://github.com/scoped-a2a/scoped-a2a/ext/on-disconnect/v1"
-"""The on-disconnect extension: a caller chooses per request what its hang-up does."""
-
-ON_DISCONNECT_KEY = "onDisconnect"
-"""The request (or message) metadata key of the on-disconnect extension."""
-
-ON_DISCONNECT_VALUES = ("cancel", "continue")
-
-
-def on_disconnect_choice(*metadata: Mapping[str, Any] | None) -> str | None:
-    """The first ``onDisconnect`` value in ``metadata`` (None when absent).
-
-    Raises InvalidParams for a value that is not ``"cancel"`` or ``"continue"``.
-    """
-    for meta in metadata:
-        if meta and ON_DISCONNECT_KEY in meta:
-            value = meta[ON_DISCONNECT_KEY]
-            if value not in ON_DISCONNECT_VALUES:
-                raise InvalidParams(
-                    f'metadata.{ON_DISCONNECT_KEY} must be "cancel" or "continue", '
-                    f"not {value!r}"
-                )
-            return str(value)
-    return None

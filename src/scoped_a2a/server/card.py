@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..protocol.deadline import CARD_ENTRY as DEADLINE_CARD_ENTRY
+from ..protocol.on_disconnect import DETACHED_KEY, ON_DISCONNECT_EXTENSION_URI, ON_DISCONNECT_KEY
 from ..protocol.resend import CARD_ENTRY as IDEMPOTENT_SEND_CARD_ENTRY
 from ..protocol.trajectory import TRAJECTORY_EXTENSION_URI
-from ..runtime.policy import ON_DISCONNECT_EXTENSION_URI, ON_DISCONNECT_KEY
 
 DEFAULT_SKILL = {
     "id": "chat",
@@ -74,12 +74,14 @@ def build_card(
             {
                 "uri": ON_DISCONNECT_EXTENSION_URI,
                 "description": f"Request metadata {ON_DISCONNECT_KEY!r}: \"cancel\" ends the "
-                "run when its last caller hangs up, \"continue\" lets it finish",
+                "run when its last caller hangs up, \"continue\" lets it finish; a task run "
+                f"detached says why in its metadata {DETACHED_KEY!r}",
                 "required": False,
                 "params": {
                     "metadataKey": ON_DISCONNECT_KEY,
                     "values": ["cancel", "continue"],
                     "default": "cancel" if cancel_on_disconnect else "continue",
+                    "detachedKey": DETACHED_KEY,
                 },
             },
             dict(DEADLINE_CARD_ENTRY),

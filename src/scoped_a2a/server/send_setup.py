@@ -18,6 +18,7 @@ from ..protocol.errors import (
     UnsupportedOperation,
 )
 from ..protocol.ids import new_id
+from ..protocol.on_disconnect import DETACHED_KEY
 from ..protocol.principal import ANONYMOUS, Principal, owner_key
 from ..protocol.types import (
     SendMessageRequest,
@@ -168,12 +169,22 @@ class SendSetup:
         msg = req.message
         context_id = msg.context_id or new_id()
         msg.task_id, msg.context_id = task_id, context_id
+        metadata = req.metadata
+        marker = reason
+        if reason == "return-immediately":  # what else would detach it, had the caller waited
+            marker = self.policy.detach_reason(
+                return_immediately=False, message_metadata=msg.metadata,
+                request_metadata=req.metadata)
+        if marker is not None:
+            # Said in the task, so a client giving up on it knows to leave it running (a CRM's
+            # system event must survive its caller): protocol/on_disconnect.py.
+            metadata = {**(metadata or {}), DETACHED_KEY: marker}
         task = Task(
             id=task_id,
             context_id=context_id,
             status=TaskStatus(state=TaskState.SUBMITTED, timestamp=utc_timestamp()),
             history=[msg],
-            metadata=req.metadata,
+            metadata=metadata,
         )
         self.runner.check_accepting()  # before the task is stored: refuse, store nothing
 
