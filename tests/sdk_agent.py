@@ -6,15 +6,25 @@ worker): ``python tests/sdk_agent.py --port N [--only-v03-card] [--rest]``. By t
 - ``msg ...``: replies with a direct message (no task);
 - ``slow ...``: a task: working, three artifact chunks 0.1 s apart, completed;
 - ``long ...``: the same with 100 chunks (10 s; a task to cancel or subscribe to);
-- ``ask ...``: the task ends input-required;
+- ``marathon ...``: the same with 300 chunks (30 s);
+- ``ask ...``: the task ends input-required (answering it continues the task: its stream then
+  begins with a status update, as the SDK's usual executor pattern gives);
+- ``quiet ...``: a task that works 30 s without an event after ``working``;
 - ``fail ...``: the executor raises, the task fails;
 - anything else: a task completed with the artifact ``echo: <text>``.
+
+``GET /journal`` answers what the executor saw per task id: ``{"started": t, "cancelled": t,
+"cancel_called": t}`` (``time.time()``; ``cancelled``: its ``execute`` was cancelled,
+``cancel_called``: the SDK called ``cancel()``), so a test can tell whether and when a remote
+task's work was stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import time
+from typing import Any
 
 import httpx
 import uvicorn
@@ -35,10 +45,27 @@ from a2a.server.tasks import (
 )
 from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+JOURNAL: dict[str, dict[str, Any]] = {}
+
+
+def _note(task_id: str | None, what: str) -> None:
+    if task_id:
+        JOURNAL.setdefault(task_id, {})[what] = time.time()
 
 
 class Executor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        try:
+            await self._execute(context, event_queue)
+        except asyncio.CancelledError:
+            _note(context.task_id, "cancelled")
+            raise
+
+    async def _execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = context.get_user_input()
         if text.startswith("msg"):
             await event_queue.enqueue_event(
@@ -48,14 +75,20 @@ class Executor(AgentExecutor):
         if task is None:  # the first event of a task flow must be the task
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
+        _note(task.id, "started")
         up = TaskUpdater(event_queue, task.id, task.context_id)
         if text.startswith("fail"):
             raise RuntimeError("boom")
         if text.startswith("ask"):
             await up.requires_input(up.new_agent_message([new_text_part("need more")]))
             return
-        if text.startswith(("slow", "long")):
-            chunks = 3 if text.startswith("slow") else 100
+        if text.startswith("quiet"):
+            await up.start_work(up.new_agent_message([new_text_part("working...")]))
+            await asyncio.sleep(30)
+            await up.complete()
+            return
+        if text.startswith(("slow", "long", "marathon")):
+            chunks = {"slow": 3, "long": 100, "marathon": 300}[text.split()[0]]
             await up.start_work(up.new_agent_message([new_text_part("working...")]))
             for i in range(chunks):
                 await asyncio.sleep(0.1)
@@ -67,6 +100,7 @@ class Executor(AgentExecutor):
         await up.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        _note(context.task_id, "cancel_called")
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
@@ -95,7 +129,11 @@ def build_app(port: int, only_v03: bool, rest: bool = False) -> Starlette:
         handler, rpc_url="/", enable_v0_3_compat=True)
     if rest:
         routes += create_rest_routes(handler)
-    return Starlette(routes=routes)
+
+    async def journal(request: Request) -> JSONResponse:
+        return JSONResponse(JOURNAL)
+
+    return Starlette(routes=[Route("/journal", journal), *routes])
 
 
 if __name__ == "__main__":

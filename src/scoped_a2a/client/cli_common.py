@@ -4,6 +4,9 @@ outcome, and failures worded for a person, printed once on stderr.
 
 ``--timeout`` bounds the whole command: when it passes, the call is abandoned (its connection
 closed, so the agent sees a hang-up and cancels an interactive run) and the command exits 124.
+Ctrl-C (SIGINT) ends the command the same way, with status 130. A command that started a task
+(``send``) gives up on it by the abandon rule (:mod:`.abandon`: CancelTask unless its run is
+detached) and says what happened to it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import ssl
 import sys
 import urllib.parse
@@ -34,24 +38,28 @@ from ..protocol.errors import (
 from .auth import ApiKey, BearerToken
 from .card_verify import CardSignatureError
 from .client import A2AClient, card_url
-from .errors import AgentHTTPError, AgentTimeout, AgentUnreachable
+from .errors import AgentHTTPError, AgentTimeout, AgentUnreachable, TransportError
 
 EXIT_OK = 0
 EXIT_TASK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_AGENT_ERROR = 3
+EXIT_NOT_CANCELED = 4
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
-def exit_status(ok: str, *, usage: str = "", task: bool = True) -> str:
-    """A command's exit-status epilog: ``ok`` says what 0 means; ``task`` adds status 1."""
+def exit_status(ok: str, *, usage: str = "", task: bool = True,
+                extra: tuple[str, ...] = ()) -> str:
+    """A command's exit-status epilog: ``ok`` says what 0 means; ``task`` adds status 1;
+    ``extra``: lines of the command's own statuses (after 3)."""
     lines = ["exit status:", f"  0    {ok}"]
     if task:
         lines.append("  1    the task failed, was canceled or was rejected")
     lines += [
         f"  2    bad command line{usage}",
         "  3    the agent is unreachable, is not an A2A agent, or refused the call",
+        *extra,
         "  124  --timeout passed before the command ended (the call was abandoned)",
         "  130  interrupted (Ctrl-C)",
     ]
@@ -185,6 +193,9 @@ def describe(exc: BaseException, url: str) -> tuple[str, int]:
         exc = exc.error
     if isinstance(exc, AgentTimeout):
         return f"the agent at {url} did not answer in time", EXIT_TIMEOUT
+    if isinstance(exc, TransportError) and not isinstance(
+            exc, (AgentUnreachable, AgentHTTPError)):
+        return _one_line(str(exc), 300), EXIT_AGENT_ERROR
     if isinstance(exc, AgentUnreachable):
         text = str(exc)
         if any(isinstance(e, ssl.SSLCertVerificationError) for e in _causes(exc)):
@@ -238,30 +249,56 @@ async def read_card(client: A2AClient) -> None:
 Body = Callable[[A2AClient, TextIO, TextIO], Awaitable[int]]
 
 
-async def call_agent(args: argparse.Namespace, body: Body, out: TextIO, err: TextIO) -> int:
-    """Run ``body`` with a client of ``args``, the whole of it bounded by ``--timeout``.
+async def call_agent(
+    args: argparse.Namespace, body: Body, out: TextIO, err: TextIO, *,
+    aftermath: Callable[[], str | None] | None = None,
+) -> int:
+    """Run ``body`` with a client of ``args``, the whole of it bounded by ``--timeout`` and
+    ended by Ctrl-C.
 
     A failure is written once to ``err`` and becomes the exit status; when the deadline passes
-    the client is closed (the agent sees the hang-up) and the status is 124.
+    (124) or Ctrl-C arrives (130) the body is cancelled (whatever it started is given up on by
+    the abandon rule, inside it) and the client closed. ``aftermath`` then says, in the same
+    line, what became of the task the body started.
     """
     try:
         http = _http(args)
     except UsageError as exc:
         err.write(f"error: {exc}\n")
         return EXIT_USAGE
+    interrupted = anyio.Event()
     async with http:
         with anyio.move_on_after(args.timeout) as scope:
-            try:
-                async with open_client(args, http) as client:
-                    await read_card(client)
-                    return await body(client, out, err)
-            except (AgentUnreachable, AgentHTTPError, A2AError, CardProblem) as exc:
-                message, status = describe(exc, args.url)
-                err.write(f"error: {message}\n")
-                return status
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_cancel_on_sigint, scope, interrupted)
+                try:
+                    async with open_client(args, http) as client:
+                        await read_card(client)
+                        return await body(client, out, err)
+                except (TransportError, A2AError, CardProblem) as exc:
+                    message, status = describe(exc, args.url)
+                    err.write(f"error: {message}\n")
+                    return status
+                finally:
+                    tg.cancel_scope.cancel()
     assert scope.cancelled_caught
-    err.write(f"error: no answer within --timeout {args.timeout:g}s; the call was abandoned\n")
+    after = aftermath() if aftermath is not None else None
+    if interrupted.is_set():
+        err.write("interrupted: the call was abandoned" + (f"; {after}" if after else "") + "\n")
+        return EXIT_INTERRUPTED
+    err.write(f"error: no answer within --timeout {args.timeout:g}s; the call was abandoned"
+              + (f"; {after}" if after else "") + "\n")
     return EXIT_TIMEOUT
+
+
+async def _cancel_on_sigint(scope: anyio.CancelScope, interrupted: anyio.Event) -> None:
+    """On Ctrl-C, end the command as its deadline would (so what it started is given up on
+    in order, not torn down by KeyboardInterrupt)."""
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async for _ in signals:
+            interrupted.set()
+            scope.cancel()
+            return
 
 
 def _broken_pipe(exc: BaseException) -> bool:

@@ -18,9 +18,11 @@ card's order decides.
 
 A task that needs input is answered by a second ``send`` with ``--task-id`` (and
 ``--context-id``): the first one prints that command. A failure is said once, on stderr.
-``--timeout`` bounds the whole turn: when it passes the turn hangs up (which cancels an
-interactive run) and the exit status is 124 (:mod:`.cli_common` has the options and statuses
-every client command shares).
+``--timeout`` bounds the whole turn: when it passes (124), or on Ctrl-C (130), the turn is given
+up on by the abandon rule (:mod:`.abandon`): the task is cancelled unless its run is detached,
+and the error line names the task and says which (:mod:`.cli_common` has the options and
+statuses every client command shares). A connection lost mid-turn is one line too (status 3),
+naming the task and the commands that read it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import msgspec
 from ..cli_help import HelpFormatter, prog_name
 from ..protocol.types import Message, Task, TaskState
 from .cli_common import (
+    EXIT_AGENT_ERROR,
     EXIT_OK,
     EXIT_TASK_FAILED,
     EXIT_USAGE,
@@ -50,6 +53,7 @@ from .cli_common import (
 )
 from .cli_format import human_line, task_line
 from .client import A2AClient, user_message
+from .errors import TransportError
 from .pages import LivePage, PageSink
 from .saved_files import save_files
 from .sinks import DirectorySink, MemorySink, StepSink
@@ -168,14 +172,40 @@ async def _send(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     message = user_message(args.text, task_id=args.task_id, context_id=args.context_id,
                            metadata=metadata)
 
-    async def body(client: A2AClient, out: TextIO, err: TextIO) -> int:
-        return await _turn(args, client, message, inner, out, err)
+    steps: list[Step] = []
 
-    return await call_agent(args, body, out, err)
+    async def body(client: A2AClient, out: TextIO, err: TextIO) -> int:
+        return await _turn(args, client, message, inner, out, err, steps)
+
+    return await call_agent(args, body, out, err,
+                            aftermath=lambda: _aftermath(args, steps))
+
+
+def _aftermath(args: argparse.Namespace, steps: list[Step]) -> str | None:
+    """What became of the turn's task once the command gave it up (timeout, Ctrl-C)."""
+    turn = steps[0].turns[-1] if steps and steps[0].turns else None
+    if turn is None or turn.task_id is None:
+        return "no task had been started yet" if steps else None
+    if turn.abandoned is None:  # it had settled, or the rule is off
+        return f"task {turn.task_id}: see it with {_reads(args, turn.task_id)}"
+    text = str(turn.abandoned)
+    if turn.abandoned.outcome in ("detached", "refused", "timed-out", "requested"):
+        text += f"; see it with {_reads(args, turn.task_id)}"
+    return text
+
+
+def _reads(args: argparse.Namespace, task_id: str) -> str:
+    """The commands that read a task: ``get URL ID`` or ``subscribe URL ID``."""
+    words = [shlex.quote(args.url), task_id]
+    for flag, value in (("--transport", args.transport), ("--a2a-version", args.a2a_version)):
+        if value:
+            words += [flag, value]
+    rest = " ".join(words)
+    return f"'{prog_name()} get {rest}' or '{prog_name()} subscribe {rest}'"
 
 
 async def _turn(args: argparse.Namespace, client: A2AClient, message: Message, inner: StepSink,
-                out: TextIO, err: TextIO) -> int:
+                out: TextIO, err: TextIO, steps: list[Step]) -> int:
     """One turn with the agent; prints what ``args`` asks for; returns the exit status."""
     scope = anyio.CancelScope()
     printer = _Printer(out, args.json, scope)
@@ -189,9 +219,21 @@ async def _turn(args: argparse.Namespace, client: A2AClient, message: Message, i
             streamed_message = streamed_message or item.kind == "message"
             printer.emit("stream", item.position, item.kind, msgspec.to_builtins(item.event))
 
-    with scope:
-        async with Step(client, sink=sink, follow=follow) as step:
-            result = await step.turn(message, on_event=on_event)
+    step = Step(client, sink=sink, follow=follow)
+    steps.append(step)
+    try:
+        with scope:
+            async with step:
+                result = await step.turn(message, on_event=on_event)
+    except TransportError as exc:
+        turn = step.turns[-1] if step.turns else None
+        if turn is None or turn.task_id is None:
+            raise  # no task yet: worded as any other transport failure
+        line = f"error: lost the agent at {args.url} during task {turn.task_id}: {exc}"
+        if turn.abandoned is not None and turn.abandoned.outcome != "refused":
+            line += f"; {turn.abandoned}"
+        err.write(" ".join(line.split()) + f"; see it with {_reads(args, turn.task_id)}\n")
+        return EXIT_AGENT_ERROR
     if printer.broken:
         raise BrokenPipeError("stdout's reader has gone")  # exit status 141
     failed = isinstance(result, Task) and result.status.state in (

@@ -23,8 +23,10 @@ import msgspec
 
 from ..cli_help import HelpFormatter
 from ..cli_types import at_least_one, zero_or_more
+from ..protocol.errors import TaskNotCancelable
 from ..protocol.types import Task, TaskState
 from .cli_common import (
+    EXIT_NOT_CANCELED,
     EXIT_OK,
     EXIT_TASK_FAILED,
     add_client_options,
@@ -63,10 +65,10 @@ def _task_status(task: Task) -> int:
 
 
 def _add(sub: Any, name: str, summary: str, description: str, ok: str,
-         task: bool = True) -> argparse.ArgumentParser:
+         task: bool = True, extra: tuple[str, ...] = ()) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         name, help=summary, description=description, formatter_class=HelpFormatter,
-        epilog=exit_status(ok, task=task))
+        epilog=exit_status(ok, task=task, extra=extra))
     p.add_argument("url", type=http_url,
                    help="the agent's base URL (where its agent card is served)")
     return p
@@ -102,8 +104,11 @@ def add_task_commands(sub: Any) -> None:
     add_client_options(ls)
 
     c = _add(sub, "cancel", "cancel a task (CancelTask)",
-             "Cancel a task of the agent and print it, canceled. A task that has already ended "
-             "cannot be canceled (exit status 3).", "the task was canceled", task=False)
+             "Cancel a task of the agent and print it. Exit status 0 only when the task ended "
+             "canceled; 4 when it had already ended otherwise, or the agent still shows it "
+             "running after the cancel.", "the task is canceled", task=False,
+             extra=("  4    the task is not canceled: it had already ended otherwise, or the "
+                    "agent still shows it running",))
     c.add_argument("task_id", metavar="TASK_ID", help="the task's id")
     add_client_options(c)
 
@@ -154,12 +159,21 @@ async def _list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 async def _cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     async def body(client: A2AClient, out: TextIO, err: TextIO) -> int:
-        task = await client.cancel(args.task_id)
+        try:
+            task = await client.cancel(args.task_id)
+        except TaskNotCancelable:
+            task = await client.get_task(args.task_id)  # ended: how?
         if args.json:
             _dump(out, task)
         else:
             out.write(task_line(task) + "\n")
-        return EXIT_OK
+        state = task.status.state
+        if state is TaskState.CANCELED:
+            return EXIT_OK
+        err.write(f"error: task {task.id} is {state_name(state)}, not canceled"
+                  + (" (it had already ended)" if state.terminal else
+                     " (the agent accepted the cancel but has not ended it)") + "\n")
+        return EXIT_NOT_CANCELED
 
     return await call_agent(args, body, out, err)
 

@@ -1,0 +1,237 @@
+"""The caller's side of the promise, against servers we did not write (issue 30).
+
+No A2A server but ours cancels work on a hang-up, so a caller-side owner that gives up on a task
+must send CancelTask (the abandon rule, client/abandon.py), and never for a run that is detached.
+Peers: the official a2a-sdk server (JSON-RPC and HTTP+JSON, tests/sdk_agent.py, which journals
+when its executor is cancelled), and our own server as the control. Both backends on our side.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+import pytest
+
+from scoped_a2a import A2AApp, A2AClient, Step
+from scoped_a2a.agents.demo import demo_agent
+from scoped_a2a.client.card import AgentCard
+from scoped_a2a.client.client import user_message
+from scoped_a2a.protocol.types import Task, TaskState
+from scoped_a2a.runtime.policy import RunPolicy
+
+from .helpers import free_port, served
+
+pytestmark = pytest.mark.anyio
+
+SCRIPT = Path(__file__).with_name("sdk_agent.py")
+BINDINGS = ["jsonrpc", "rest"]
+
+
+def wait_for_card(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url + ".well-known/agent-card.json").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the peer at {url} did not start (exit {proc.poll()})")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def sdk_url() -> Iterator[str]:
+    """One a2a-sdk server offering JSON-RPC and HTTP+JSON (1.0) on one URL."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port), "--rest"])
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_for_card(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def journals(url: str) -> dict[str, dict[str, float]]:
+    async with httpx.AsyncClient() as http:
+        entries: dict[str, dict[str, float]] = (await http.get(url + "journal")).json()
+    return entries
+
+
+async def journal(url: str, task_id: str) -> dict[str, float]:
+    return (await journals(url)).get(task_id, {})
+
+
+async def wait_cancelled(url: str, task_id: str, within: float) -> dict[str, float]:
+    """The journal of ``task_id`` once its executor was cancelled (fails after ``within`` s)."""
+    with anyio.move_on_after(within):
+        while "cancelled" not in (entry := await journal(url, task_id)):
+            await anyio.sleep(0.02)
+        return entry
+    pytest.fail(f"the a2a-sdk executor of {task_id} was not cancelled within {within}s: "
+                f"{await journal(url, task_id)}")
+
+
+def _text(task: Task) -> str:
+    return "".join(p.text or "" for a in task.artifacts or () for p in a.parts)
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_multi_turn_step_on_the_sdk(sdk_url: str, binding: str) -> None:
+    """The SDK's stream for a continued task begins with a statusUpdate: the turn takes it
+    (it failed with 'the stream began with statusUpdate, not a task')."""
+    async with A2AClient(sdk_url, transport=binding) as client, Step(client) as step:
+        first = await step.turn("ask me")
+        assert isinstance(first, Task) and first.status.state is TaskState.INPUT_REQUIRED
+        seen: list[str] = []
+        second = await step.turn("slow answer", on_event=lambda e: seen.append(e.kind))
+        assert isinstance(second, Task), second
+        assert second.id == first.id and second.status.state is TaskState.COMPLETED
+        assert seen[0] == "statusUpdate", seen  # the case that was refused
+        assert _text(second) == "chunk0 chunk1 chunk2 ", second
+    assert [t.state for t in step.turns] == [TaskState.INPUT_REQUIRED, TaskState.COMPLETED]
+    assert all(t.abandoned is None for t in step.turns)
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_cancelled_step_cancels_the_sdk_task(sdk_url: str, binding: str) -> None:
+    async with A2AClient(sdk_url, transport=binding) as client:
+        async with Step(client) as step:
+            deadline = time.time() + 1.0
+            with anyio.move_on_after(1.0):
+                await step.turn("marathon")
+        turn = step.turns[0]
+        assert turn.task_id is not None and turn.abandoned is not None
+        assert turn.abandoned.outcome == "canceled", turn.abandoned
+        entry = await wait_cancelled(sdk_url, turn.task_id, within=1.0)
+        assert entry["cancelled"] - deadline < 1.0, entry
+        task = await client.get_task(turn.task_id)
+        assert task.status.state is TaskState.CANCELED
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_an_abandoned_blocking_send_cancels_the_sdk_task(
+        sdk_url: str, binding: str) -> None:
+    """A blocking send learns its task id only with the answer: carried as a stream, it knows
+    it in time, and a deadline around it cancels the remote work."""
+    async with A2AClient(sdk_url, transport=binding) as client:
+        # Completes as a blocking send should: the task, ended, its artifact whole.
+        done = await client.send("slow one")
+        assert isinstance(done, Task) and done.status.state is TaskState.COMPLETED
+        assert _text(done) == "chunk0 chunk1 chunk2 "
+        t0 = time.time()
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.8):
+                await client.send("marathon")
+        started = [tid for tid, e in (await journals(sdk_url)).items() if e["started"] > t0]
+        assert len(started) == 1, started
+        entry = await wait_cancelled(sdk_url, started[0], within=1.0)
+        assert entry["cancelled"] - t0 < 0.8 + 1.0, entry
+        assert (await client.get_task(started[0])).status.state is TaskState.CANCELED
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_stream_given_up_cancels_but_a_break_does_not(
+        sdk_url: str, binding: str) -> None:
+    async with A2AClient(sdk_url, transport=binding) as client:
+        ids: list[str] = []
+        with anyio.move_on_after(0.8):
+            async with client.stream("marathon") as events:
+                async for item in events:
+                    if isinstance(item.event, Task):
+                        ids.append(item.event.id)
+        await wait_cancelled(sdk_url, ids[0], within=1.0)
+        # Leaving on purpose is not an abandon: the task goes on.
+        async with client.stream("long left") as events:
+            async for item in events:
+                if isinstance(item.event, Task):
+                    ids.append(item.event.id)
+                    break
+        await anyio.sleep(0.6)
+        assert "cancelled" not in await journal(sdk_url, ids[1])
+        assert (await client.get_task(ids[1])).status.state is TaskState.WORKING
+        await client.cancel(ids[1])
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_run_the_caller_detached_is_never_cancelled(
+        sdk_url: str, binding: str) -> None:
+    """onDisconnect: continue, the caller's own choice: giving up leaves the work running."""
+    async with A2AClient(sdk_url, transport=binding) as client:
+        async with Step(client) as step:
+            with anyio.move_on_after(0.8):
+                await step.turn("long detached", metadata={"onDisconnect": "continue"})
+        turn = step.turns[0]
+        assert turn.abandoned is not None and turn.abandoned.outcome == "detached"
+        assert turn.task_id is not None
+        await anyio.sleep(0.7)
+        assert "cancelled" not in await journal(sdk_url, turn.task_id)
+        assert (await client.get_task(turn.task_id)).status.state is TaskState.WORKING
+        await client.cancel(turn.task_id)
+
+
+# --- our own server: the control -----------------------------------------------------------
+
+
+async def test_our_server_cancels_on_the_hang_up_itself() -> None:
+    """Against our server no CancelTask is needed: its card says a hang-up cancels."""
+    async with served(A2AApp(demo_agent)) as url, A2AClient(url) as client:
+        async with Step(client) as step:
+            with anyio.move_on_after(0.5):
+                await step.turn("slow 30")
+        turn = step.turns[0]
+        assert turn.abandoned is not None and turn.abandoned.outcome == "hang-up"
+        assert turn.task_id is not None
+        with anyio.fail_after(5):
+            while (task := await client.get_task(turn.task_id)).status.state is not \
+                    TaskState.CANCELED:
+                await anyio.sleep(0.02)
+        assert task.status.message is not None
+        assert (task.status.message.metadata or {}).get("reason") == "hang-up"
+
+
+def polled(card: AgentCard) -> AgentCard:
+    """The card as a client that cannot stream sees it: a step then sends returnImmediately
+    and polls, so only a CancelTask can stop what it gives up on."""
+    caps = msgspec.structs.replace(card.capabilities, streaming=False)
+    return msgspec.structs.replace(card, capabilities=caps)
+
+
+@pytest.mark.parametrize("crm", [True, False], ids=["crm-event", "interactive"])
+async def test_a_run_a_server_rule_detached_survives_its_step(crm: bool) -> None:
+    """The CRM case: a server rule detaches a system event; a step giving up on it must not
+    cancel it (the server says so in the task: metadata detachedBy). The same send without
+    the rule's metadata is the caller's interactive turn, cancelled by CancelTask."""
+    app = A2AApp(demo_agent, policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]))
+    async with served(app) as url:
+        async with A2AClient(url) as probe:
+            card = polled(await probe.card())
+        async with A2AClient(url, card=card) as client:
+            meta: dict[str, Any] | None = (
+                {"evoai_crm_event": "inactivity_action"} if crm else None)
+            message = user_message("slow 1.5", metadata=meta)
+            async with Step(client, follow=False) as step:
+                with anyio.move_on_after(0.5):
+                    await step.turn(message)
+            turn = step.turns[0]
+            assert turn.abandoned is not None and turn.task_id is not None
+            with anyio.fail_after(8):
+                while not (task := await client.get_task(turn.task_id)).status.state.terminal:
+                    await anyio.sleep(0.05)
+            if crm:
+                assert turn.abandoned.outcome == "detached", turn.abandoned
+                assert "evoai_crm_event=inactivity_action" in turn.abandoned.detail
+                assert task.status.state is TaskState.COMPLETED
+            else:
+                assert turn.abandoned.outcome == "canceled", turn.abandoned
+                assert task.status.state is TaskState.CANCELED
