@@ -170,11 +170,14 @@ async def test_send_timeout_bounds_the_call_and_the_run_is_cancelled(
                                     binding, "--backend", anyio_backend)
         assert code == 124, err
         assert out == ""
-        assert err.splitlines() == [
-            "error: no answer within --timeout 1.5s; the call was abandoned"]
+        (line,) = err.splitlines()
+        said = re.fullmatch(r"error: no answer within --timeout 1.5s; the call was abandoned; "
+                            r"task (\S+) is cancelled by its server on the hang-up", line)
+        assert said, line
         code, out, err = await arun("list", url, "--json")
         assert code == 0, err
         (task,) = json.loads(out)["tasks"]
+        assert task["id"] == said[1]
         ended = await wait_for_end(url, task["id"])
     status = ended["status"]
     assert isinstance(status, dict)

@@ -133,9 +133,9 @@ async def test_bad_input_is_one_line(anyio_backend: str) -> None:
         for code, out, err in unknown:
             assert (code, out) == (3, ""), err
             assert "has no task by that id" in one_line(err), err
-        code, out, err = cancel_ended
-        assert (code, out) == (3, ""), err
-        assert "terminal tasks cannot be canceled" in one_line(err)
+        code, out, err = cancel_ended  # already ended completed: printed, status 4
+        assert code == 4 and out.startswith(f"task {done['id']} completed"), (code, out, err)
+        assert f"task {done['id']} is completed, not canceled (it had already ended)" in err
         code, out, err = subscribe_ended
         assert (code, out) == (3, ""), err
         assert "is completed" in one_line(err)
@@ -268,7 +268,8 @@ def test_help_describes_every_option_and_the_exit_statuses(command: str) -> None
     for option in ("--json", "--timeout", "--token", "--api-key", "--cacert", "--cert", "--key"):
         assert option in done.stdout, option
     codes = re.findall(r"^  (\d+) ", done.stdout.split("exit status:")[1], re.M)
-    expected = ["0", "2", "3", "124", "130"] if command in ("list", "cancel") else [
+    expected = ["0", "2", "3", "124", "130"] if command == "list" else [
+        "0", "2", "3", "4", "124", "130"] if command == "cancel" else [
         "0", "1", "2", "3", "124", "130"]
     assert codes == expected
 

@@ -15,6 +15,7 @@ import pytest
 from trio.testing import MockClock
 
 from scoped_a2a.client import AgentUnreachable, Backoff, Follower, MemorySink, Step
+from scoped_a2a.client.abandon import RemoteTask
 from scoped_a2a.client.card import AgentCapabilities, AgentCard, AgentExtension
 from scoped_a2a.client.pages import LivePage
 from scoped_a2a.client.wire import StreamEvent
@@ -50,6 +51,9 @@ class FakeAgent:
 
     async def offers_trajectory(self) -> bool:
         return True
+
+    def remote_task(self, message: Message, **kw: Any) -> RemoteTask:
+        return RemoteTask(self, held=kw["held"])  # type: ignore[arg-type]
 
     async def read_trajectory(self, task_id: str, after: int = 0, **_: Any) -> LivePage:
         self.read_times.append(anyio.current_time())

@@ -208,7 +208,7 @@ class RemoteTask:
             result = Abandon(task.id, "detached", f"task {task.id} goes on: {why}")
         elif self.held and self.hangup_cancels:
             result = Abandon(task.id, "hang-up",
-                             f"task {task.id}: its server cancels the run on the hang-up")
+                             f"task {task.id} is cancelled by its server on the hang-up")
         else:
             result = await self._cancel(task.id)
         self.abandoned = result

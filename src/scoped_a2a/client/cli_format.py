@@ -22,10 +22,14 @@ def state_name(state: Any) -> str:
 
 
 def task_line(task: Task) -> str:
-    """``task ID STATE: REPLY``, the reply being the status message's text parts joined (one
-    line however many parts it has)."""
+    """``task ID STATE: REPLY``, the reply being the status message's text parts joined, or,
+    when it has none (the a2a-sdk's agents answer in artifacts), the artifacts' (one line
+    however many parts it has)."""
     said = task.status.message
     reply = "".join(p.text for p in said.parts if p.text) if said else ""
+    if not reply:
+        reply = "".join(p.text for a in task.artifacts or () for p in a.parts if p.text)
+    reply = " ".join(reply.split())
     return f"task {task.id} {state_name(task.status.state)}" + (f": {reply}" if reply else "")
 
 
