@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 import msgspec
@@ -55,8 +55,14 @@ from ..store.snapshot import apply_event
 from .card import AgentCard
 from .errors import TransportError
 
-if TYPE_CHECKING:
-    from .client import A2AClient
+
+class Canceller(Protocol):
+    """What the abandon rule needs of a client (``A2AClient`` is one)."""
+
+    url: str
+
+    async def cancel(self, task_id: str, *, metadata: dict[str, Any] | None = None) -> Task: ...
+
 
 log = logging.getLogger("scoped_a2a.abandon")
 
@@ -125,7 +131,7 @@ class RemoteTask:
     """
 
     def __init__(
-        self, client: A2AClient, *, held: bool, detached: str | None = None,
+        self, client: Canceller, *, held: bool, detached: str | None = None,
         previous: Task | None = None, enabled: bool = True, timeout: float = CANCEL_TIMEOUT,
         hangup_cancels: bool = False, continues: bool = False,
     ) -> None:
