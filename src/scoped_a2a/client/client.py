@@ -343,8 +343,12 @@ class A2AClient:
         return (await self._rpc())[1].version
 
     async def offers_trajectory(self) -> bool:
-        """True when the agent's card advertises this project's trajectory extension."""
-        return (await self.card()).offers_trajectory
+        """True when the agent's card advertises this project's trajectory extension and this
+        client can reach it (its JSON-RPC method: not over a gRPC-only card)."""
+        if not (await self.card()).offers_trajectory:
+            return False
+        transport = (await self._rpc())[0]
+        return transport is not self._grpc or self._grpc.fallback is not None
 
     # --- the A2A methods -------------------------------------------------------------------
 

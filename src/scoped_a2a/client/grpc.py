@@ -144,6 +144,8 @@ class GrpcTransport:
         self.authority = f"{host}:{self.port}".encode()
         self._conn: H2Client | None = None
         self._connecting = anyio.Lock()
+        self.connections = 0
+        """How many connections this transport has opened (tests, metrics)."""
 
     @property
     def where(self) -> str:
@@ -245,6 +247,7 @@ class GrpcTransport:
                     self._conn = await H2Client.connect(
                         self.host, self.port, ssl_context=context,
                         write_timeout=self.write_timeout)
+                    self.connections += 1
             except TimeoutError:
                 raise AgentTimeout(f"the agent at {self.where} did not accept a connection "
                                    "in time") from None
