@@ -133,7 +133,7 @@ def test_the_binding_follows_the_cards_order() -> None:
     assert select_binding(card, speaks=("jsonrpc", "rest")) == ("jsonrpc", None)
     assert select_binding(card, transport="rest") == ("rest", "http://h/rest")
     assert select_binding(card, want="0.3") == ("jsonrpc", None)
-    with pytest.raises(VersionNotSupported, match="1.0 only"):
+    with pytest.raises(VersionNotSupported, match=r"1\.0 only"):
         select_binding(card, transport="grpc", want="0.3")
     only_rest = decode_card(b'{"supportedInterfaces": [{"url": "http://h/", '
                             b'"protocolBinding": "HTTP+JSON"}]}')
