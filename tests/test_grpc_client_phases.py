@@ -47,7 +47,9 @@ def answer_get_task(conn: h2.connection.H2Connection, event: Any, n: int) -> byt
     if isinstance(event, h2.events.StreamEnded):
         conn.send_headers(event.stream_id, [(":status", "200"),
                                             ("content-type", "application/grpc")])
-        conn.send_data(event.stream_id, frame(pb.Task(id="t1", context_id="c1", status=pb.TaskStatus(state=pb.TASK_STATE_COMPLETED)).SerializeToString()))
+        task = pb.Task(id="t1", context_id="c1",
+                       status=pb.TaskStatus(state=pb.TASK_STATE_COMPLETED))
+        conn.send_data(event.stream_id, frame(task.SerializeToString()))
         conn.send_headers(event.stream_id, [("grpc-status", "0")], end_stream=True)
     return None
 
@@ -131,7 +133,7 @@ async def test_a_goaway_sends_the_next_call_to_a_new_connection() -> None:
             return b"close"
         return None
 
-    async with fake_peer(first_then_goaway) as (peer, client):
+    async with fake_peer(first_then_goaway) as (_, client):
         with anyio.fail_after(10):
             assert (await client.get_task("t1")).id == "t1"
             assert (await client.get_task("t1")).id == "t1"  # refused on 1, sent on 2
