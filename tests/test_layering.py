@@ -166,3 +166,37 @@ def test_protocol_layer_does_no_io() -> None:
         if io or upward:
             offenders[name] = sorted(io | upward)
     assert not offenders, f"protocol/ must import no I/O and nothing above it: {offenders}"
+
+
+def test_client_never_imports_the_server() -> None:
+    # The gRPC client shares the server's wire code only through protocol/grpc/ (framing,
+    # status table, messages): a client import of server/ would drag hypercorn's app in.
+    modules = _modules()
+    offenders = sorted(
+        f"{name} -> {target}"
+        for name, path in modules.items() if name.startswith(f"{PACKAGE}.client")
+        for target in _imports(name, path, modules)["internal"]
+        if target.startswith(f"{PACKAGE}.server")
+    )
+    assert not offenders, "client/ imports server/:\n" + "\n".join(offenders)
+
+
+def test_protobuf_stays_out_of_the_core_client() -> None:
+    # protobuf is the [grpc] extra: of the client, only its gRPC transport (imported when a
+    # gRPC interface is chosen) may import it, directly or through protocol/grpc/.
+    modules = _modules()
+    allowed = {f"{PACKAGE}.client.grpc"}
+    offenders = []
+    for name, path in modules.items():
+        if not name.startswith(f"{PACKAGE}.client") or name in allowed:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        top_level = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        found = _imports(name, path, modules)
+        grpc_internal = {m for m in found["internal"] if ".protocol.grpc" in m
+                         or m == f"{PACKAGE}.client.grpc"}
+        eager = [n for n in top_level if isinstance(n, ast.ImportFrom)
+                 and (n.module or "").endswith(("grpc", "grpc.messages", "grpc.status"))]
+        if "google" in found["external"] or (grpc_internal and eager):
+            offenders.append(name)
+    assert not offenders, f"these client modules import protobuf eagerly: {offenders}"

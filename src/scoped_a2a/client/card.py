@@ -9,6 +9,7 @@ interface is chosen as the official SDK chooses it: among the JSON-RPC interface
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -114,40 +115,60 @@ def select_interface(card: AgentCard, *, want: str | None = None) -> tuple[str, 
         for url, v in candidates:
             if v == version:
                 return url, v
-    offered = sorted({v for _, v in candidates}) or ["none"]
     raise VersionNotSupported(
         f"the agent card offers no JSON-RPC interface in {' or '.join(order)} "
-        f"(offered: {', '.join(offered)})"
+        f"(it offers: {', '.join(offered_interfaces(card)) or 'no interface at all'})"
     )
 
 
+def offered_interfaces(card: AgentCard) -> list[str]:
+    """What the card offers, for a message: each binding with its version (``GRPC 1.0``)."""
+    found: list[str] = []
+    if card.supported_interfaces:
+        for iface in card.supported_interfaces:
+            text = f"{iface.protocol_binding.upper()} {iface.protocol_version or '1.0'}"
+            if text not in found:
+                found.append(text)
+    elif card.url:
+        found.append(f"{(card.preferred_transport or 'JSONRPC').upper()} "
+                     f"{card.protocol_version or '0.3'}")
+    return found
+
+
 REST_BINDING = "HTTP+JSON"
+GRPC_BINDING = "GRPC"
+_NAMES = {"JSONRPC": "jsonrpc", REST_BINDING: "rest", GRPC_BINDING: "grpc"}
 
 
 def select_binding(card: AgentCard, *, transport: str | None = None,
-                   want: str | None = None) -> tuple[str, str | None]:
-    """Which binding to call: ``("jsonrpc", None)`` or ``("rest", url)``.
+                   want: str | None = None,
+                   speaks: Collection[str] = ("jsonrpc", "rest", "grpc"),
+                   ) -> tuple[str, str | None]:
+    """Which binding to call: ``("jsonrpc", None)``, ``("rest", url)`` or ``("grpc", url)``.
 
-    ``transport`` forces one (``"jsonrpc"`` or ``"rest"``); otherwise the card's order decides:
-    the first 1.0 interface it lists in a binding this client speaks. REST is 1.0 only, so a
-    forced ``want="0.3"`` means JSON-RPC. Raises VersionNotSupported when ``"rest"`` is forced
-    and the card offers no HTTP+JSON 1.0 interface.
+    ``transport`` forces one (``"jsonrpc"``, ``"rest"`` or ``"grpc"``); otherwise the card's
+    order decides: the first 1.0 interface it lists in a binding of ``speaks`` (the client
+    leaves gRPC out when protobuf, the ``[grpc]`` extra, is not installed). REST and gRPC are 1.0
+    only, so a forced ``want="0.3"`` means JSON-RPC. Raises VersionNotSupported when a binding
+    is forced and the card offers no 1.0 interface of it.
     """
-    rest_url: str | None = None
+    urls: dict[str, str] = {}
     first: str | None = None
     for iface in card.supported_interfaces or ():
         binding = iface.protocol_binding.upper()
         mm = _major_minor(iface.protocol_version)
-        if mm is not None and mm[0] < 1:
+        if (mm is not None and mm[0] < 1) or binding not in _NAMES:
             continue
-        if binding == REST_BINDING and rest_url is None:
-            rest_url = iface.url
-        if first is None and binding in ("JSONRPC", REST_BINDING):
-            first = binding
-    if transport == "rest" or (transport is None and want != "0.3" and first == REST_BINDING):
-        if rest_url is None:
-            raise VersionNotSupported("the agent card offers no HTTP+JSON (REST) 1.0 interface")
-        if want == "0.3":
-            raise VersionNotSupported("the HTTP+JSON binding is served in 1.0 only")
-        return "rest", rest_url
-    return "jsonrpc", None
+        urls.setdefault(_NAMES[binding], iface.url)
+        if _NAMES[binding] in speaks:
+            first = first or _NAMES[binding]
+    chosen = transport or (first if want != "0.3" else None) or "jsonrpc"
+    if chosen == "jsonrpc":
+        return "jsonrpc", None
+    label = "HTTP+JSON (REST)" if chosen == "rest" else "gRPC"
+    if chosen not in urls:
+        raise VersionNotSupported(f"the agent card offers no {label} 1.0 interface (it "
+                                  f"offers: {', '.join(offered_interfaces(card)) or 'none'})")
+    if want == "0.3":
+        raise VersionNotSupported(f"the {label} binding is served in 1.0 only")
+    return chosen, urls[chosen]

@@ -95,9 +95,10 @@ def add_client_options(p: argparse.ArgumentParser, *, timeout: float | None = CA
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--a2a-version", choices=["1.0", "0.3"],
                    help="protocol version to speak (default: the card's choice)")
-    p.add_argument("--transport", choices=["jsonrpc", "rest"],
-                   help="the binding to call: JSON-RPC or HTTP+JSON (REST, 1.0 only) "
-                        "(default: the first one the agent card lists)")
+    p.add_argument("--transport", choices=["jsonrpc", "rest", "grpc"],
+                   help="the binding to call: JSON-RPC, HTTP+JSON (REST, 1.0 only) or gRPC "
+                        "(1.0 only; needs the [grpc] extra) (default: the first one the "
+                        "agent card lists)")
     p.add_argument("--timeout", type=seconds, default=timeout, metavar="SECONDS",
                    help="seconds the whole command may take; then the call is abandoned (an "
                         "interactive run is cancelled by the hang-up) and the exit status is "
@@ -124,26 +125,33 @@ def add_client_options(p: argparse.ArgumentParser, *, timeout: float | None = CA
 
 def _http(args: argparse.Namespace) -> httpx.AsyncClient:
     """The httpx client of the TLS options; UsageError naming a file that cannot be used."""
+    context = _tls_context(args)
+    return httpx.AsyncClient(timeout=None, verify=context if context is not None else True)
+
+
+def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """A TLS context of --cacert/--cert/--key (None: the default trust); a new one per call,
+    as HTTP and gRPC each set their own ALPN on theirs. UsageError for a file that cannot be
+    used."""
     if args.key and not args.cert:
         raise UsageError("--key needs --cert (the client certificate it belongs to)")
-    verify: ssl.SSLContext | bool = True
-    if args.cacert or args.cert:
+    if not (args.cacert or args.cert):
+        return None
+    try:
+        if args.cacert:
+            context = ssl.create_default_context(cafile=args.cacert)
+        else:  # httpx's own default trust (certifi, or $SSL_CERT_FILE)
+            context = httpx.create_ssl_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot use --cacert {args.cacert}: {_os_reason(exc)}") from None
+    if args.cert:
         try:
-            if args.cacert:
-                context = ssl.create_default_context(cafile=args.cacert)
-            else:  # httpx's own default trust (certifi, or $SSL_CERT_FILE)
-                context = httpx.create_ssl_context()
+            context.load_cert_chain(args.cert, args.key)
         except (OSError, ssl.SSLError) as exc:
-            raise UsageError(f"cannot use --cacert {args.cacert}: {_os_reason(exc)}") from None
-        if args.cert:
-            try:
-                context.load_cert_chain(args.cert, args.key)
-            except (OSError, ssl.SSLError) as exc:
-                raise UsageError(
-                    f"cannot use --cert {args.cert}" + (f" --key {args.key}" if args.key else "")
-                    + f": {_os_reason(exc)}") from None
-        verify = context
-    return httpx.AsyncClient(timeout=None, verify=verify)
+            raise UsageError(
+                f"cannot use --cert {args.cert}" + (f" --key {args.key}" if args.key else "")
+                + f": {_os_reason(exc)}") from None
+    return context
 
 
 def _os_reason(exc: BaseException) -> str:
@@ -159,7 +167,7 @@ def open_client(args: argparse.Namespace, http: httpx.AsyncClient) -> A2AClient:
             else ApiKey(args.api_key) if args.api_key else None)
     timeout = args.timeout if args.timeout is not None else CALL_TIMEOUT
     return A2AClient(args.url, http=http, version=args.a2a_version, timeout=timeout,
-                     auth=auth, transport=args.transport)
+                     auth=auth, transport=args.transport, ssl_context=_tls_context(args))
 
 
 def _one_line(text: str, limit: int = 160) -> str:

@@ -1,5 +1,6 @@
-"""``A2AClient``: call one A2A agent over JSON-RPC (1.0, or 0.3 when its card offers only that)
-or over HTTP+JSON (1.0; when the card lists it first, or ``transport="rest"``).
+"""``A2AClient``: call one A2A agent over JSON-RPC (1.0, or 0.3 when its card offers only that),
+over HTTP+JSON or over gRPC (1.0; when the card lists it first, or ``transport="rest"`` /
+``"grpc"``).
 
 Works under asyncio and trio (httpx over AnyIO). The client reads the agent card on first use and
 picks the interface and version from it (see :mod:`.card`); every method then speaks that
@@ -20,11 +21,13 @@ whose events are collected, so its task id is known in time to cancel it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import httpx
@@ -59,8 +62,11 @@ from .errors import AgentUnreachable
 from .pages import LivePage, WirePage
 from .rest import RestTransport
 from .rpc import RpcTransport, raise_for_http, transport_error
-from .streams import EventStream
+from .streams import EventSource, EventStream
 from .wire import CODECS, Codec
+
+if TYPE_CHECKING:  # imported when used: it needs protobuf (the [grpc] extra)
+    from .grpc import GrpcTransport
 
 CARD_PATH = "/.well-known/agent-card.json"
 
@@ -84,6 +90,14 @@ def user_message(
     )
 
 
+def grpc_available() -> bool:
+    """Whether this client can speak gRPC: protobuf (the ``[grpc]`` extra) is installed."""
+    try:
+        return importlib.util.find_spec("google.protobuf") is not None
+    except ModuleNotFoundError:  # no "google" package at all
+        return False
+
+
 def card_url(url: str) -> str:
     """Where the agent card of the agent at ``url`` lives."""
     if url.rstrip("/").endswith((".well-known/agent-card.json", ".well-known/agent.json")):
@@ -102,8 +116,11 @@ class A2AClient:
     :param timeout: seconds for one call (the headers of a stream); None for no deadline.
     :param stream_idle_timeout: seconds a stream may stay silent before it fails.
     :param extensions: extension URIs to activate on every call (``A2A-Extensions``).
-    :param transport: ``"jsonrpc"`` or ``"rest"`` (HTTP+JSON, 1.0) to force a binding; by
-        default the card's order decides (the first 1.0 interface it lists).
+    :param transport: ``"jsonrpc"``, ``"rest"`` (HTTP+JSON, 1.0) or ``"grpc"`` (1.0, needs
+        the ``[grpc]`` extra) to force a binding; by default the card's order decides (the
+        first 1.0 interface it lists in a binding this client speaks).
+    :param ssl_context: TLS settings for a gRPC interface over TLS (HTTP calls use the httpx
+        client's); ALPN ``h2`` is set on it. Default: httpx's default trust.
     :param headers: extra headers on every request.
     :param auth: the credential sent with every request (the card fetch included): a
         :class:`~.auth.BearerToken`, an :class:`~.auth.ApiKey`, a string (a bearer token) or
@@ -140,11 +157,16 @@ class A2AClient:
         send_backoff: Backoff = SEND_BACKOFF,
         cancel_abandoned: bool = True,
         cancel_timeout: float = CANCEL_TIMEOUT,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if version not in (None, "1.0", "0.3"):
             raise ValueError("version must be '1.0', '0.3' or None")
-        if transport not in (None, "jsonrpc", "rest"):
-            raise ValueError("transport must be 'jsonrpc', 'rest' or None")
+        if transport not in (None, "jsonrpc", "rest", "grpc"):
+            raise ValueError("transport must be 'jsonrpc', 'rest', 'grpc' or None")
+        if transport == "grpc" and not grpc_available():
+            raise ValueError("transport='grpc' needs protobuf: pip install 'scoped-a2a[grpc]'")
+        self._ssl_context = ssl_context
+        self._grpc: GrpcTransport | None = None  # kept across card refreshes: one connection
         self._binding = transport
         self.url = url
         self._owns_http = http is None
@@ -166,7 +188,7 @@ class A2AClient:
         self.cancel_timeout = cancel_timeout
         self.resends = 0
         """How many times a message was resent after a connection error (tests, metrics)."""
-        self._transport: RpcTransport | RestTransport | None = None
+        self._transport: RpcTransport | RestTransport | GrpcTransport | None = None
         self._codec: Codec | None = None
 
     async def __aenter__(self) -> A2AClient:
@@ -179,7 +201,11 @@ class A2AClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the httpx client if this client created it."""
+        """Close the gRPC connection, if any, and the httpx client if this client created
+        it."""
+        if self._grpc is not None:
+            grpc, self._grpc = self._grpc, None
+            await grpc.aclose()
         if self._owns_http:
             await self.http.aclose()
 
@@ -217,15 +243,17 @@ class A2AClient:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidAgentResponse(f"the agent card at {where} is invalid: {exc}") from None
 
-    async def _rpc(self) -> tuple[RpcTransport | RestTransport, Codec]:
+    async def _rpc(self) -> tuple[RpcTransport | RestTransport | GrpcTransport, Codec]:
         if self._transport is None or self._codec is None:
             card = await self.card()
-            binding, rest_url = select_binding(card, transport=self._binding, want=self._want)
+            speaks = ("jsonrpc", "rest", "grpc") if grpc_available() else ("jsonrpc", "rest")
+            binding, other_url = select_binding(card, transport=self._binding, want=self._want,
+                                                speaks=speaks)
             rpc: RpcTransport | None = None
             try:
                 url, version = select_interface(card, want=self._want)
             except VersionNotSupported:
-                if binding != "rest":
+                if binding == "jsonrpc":
                     raise
             else:
                 rpc = RpcTransport(
@@ -233,29 +261,55 @@ class A2AClient:
                     extensions=self._extensions, headers=self._headers, auth=self._auth,
                     on_refused=self._refused_text,
                 )
-            if binding == "rest" and rest_url is not None:
+            # JSON-RPC stays the way to methods REST and gRPC have no route for (trajectory
+            # reads).
+            fallback = rpc if rpc is not None and rpc.version == "1.0" else None
+            if binding == "rest" and other_url is not None:
                 self._codec = CODECS["1.0"]
-                # JSON-RPC stays the way to methods REST has no route for (trajectory reads).
                 self._transport = RestTransport(
-                    self.http, rest_url, timeout=self.timeout, extensions=self._extensions,
+                    self.http, other_url, timeout=self.timeout, extensions=self._extensions,
                     headers=self._headers, auth=self._auth, on_refused=self._refused_text,
-                    fallback=rpc if rpc is not None and rpc.version == "1.0" else None,
+                    fallback=fallback,
                 )
+            elif binding == "grpc" and other_url is not None:
+                self._codec = CODECS["1.0"]
+                self._transport = self._grpc_transport(other_url, fallback)
             else:
                 assert rpc is not None
                 self._codec = CODECS[rpc.version]
                 self._transport = rpc
         return self._transport, self._codec
 
-    async def binding(self) -> str:
-        """The binding this client calls the agent over: ``"jsonrpc"`` or ``"rest"``."""
-        return "rest" if isinstance((await self._rpc())[0], RestTransport) else "jsonrpc"
+    def _grpc_transport(self, url: str, fallback: RpcTransport | None) -> GrpcTransport:
+        """The gRPC transport for the card's ``url``: the one this client has when the URL
+        is the same (its connection stays), else a new one (the old one's calls go on)."""
+        from .grpc import GrpcTransport
 
-    def _events(self, response: httpx.Response, transport: RpcTransport | RestTransport,
+        if self._grpc is None or self._grpc.url != url:
+            self._grpc = GrpcTransport(
+                url, base_url=self.url, timeout=self.timeout, extensions=self._extensions,
+                headers=self._headers, auth=self._auth or self.http.auth,
+                on_refused=self._refused_text, fallback=fallback,
+                ssl_context=self._ssl_context)
+        self._grpc.fallback = fallback
+        return self._grpc
+
+    async def binding(self) -> str:
+        """The binding this client calls the agent over: ``"jsonrpc"``, ``"rest"`` or
+        ``"grpc"``."""
+        transport = (await self._rpc())[0]
+        if transport is self._grpc:
+            return "grpc"
+        return "rest" if isinstance(transport, RestTransport) else "jsonrpc"
+
+    def _events(self, response: object,
+                transport: RpcTransport | RestTransport | GrpcTransport,
                 codec: Codec) -> EventStream:
+        # ``response``: what the transport's stream handed out (an SSE response, or a gRPC
+        # call's event source); typed loosely as the transports' context managers differ.
         unwrap = transport.unwrap if isinstance(transport, RestTransport) else None
-        return EventStream(response, codec, idle_timeout=self.stream_idle_timeout,
-                           unwrap=unwrap)
+        return EventStream(cast("httpx.Response | EventSource", response), codec,
+                           idle_timeout=self.stream_idle_timeout, unwrap=unwrap)
 
     def _refused_text(self, status: int, body: bytes) -> str:
         sent = (self._auth is not None or self.http.auth is not None
@@ -289,8 +343,12 @@ class A2AClient:
         return (await self._rpc())[1].version
 
     async def offers_trajectory(self) -> bool:
-        """True when the agent's card advertises this project's trajectory extension."""
-        return (await self.card()).offers_trajectory
+        """True when the agent's card advertises this project's trajectory extension and this
+        client can reach it (its JSON-RPC method: not over a gRPC-only card)."""
+        if not (await self.card()).offers_trajectory:
+            return False
+        transport = (await self._rpc())[0]
+        return transport is not self._grpc or self._grpc.fallback is not None
 
     # --- the A2A methods -------------------------------------------------------------------
 

@@ -215,7 +215,7 @@ class Step:
 
         async def send(turn: Turn) -> Task | Message:
             card = await self.client.card()
-            self._offers_trajectory = card.offers_trajectory
+            self._offers_trajectory = await self.client.offers_trajectory()
             if card.streaming:
                 return await self._streamed(turn, msg, on_event, metadata)
             return await self._polled(turn, msg, on_event, metadata)
@@ -249,8 +249,7 @@ class Step:
                 turn.task_id, turn.recorded = task.id, True
                 self.context_id = task.context_id
                 return task
-            card = await self.client.card()
-            self._offers_trajectory = card.offers_trajectory
+            self._offers_trajectory = await self.client.offers_trajectory()
             self._start_follower(turn, task, after)
             return await self._poll_until_end(task, on_event)
 

@@ -1,4 +1,7 @@
-"""``EventStream``: the events of one open SSE response, as an async iterator.
+"""``EventStream``: the events of one open stream, as an async iterator.
+
+It reads an :class:`EventSource`: an SSE response (:class:`SSESource`, JSON-RPC and HTTP+JSON)
+or a gRPC call's messages (:class:`~.grpc.GrpcEvents`).
 
 It is handed out by ``async with client.stream(...) as events`` (or ``client.subscribe``), never
 by an async generator, so no ``yield`` ever sits inside a cancel scope (PEP 789): the deadline on
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 import httpx
@@ -35,21 +40,82 @@ def _jsonrpc_result(sse: SSEEvent) -> bytes:
     return decode_answer(sse.data)
 
 
-class EventStream:
-    """Async iterator of :class:`StreamEvent` over one open stream response."""
+@dataclass(slots=True)
+class RawEvent:
+    """One event as it came: its result JSON (a 1.0 ``StreamResponse`` or the dialect's
+    shape) and its log position, if the binding carries one."""
 
-    def __init__(
-        self, response: httpx.Response, codec: Codec, *, idle_timeout: float | None = None,
-        unwrap: Callable[[SSEEvent], bytes] | None = None,
-    ) -> None:
-        """``unwrap`` turns one SSE event into its result JSON, raising its error; the default
-        reads a JSON-RPC response (the HTTP+JSON binding passes its own)."""
+    payload: bytes
+    position: int | None
+
+
+class EventSource(Protocol):
+    """Where an :class:`EventStream` reads events: an SSE response or a gRPC stream."""
+
+    where: str
+    """The agent's address, for error messages."""
+
+    async def receive(self) -> list[RawEvent | A2AError] | None:
+        """The events of the next network read (maybe none: a keep-alive), an error event
+        as an A2AError item after those before it; None when the stream ended. Raises
+        :class:`TransportError` when the connection fails."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop reading (the context manager that opened the stream closes it)."""
+        ...
+
+
+class SSESource:
+    """The events of an open ``text/event-stream`` response (JSON-RPC or HTTP+JSON)."""
+
+    def __init__(self, response: httpx.Response,
+                 unwrap: Callable[[SSEEvent], bytes] | None = None) -> None:
         self._response = response
         self._unwrap = unwrap or _jsonrpc_result
-        self._codec = codec
-        self._idle_timeout = idle_timeout
         self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
         self._decoder = SSEDecoder()
+        self.where = str(response.url)
+
+    async def receive(self) -> list[RawEvent | A2AError] | None:
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            return None
+        except httpx.TransportError as exc:
+            raise transport_error(exc, self.where) from None
+        items: list[RawEvent | A2AError] = []
+        for sse in self._decoder.feed(chunk):
+            try:
+                items.append(RawEvent(self._unwrap(sse), _position(sse.id)))
+            except A2AError as exc:
+                items.append(exc)
+        return items
+
+    async def aclose(self) -> None:
+        close = getattr(self._chunks, "aclose", None)
+        if close is not None:
+            # Shielded so a cancelled reader still releases the connection; bounded so a
+            # stuck close cannot hold the cancellation up.
+            with anyio.move_on_after(1.0, shield=True):
+                await close()
+
+
+class EventStream:
+    """Async iterator of :class:`StreamEvent` over one open stream (an SSE response, or any
+    :class:`EventSource`, such as a gRPC call's)."""
+
+    def __init__(
+        self, response: httpx.Response | EventSource, codec: Codec, *,
+        idle_timeout: float | None = None, unwrap: Callable[[SSEEvent], bytes] | None = None,
+    ) -> None:
+        """``unwrap`` turns one SSE event into its result JSON, raising its error; the default
+        reads a JSON-RPC response (the HTTP+JSON binding passes its own). It applies to an
+        SSE response only: another source hands out result JSON already."""
+        self._source: EventSource = (
+            SSESource(response, unwrap) if isinstance(response, httpx.Response) else response)
+        self._codec = codec
+        self._idle_timeout = idle_timeout
         self._pending: deque[StreamEvent | A2AError] = deque()
         self._closed = False
         self.last_position: int | None = None
@@ -100,36 +166,36 @@ class EventStream:
                 return False
             try:
                 with anyio.fail_after(self._idle_timeout):
-                    chunk = await self._chunks.__anext__()
-            except StopAsyncIteration:
+                    items = await self._source.receive()
+            except TimeoutError as exc:
+                self._closed = True
+                raise transport_error(exc, self._source.where) from None
+            except TransportError:
+                self._closed = True
+                raise
+            if items is None:
                 self._closed = True
                 return False
-            except (TimeoutError, httpx.TransportError) as exc:
-                self._closed = True
-                raise transport_error(exc, str(self._response.url)) from None
-            for sse in self._decoder.feed(chunk):
-                self._pending.extend(self._convert(sse))
+            for item in items:
+                self._pending.extend(self._convert(item))
         return True
 
-    def _convert(self, sse: SSEEvent) -> list[StreamEvent | A2AError]:
+    def _convert(self, item: RawEvent | A2AError) -> list[StreamEvent | A2AError]:
+        if isinstance(item, A2AError):
+            return [item]
         try:
-            result = self._unwrap(sse)
-            payload = self._codec.stream_result(result)
+            payload = self._codec.stream_result(item.payload)
         except A2AError as exc:
             return [exc]
         if payload is None:
             return []
-        return [StreamEvent(payload, _position(sse.id))]
+        return [StreamEvent(payload, item.position)]
 
     async def aclose(self) -> None:
         """Stop reading (the owning context manager closes the response itself)."""
         self._closed = True
-        close = getattr(self._chunks, "aclose", None)
-        if close is not None:
-            # Shielded so a cancelled reader still releases the connection; bounded so a
-            # stuck close cannot hold the cancellation up.
-            with anyio.move_on_after(1.0, shield=True):
-                await close()
+        await self._source.aclose()
 
 
-__all__ = ["EventStream", "StreamEvent", "TransportError"]
+__all__ = ["EventSource", "EventStream", "RawEvent", "SSESource", "StreamEvent",
+           "TransportError"]

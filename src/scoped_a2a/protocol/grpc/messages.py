@@ -119,3 +119,21 @@ def error_info_of(status_bytes: bytes) -> tuple[int, str, list[tuple[str, str]]]
         if any_detail.Unpack(info):
             infos.append((info.reason, info.domain))  # type: ignore[attr-defined]
     return status.code, status.message, infos  # type: ignore[attr-defined]
+
+
+def request_bytes(params: bytes, cls: type[Message]) -> bytes:
+    """The client's direction: a method's 1.0 JSON params as the serialized request message.
+    Raises ``json_format.ParseError`` for params that do not fit the proto."""
+    return from_json(params, cls).SerializeToString()
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def answer_json(data: bytes, cls: type[Message]) -> bytes:
+    """The client's direction: a serialized response message as the JSON result the method
+    answers on JSON-RPC (``google.protobuf.Empty`` is ``null``). Raises ``DecodeError``."""
+    value = to_json(cls.FromString(data))
+    if not value and cls.DESCRIPTOR.full_name == "google.protobuf.Empty":
+        return b"null"
+    return _encode(value)

@@ -6,7 +6,7 @@ params the 1.0 method of the same name takes on JSON-RPC and HTTP+JSON, and the 
 through the same :class:`~..methods.Methods` table and :func:`~..dispatch.run_method`: holds,
 detach policy, hang-ups, owner scoping, limits and shutdown are the other bindings' rules. Only
 the answer differs (:mod:`.output`): protobuf messages, and the status in the trailers
-(:mod:`.errors`).
+(:mod:`...protocol.grpc.status`).
 
 Before decoding, the request message's fields are counted on the wire
 (:mod:`...protocol.grpc.census`): more than ``max_fields`` is RESOURCE_EXHAUSTED, nesting past
@@ -53,7 +53,17 @@ from ...protocol.errors import (
     VersionNotSupported,
 )
 from ...protocol.grpc.census import Malformed, TooDeep, TooManyFields, count_fields
+from ...protocol.grpc.framing import (
+    CONTENT_TYPE,
+    PREFIX,
+    CompressedWithoutEncoding,
+    UnsupportedEncoding,
+    one_message,
+    status_trailers,
+)
+from ...protocol.grpc.framing import timeout_seconds as _timeout_seconds
 from ...protocol.grpc.messages import SERVICE, methods, to_json
+from ...protocol.grpc.status import DEADLINE_EXCEEDED, INTERNAL, UNIMPLEMENTED
 from ...protocol.jsonrpc import RpcRequest
 from ...protocol.method import Call
 from ..asgi import Receive, Scope, Send, header
@@ -72,16 +82,6 @@ from ..closing import ClosingDeadlines
 from ..dispatch import extensions, last_event_id, run_method
 from ..methods import Methods
 from . import DEFAULT_MAX_FIELDS
-from .errors import DEADLINE_EXCEEDED, INTERNAL, UNIMPLEMENTED
-from .framing import (
-    CONTENT_TYPE,
-    PREFIX,
-    CompressedWithoutEncoding,
-    UnsupportedEncoding,
-    one_message,
-    status_trailers,
-)
-from .framing import timeout_seconds as _timeout_seconds
 from .output import EncodedCache, GrpcOutput
 
 _encode = msgspec.json.Encoder().encode

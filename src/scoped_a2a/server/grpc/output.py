@@ -25,14 +25,14 @@ from google.protobuf.message import Message
 
 from ...protocol.dialect import Frame
 from ...protocol.errors import A2AError
+from ...protocol.grpc.framing import ACCEPT_ENCODING, CONTENT_TYPE, frame, status_trailers
 from ...protocol.grpc.messages import from_json
+from ...protocol.grpc.status import OK, error_trailers
 from ...runtime.failures import new_error_id
 from ..asgi import Send
 from ..closing import ClosingDeadlines
 from ..dispatch import Responder
 from ..sse import SLICE, SSEWriter
-from .errors import OK, error_trailers
-from .framing import ACCEPT_ENCODING, CONTENT_TYPE, frame, status_trailers
 
 log = logging.getLogger("scoped_a2a.server")
 

@@ -5,15 +5,19 @@ big-endian integer) followed by the message. Requests of unary and server-stream
 exactly one. The call's outcome travels in the trailers: ``grpc-status`` (a code),
 ``grpc-message`` (percent-encoded text) and ``grpc-status-details-bin`` (a serialized
 ``google.rpc.Status``, base64). ``grpc-timeout`` is the client's deadline for the call.
+
+Shared by the server's binding (``server/grpc/``) and the client's transport
+(``client/grpc.py``): one wire format, written and read in one place.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import struct
 import zlib
 
-from ...protocol.errors import InvalidRequest, LimitExceeded
+from ..errors import InvalidRequest, LimitExceeded
 
 PREFIX = struct.Struct(">?I")
 """The message prefix: compressed flag, length."""
@@ -89,6 +93,52 @@ def timeout_seconds(value: str | None) -> float | None:
     return int(digits) * _UNITS[unit]
 
 
+def format_timeout(seconds: float) -> str:
+    """``grpc-timeout`` for a deadline ``seconds`` away: at most 8 digits and a unit, rounded
+    up (a call never gets less time than it has), in the finest unit that fits."""
+    seconds = max(seconds, 0.0)
+    for unit, size in (("u", 1e-6), ("m", 1e-3), ("S", 1.0), ("M", 60.0), ("H", 3600.0)):
+        count = math.ceil(seconds / size)
+        if count < 100_000_000:
+            return f"{max(count, 1)}{unit}"
+    return "99999999H"
+
+
+class MessageReader:
+    """Length-prefixed messages out of a byte stream fed in pieces (a response body).
+
+    ``feed`` returns the messages the bytes complete. A compressed message (the client asks for
+    identity only: a peer that compresses anyway is broken) or one longer than ``limit``
+    raises ``ValueError`` saying which, for the caller to word as the peer's fault.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._buffer = bytearray()
+
+    @property
+    def pending(self) -> int:
+        """Bytes of a message begun and not yet complete (non-zero at the end: truncated)."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buffer += data
+        out: list[bytes] = []
+        while len(self._buffer) >= PREFIX.size:
+            compressed, length = PREFIX.unpack_from(self._buffer)
+            if compressed:
+                raise ValueError("a compressed message, though only identity was accepted")
+            if length > self.limit:
+                raise ValueError(f"a message of {length} bytes, over the limit of "
+                                 f"{self.limit}")
+            end = PREFIX.size + length
+            if len(self._buffer) < end:
+                break
+            out.append(bytes(self._buffer[PREFIX.size:end]))
+            del self._buffer[:end]
+        return out
+
+
 def brief(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     """``text`` cut to ``limit`` characters: its middle goes (marked with an ellipsis), so the
     end of a message that echoes a long value ("... not found") is still read."""
@@ -107,6 +157,25 @@ def percent_encode(text: str) -> bytes:
         else:
             out += b"%%%02X" % byte
     return bytes(out)
+
+
+def percent_decode(raw: bytes) -> str:
+    """``grpc-message`` back to text (a malformed escape is kept as it is, as gRPC does)."""
+    out = bytearray()
+    at = 0
+    while at < len(raw):
+        byte = raw[at]
+        if byte == 0x25 and  _is_hex(raw[at + 1:at + 3]):
+            out.append(int(raw[at + 1:at + 3], 16))
+            at += 3
+            continue
+        out.append(byte)
+        at += 1
+    return out.decode("utf-8", errors="replace")
+
+
+def _is_hex(pair: bytes) -> bool:
+    return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)
 
 
 def status_trailers(code: int, message: str = "",
