@@ -52,6 +52,14 @@ from starlette.routing import Route
 JOURNAL: dict[str, dict[str, Any]] = {}
 
 
+async def _journal(request: Request) -> JSONResponse:
+    return JSONResponse(JOURNAL)
+
+
+JOURNAL_ROUTE = Route("/journal", _journal)
+"""``GET /journal``: what the executor saw, per task id (see the module doc)."""
+
+
 def _note(task_id: str | None, what: str) -> None:
     if task_id:
         JOURNAL.setdefault(task_id, {})[what] = time.time()
@@ -130,10 +138,7 @@ def build_app(port: int, only_v03: bool, rest: bool = False) -> Starlette:
     if rest:
         routes += create_rest_routes(handler)
 
-    async def journal(request: Request) -> JSONResponse:
-        return JSONResponse(JOURNAL)
-
-    return Starlette(routes=[Route("/journal", journal), *routes])
+    return Starlette(routes=[JOURNAL_ROUTE, *routes])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 client's gRPC interop tests: ``python tests/sdk_grpc_agent.py --port N``.
 
 gRPC listens on a port of its own; ``--port`` serves the agent card over HTTP (uvicorn), and the
-card lists the gRPC interface only (``host:port``, no scheme), as a gRPC-only agent's would.
+card lists the gRPC interface only (``host:port``, no scheme), as a gRPC-only agent's would;
+``GET /journal`` there tells when the executor was cancelled (tests/sdk_agent.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from a2a.types import a2a_pb2_grpc
 from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from starlette.applications import Starlette
 
-from sdk_agent import Executor  # type: ignore[import-not-found]  # run as a script
+from sdk_agent import JOURNAL_ROUTE, Executor  # type: ignore[import-not-found]  # a script
 
 
 async def main(port: int) -> None:
@@ -39,7 +40,7 @@ async def main(port: int) -> None:
                                     agent_card=card)
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
     await server.start()
-    config = uvicorn.Config(Starlette(routes=create_agent_card_routes(card)), host="127.0.0.1",
+    config = uvicorn.Config(Starlette(routes=[JOURNAL_ROUTE, *create_agent_card_routes(card)]), host="127.0.0.1",
                             port=port, log_level="warning", access_log=False)
     try:
         await uvicorn.Server(config).serve()

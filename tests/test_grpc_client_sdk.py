@@ -115,3 +115,26 @@ async def test_the_cli_against_the_sdk_grpc_server(sdk_grpc_agent: str) -> None:
             check=False, env=env)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert "echo: from the cli" in done.stdout.decode(), done.stdout.decode()[-2000:]
+
+
+async def test_multi_turn_and_a_cancelled_step_over_grpc(sdk_grpc_agent: str) -> None:
+    """Over gRPC as over JSON-RPC: a continued task's stream begins with a status update and is
+    taken; a step given up on mid-turn cancels the SDK's executor within 1 s (CancelTask)."""
+    from .test_abandon_peers import wait_cancelled
+
+    async with A2AClient(sdk_grpc_agent) as client:
+        async with Step(client) as step:
+            first = await step.turn("ask me")
+            assert isinstance(first, Task) and first.status.state is TaskState.INPUT_REQUIRED
+            second = await step.turn("slow answer")
+            assert isinstance(second, Task) and second.status.state is TaskState.COMPLETED
+            assert second.id == first.id
+        async with Step(client) as step:
+            deadline = time.time() + 1.0
+            with anyio.move_on_after(1.0):
+                await step.turn("marathon")
+        turn = step.turns[0]
+        assert turn.abandoned is not None and turn.abandoned.outcome == "canceled", turn
+        assert turn.task_id is not None
+        entry = await wait_cancelled(sdk_grpc_agent, turn.task_id, within=1.0)
+        assert 0 < entry["cancelled"] - deadline < 1.0, entry
