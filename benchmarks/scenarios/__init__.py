@@ -6,6 +6,7 @@ from ..core import Scenario
 from .adapters import Adapters
 from .auth import Auth
 from .chain import Chain
+from .clients import Clients
 from .detached import Detached
 from .fanout import Fanout
 from .hangup import Hangup
@@ -25,4 +26,4 @@ from .temporal import Temporal
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
             Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore(),
-            Adapters(), Resend(), SQLiteStore()]
+            Adapters(), Resend(), SQLiteStore(), Clients()]

@@ -1,0 +1,191 @@
+"""Scenario 18: the clients. Our ``A2AClient`` and the a2a-sdk's own client (``ClientFactory``),
+each against the same scoped-a2a server and the same a2a-sdk server.
+
+Both clients run in this (asyncio) process, one after the other, over JSON-RPC. Figures: blocking
+sends per second with 1 and 16 in flight (``echo``), stream events per second (``stream N``,
+one stream at a time), and the time from a caller giving up mid-turn to the remote agent
+observing its cancellation (``slow KEY 5``; the agent stamps it on the side channel; the caller
+gives up 50 ms after the agent started, so the task's first event has reached it). Our client
+gives up as a ``Step`` turn cancelled by its scope (the abandon rule sends CancelTask where the
+server does not cancel on a hang-up); the a2a-sdk's client by cancelling the task that iterates
+its ``send_message``. "never": no run was cancelled within the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from ..core import Bench, Metric, Scenario, percentile
+from ..systems import ServerProcess, System
+
+SERVERS = [System("scoped", "hypercorn-asyncio"), System("sdk", "uvicorn")]
+OURS, SDK = "scoped-a2a A2AClient", "a2a-sdk ClientFactory"
+STREAM_EVENTS = 200
+SLOW_SECONDS = 5
+KNOWN_AFTER = 0.05
+"""Seconds after the agent started before the caller gives up (its task id has arrived)."""
+
+
+class Clients(Scenario):
+    name = "clients"
+    number = 18
+    title = "clients (our A2AClient and the a2a-sdk's, against the same servers)"
+    metrics = (
+        Metric("send_c1", "sends/s c=1", "sends/s", "higher", True, "{:.0f}"),
+        Metric("send_c16", "sends/s c=16", "sends/s", "higher", True, "{:.0f}"),
+        Metric("stream_eps", "stream events/s", "events/s", "higher", True, "{:.0f}"),
+        Metric("cancel_p50", "give-up to cancel p50 ms", "ms", "lower", False, "{:.1f}"),
+        Metric("cancel_p99", "give-up to cancel p99 ms", "ms", "lower", False, "{:.1f}"),
+    )
+    notes = ("Rows are clients; the column after the client is the server they call. Ratios: "
+             "our client over the a2a-sdk's on the same server. 'give-up to cancel': from the "
+             "caller giving up mid-turn to the agent seeing its cancellation; 'never': the "
+             "a2a-sdk's client only hangs up, and the a2a-sdk server does not cancel on that.")
+
+    async def run(self, bench: Bench) -> None:
+        async with bench.servers(SERVERS) as running:
+            for system, proc in running.items():
+                where = f"to {system.name} / {system.server}"
+                for client in (OURS, SDK):
+                    if bench.wants(f"{client} / {where}"):
+                        await self.measure(bench, client, where, proc)
+
+    async def measure(self, bench: Bench, client: str, where: str, proc: ServerProcess) -> None:
+        role = "subject" if client == OURS else "peer"
+        maker = _ours if client == OURS else _sdk
+        async with httpx.AsyncClient(timeout=None,
+                                     limits=httpx.Limits(max_connections=64)) as http:
+            send, stream, give_up = await maker(proc.url, http)
+            for c in (1, 16):
+                rate = await _rate(send, c, bench.sizes.warmup, bench.sizes.duration)
+                bench.record(client, where, f"send_c{c}", rate, "sends/s", role=role)
+            runs = max(3, bench.sizes.stream_runs // 3)
+            start = time.perf_counter()
+            events = 0
+            for _ in range(runs):
+                events += await stream(STREAM_EVENTS)
+            eps = events / (time.perf_counter() - start)
+            bench.record(client, where, "stream_eps", eps, "events/s", role=role)
+            delays = await self.cancels(bench, give_up)
+        if delays:
+            p50, p99 = percentile(delays, 50) * 1e3, percentile(delays, 99) * 1e3
+            bench.record(client, where, "cancel_p50", p50, "ms", role=role)
+            bench.record(client, where, "cancel_p99", p99, "ms", role=role)
+            said = f"cancel p99 {p99:.1f} ms"
+        else:
+            for key in ("cancel_p50", "cancel_p99"):
+                bench.record(client, where, key, None, "ms", role=role, note="never")
+            said = "never cancelled"
+        bench.progress(f"{client:24} {where:32}: {eps:7.0f} events/s, {said}")
+
+    async def cancels(self, bench: Bench, give_up: Callable[[str], Awaitable[None]]
+                      ) -> list[float]:
+        delays: list[float] = []
+        misses = 0
+        for i in range(bench.sizes.hangup_runs):
+            key = f"cl-{uuid.uuid4().hex[:8]}-{i}"
+            work = asyncio.ensure_future(give_up(key))
+            if await bench.signals.wait("start", key, 10.0) is None:
+                work.cancel()
+                bench.fail(f"the agent never started {key}")
+                return delays
+            # The rule applies once the task id is known: give its first event time to arrive.
+            await asyncio.sleep(KNOWN_AFTER)
+            gave_up = time.monotonic()
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            seen = await bench.signals.wait("cancel", key, bench.sizes.hangup_wait)
+            if seen is None:
+                misses += 1
+                if not delays and misses >= bench.sizes.give_up_cancel:
+                    break
+            else:
+                delays.append(seen - gave_up)
+        return delays
+
+
+async def _rate(send: Callable[[], Awaitable[None]], concurrency: int, warmup: float,
+                duration: float) -> float:
+    """Sends per second with ``concurrency`` in flight, after ``warmup`` seconds."""
+    done = 0
+    counting = False
+    stop = time.perf_counter() + warmup + duration
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            await send()
+            if counting:
+                done += 1
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+    await asyncio.sleep(warmup)
+    counting = True
+    began = time.perf_counter()
+    await asyncio.gather(*workers)
+    return done / (time.perf_counter() - began)
+
+
+Kit = tuple[Callable[[], Awaitable[None]], Callable[[int], Awaitable[int]],
+            Callable[[str], Awaitable[None]]]
+
+
+async def _ours(url: str, http: httpx.AsyncClient) -> Kit:
+    from scoped_a2a import A2AClient, Step
+
+    client = A2AClient(url, http=http, timeout=None)
+    await client.card()
+
+    async def send() -> None:
+        await client.send("echo hi")
+
+    async def stream(n: int) -> int:
+        count = 0
+        async with client.stream(f"stream {n}") as events:
+            async for item in events:
+                count += item.kind == "artifactUpdate"
+        return count
+
+    async def give_up(key: str) -> None:
+        async with Step(client, follow=False) as step:
+            await step.turn(f"slow {key} {SLOW_SECONDS}")
+
+    return send, stream, give_up
+
+
+async def _sdk(url: str, http: httpx.AsyncClient) -> Kit:
+    from a2a.client import ClientConfig, ClientFactory
+    from a2a.helpers import new_text_message
+    from a2a.types.a2a_pb2 import Role, SendMessageRequest
+
+    blocking = await ClientFactory(ClientConfig(streaming=False, httpx_client=http)
+                                   ).create_from_url(url)
+    streaming = await ClientFactory(ClientConfig(streaming=True, httpx_client=http)
+                                    ).create_from_url(url)
+
+    def request(text: str) -> Any:
+        return SendMessageRequest(message=new_text_message(text, role=Role.ROLE_USER))
+
+    async def send() -> None:
+        async for _ in blocking.send_message(request("echo hi")):
+            pass
+
+    async def stream(n: int) -> int:
+        count = 0
+        async for answer in streaming.send_message(request(f"stream {n}")):
+            count += answer.HasField("artifact_update")
+        return count
+
+    async def give_up(key: str) -> None:
+        async for _ in streaming.send_message(request(f"slow {key} {SLOW_SECONDS}")):
+            pass
+
+    return send, stream, give_up
