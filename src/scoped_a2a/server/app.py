@@ -15,6 +15,7 @@ cancels interactive runs no one else holds; detached runs carry on in the server
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,7 @@ log = logging.getLogger("scoped_a2a.server")
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 _encode = msgspec.json.Encoder().encode
+_SLASHES = re.compile("/{2,}")
 
 
 class A2AApp:
@@ -480,5 +482,9 @@ def _route_path(scope: Scope) -> str:
     root = _root_path(scope)
     if root and (path == root or path.startswith(root + "/")):
         path = path[len(root):]
+    if "//" in path:
+        # Clients that join f"{card_url}/message:send" to a card URL ending in "/" ask for
+        # "//message:send": empty segments mean nothing to any route, so they are dropped.
+        path = _SLASHES.sub("/", path)
     return path or "/"
 
