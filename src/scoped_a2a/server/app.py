@@ -58,7 +58,7 @@ from .grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
 from .input_modes import InputModes
 from .jsonrpc_binding import JsonRpcBinding
 from .methods import Methods
-from .rest import MEDIA_TYPE, RestBinding, is_rest_path
+from .rest import RestBinding, answer_type, is_rest_path
 
 if TYPE_CHECKING:
     from .console import Console, ConsoleSettings
@@ -425,7 +425,8 @@ class A2AApp:
             root = _root_path(scope)
             err = MethodNotFound(f"no such path {path!r}: A2A JSON-RPC is POSTed to {root}/, "
                                  f"HTTP+JSON routes start with {root}/message: or {root}/tasks")
-            await send_response(send, 404, rest_error_body(err), content_type=MEDIA_TYPE)
+            await send_response(send, 404, rest_error_body(err),
+                                content_type=answer_type(scope))
             return
         if method != "POST":
             await discard_body(scope, receive)
