@@ -173,6 +173,31 @@ def _read_only_fs(where: Path) -> bool:
         return False
 
 
+def damaged(path: Path, detail: str) -> StoreOpenError:
+    """The one line for a store file SQLite finds damaged: which file, and the two ways on."""
+    first = " ".join(detail.split())[:200]
+    return StoreOpenError(
+        f"{path} is damaged ({first}); nothing was written to it. Salvage what SQLite can "
+        f"still read into a new file (`sqlite3 {path} .recover | sqlite3 NEW.db`, or `.dump` "
+        f"where .recover fails) and serve NEW.db with {path.name}.key copied to NEW.db.key, "
+        f"or move {path} and its -wal and -shm files away to start with an empty store")
+
+
+def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a damaged file before anything is written to it: ``PRAGMA quick_check`` reads
+    every page once (415 MB took 0.16 s here, from the page cache) and checks the b-trees,
+    which is what SQLite's "database disk image is malformed" in mid-start-up came from.
+    (Damage inside a stored JSON value passes it; recovery.py refuses that as it decodes.)"""
+    try:
+        rows = conn.execute("PRAGMA quick_check(5)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise damaged(path, f"SQLite: {exc}") from None
+    found = [str(r[0]) for r in rows]
+    if found != ["ok"]:
+        lines = [line for text in found for line in text.splitlines() if "***" not in line]
+        raise damaged(path, f"SQLite's quick_check: {lines[0] if lines else found[0]}")
+
+
 def _why(exc: sqlite3.Error) -> str:
     text = str(exc)
     if isinstance(exc, sqlite3.DatabaseError) and "not a database" in text:
@@ -185,9 +210,15 @@ def _why(exc: sqlite3.Error) -> str:
 
 
 def _prepare(conn: sqlite3.Connection, path: Path, synchronous: str) -> int:
-    """Set the pragmas, check the schema version and migrate forward; the version found."""
+    """Check the file is intact, set the pragmas, check the schema version and migrate
+    forward; the version found."""
+    if path.stat().st_size > 0:
+        _check_intact(conn, path)
     # Before any table exists, so that space freed later can be handed back (incremental).
-    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    # Only when not set already: setting it again rewrites the header (a write to a file that
+    # may be about to be refused, measured: its change counter moved).
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # 2: INCREMENTAL
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise StoreOpenError(f"{path}: SQLite could not switch to its WAL journal "
