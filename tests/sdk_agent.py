@@ -112,12 +112,14 @@ class Executor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
-def build_app(port: int, only_v03: bool, rest: bool = False) -> Starlette:
+def build_app(port: int, only_v03: bool, rest: bool = False,
+              rest_url_slash: bool = True) -> Starlette:
     url = f"http://127.0.0.1:{port}/"
+    rest_url = url if rest_url_slash else url.rstrip("/")
     interfaces = [] if only_v03 else [
         AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")]
     if rest:  # HTTP+JSON first: a client that follows the card's order picks it
-        interfaces.insert(0, AgentInterface(url=url, protocol_binding="HTTP+JSON",
+        interfaces.insert(0, AgentInterface(url=rest_url, protocol_binding="HTTP+JSON",
                                             protocol_version="1.0"))
     interfaces.append(AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"))
     card = AgentCard(
@@ -146,6 +148,9 @@ if __name__ == "__main__":
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--only-v03-card", action="store_true")
     ap.add_argument("--rest", action="store_true", help="also serve the HTTP+JSON routes")
+    ap.add_argument("--rest-url-without-slash", action="store_true",
+                    help="the card's HTTP+JSON interface URL without its trailing slash")
     args = ap.parse_args()
-    uvicorn.run(build_app(args.port, args.only_v03_card, args.rest), host="127.0.0.1",
+    uvicorn.run(build_app(args.port, args.only_v03_card, args.rest,
+                          not args.rest_url_without_slash), host="127.0.0.1",
                 port=args.port, log_level="warning")

@@ -117,11 +117,11 @@ async def test_error_statuses_and_body() -> None:
 async def test_query_names_delete_answer_and_extended_card() -> None:
     app = A2AApp(demo_agent, extended_card={"description": "the extended card"})
     async with served(app) as url, httpx.AsyncClient(base_url=url, headers=V1) as http:
-        # The spec's other media type is accepted on requests; answers are application/json
-        # (§11.1: "application/json for requests and responses").
+        # The spec's other media type is accepted on requests, and answered with (1.0.1 §11.1;
+        # tests/test_rest_media_type.py).
         r = await http.post("/message:send", content=json.dumps(send_body("hi")),
                             headers={"content-type": "application/a2a+json"})
-        assert r.headers["content-type"] == "application/json"
+        assert r.headers["content-type"] == "application/a2a+json"
         done = r.json()["task"]
         # Proto field names work in the query too; unknown parameters are ignored.
         r = await http.get(f"/tasks/{done['id']}", params={"history_length": 1, "x": "y"})
@@ -143,7 +143,7 @@ async def test_card_lists_both_bindings_in_the_preferred_order() -> None:
             assert [i["protocolBinding"] for i in ifaces] == order
             assert [i["protocolVersion"] for i in ifaces] == (
                 ["1.0", "1.0", "0.3"])
-            assert {i["url"] for i in ifaces} == {url}
+            assert {i["url"] for i in ifaces} == {url, url.rstrip("/")}  # REST: no "/"
             assert card["preferredTransport"] == "JSONRPC"  # 0.3 clients: JSON-RPC only
             async with A2AClient(url, http=http) as client:
                 picked = await client.binding()

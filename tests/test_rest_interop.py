@@ -213,11 +213,15 @@ def subscriber_of(client: Client, task_id: str, seen: list[StreamResponse],
     return run
 
 
-@pytest.fixture(scope="module")
-def sdk_rest_agent() -> Iterator[str]:
-    """The a2a-sdk server with its REST routes, its card listing HTTP+JSON first."""
+@pytest.fixture(scope="module", params=["card URL with /", "card URL without /"])
+def sdk_rest_agent(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The a2a-sdk server with its REST routes, its card listing HTTP+JSON first; its
+    HTTP+JSON URL with a trailing slash, and without (as ours publishes it): our client joins
+    paths onto either."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port), "--rest"])
+    extra = ["--rest-url-without-slash"] if "without" in request.param else []
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port), "--rest",
+                             *extra])
     url = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 30

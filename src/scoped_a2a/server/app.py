@@ -15,6 +15,7 @@ cancels interactive runs no one else holds; detached runs carry on in the server
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -57,7 +58,7 @@ from .grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
 from .input_modes import InputModes
 from .jsonrpc_binding import JsonRpcBinding
 from .methods import Methods
-from .rest import MEDIA_TYPE, RestBinding, is_rest_path
+from .rest import RestBinding, answer_type, is_rest_path
 
 if TYPE_CHECKING:
     from .console import Console, ConsoleSettings
@@ -66,6 +67,7 @@ log = logging.getLogger("scoped_a2a.server")
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 _encode = msgspec.json.Encoder().encode
+_SLASHES = re.compile("/{2,}")
 
 
 class A2AApp:
@@ -423,7 +425,8 @@ class A2AApp:
             root = _root_path(scope)
             err = MethodNotFound(f"no such path {path!r}: A2A JSON-RPC is POSTed to {root}/, "
                                  f"HTTP+JSON routes start with {root}/message: or {root}/tasks")
-            await send_response(send, 404, rest_error_body(err), content_type=MEDIA_TYPE)
+            await send_response(send, 404, rest_error_body(err),
+                                content_type=answer_type(scope))
             return
         if method != "POST":
             await discard_body(scope, receive)
@@ -480,5 +483,9 @@ def _route_path(scope: Scope) -> str:
     root = _root_path(scope)
     if root and (path == root or path.startswith(root + "/")):
         path = path[len(root):]
+    if "//" in path:
+        # Clients that join f"{card_url}/message:send" to a card URL ending in "/" ask for
+        # "//message:send": empty segments mean nothing to any route, so they are dropped.
+        path = _SLASHES.sub("/", path)
     return path or "/"
 

@@ -47,12 +47,13 @@ def build_card(
     ``supportsAuthenticatedExtendedCard``); False serves a card the 1.0 schema accepts, whose
     ``additionalProperties: false`` refuses them (docs/conformance.md). The 0.3 interface
     stays listed in ``supportedInterfaces`` either way: it is a valid 1.0 entry, and served.
+    The HTTP+JSON interface's ``url`` has no trailing slash (:func:`rest_url`).
     ``grpc``: list the gRPC interface too (after the other two 1.0 ones), whose ``url`` is the
     gRPC target ``host:port`` of ``url`` (what gRPC clients dial), when ``url`` names a host.
     """
     one_oh = [
         {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-        {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        {"url": rest_url(url), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
     ]
     if preferred_binding == "HTTP+JSON":
         one_oh.reverse()
@@ -107,6 +108,13 @@ def build_card(
                     supportsAuthenticatedExtendedCard=extended)
     card.update(overrides)
     return card
+
+
+def rest_url(url: str) -> str:
+    """The HTTP+JSON interface URL for base ``url``: without its trailing slash, since REST
+    clients (the conformance kit among them) join ``f"{url}/message:send"``; a URL that is
+    only slashes stays as given. (The server routes ``//message:send`` too: app.py.)"""
+    return url.rstrip("/") or url
 
 
 def grpc_target(url: str) -> str | None:

@@ -46,6 +46,7 @@ from ..runtime.outcome import direct_reply
 from ..runtime.runner import Runner
 from ..runtime.tail import ends_stream, tail
 from ..store.base import TaskStore
+from .end_lost import follow_unless_lost
 from .frames import FrameCache
 from .input_modes import InputModes
 from .send_setup import SendSetup
@@ -144,7 +145,8 @@ class Methods:
 
         out.answer_on_hangup(answer)
         with run.hold("send"):
-            await tail(self.store, task.id, pos)
+            # Answered at once, retryable, if the run ends and its end cannot be stored.
+            await follow_unless_lost(run, lambda: tail(self.store, task_id, pos))
         task, _ = await self.store.get(task.id)
         await out.result(send_answer(call.dialect, task, history))
 

@@ -60,13 +60,29 @@ REST_PREFIXES = ("/message:", "/tasks", "/extendedAgentCard")
 """Paths that belong to the REST binding (everything else stays with JSON-RPC and the card)."""
 
 MEDIA_TYPE = b"application/json"
-"""The media type of REST answers, errors included: the binding's own rule (spec §11.1:
-"Content-Type: application/json for requests and responses"; the AIP-193 error example of
-§11.6 too). §6's illustrative examples use application/a2a+json, which requests may still send
-(JSON_TYPES); a2a-sdk 1.3 answers successes with it (the conformance kit fails it for that) and
-errors with application/json."""
+"""The media type of REST answers (errors included) to callers that send plain JSON, or say
+nothing: what spec 1.0.0 §11.1 named ("Content-Type: application/json for requests and
+responses"), and what clients written from it (the conformance kit's HTTP_JSON-SVC-001) check."""
+A2A_MEDIA_TYPE = b"application/a2a+json"
+"""Spec 1.0.1 §11.1: "application/a2a+json SHOULD be used for requests and responses". A
+request that uses it is answered with it (:func:`answer_type`)."""
 JSON_TYPES = ("application/json", "application/a2a+json")
 """Request bodies may be either."""
+
+
+def answer_type(scope: Scope) -> bytes:
+    """The media type to answer a REST request with: the one the request used. A body sent
+    as ``application/a2a+json`` (or, with no body, an ``Accept`` that names it and not
+    ``application/json``) gets ``application/a2a+json``; everything else ``application/json``,
+    as before spec 1.0.1."""
+    ctype = (header(scope, b"content-type") or "").partition(";")[0].strip().lower()
+    if ctype:
+        return A2A_MEDIA_TYPE if ctype == A2A_MEDIA_TYPE.decode() else MEDIA_TYPE
+    accept = (header(scope, b"accept") or "").lower()
+    wanted = [item.partition(";")[0].strip() for item in accept.split(",")]
+    if A2A_MEDIA_TYPE.decode() in wanted and MEDIA_TYPE.decode() not in wanted:
+        return A2A_MEDIA_TYPE
+    return MEDIA_TYPE
 
 _encode = msgspec.json.Encoder().encode
 _SEG = r"([^/:]+)"
@@ -217,6 +233,7 @@ class RestBinding:
         first); from then on :func:`~.dispatch.run_method` owns the call, so a hang-up cancels it.
         """
         verb = scope.get("method", "GET")
+        media = answer_type(scope)
         tenant, path = split_tenant(path)
         route, found = match(verb, path)
         if route is None:
@@ -226,17 +243,18 @@ class RestBinding:
                     f"{verb} is not allowed on {path}; use {' or '.join(sorted(set(found)))}")
                 allow = ", ".join(sorted(set(found))).encode()
                 await _respond(send, 405, rest_error_body(err, http_status=405),
-                               headers=[(b"allow", allow)])
+                               headers=[(b"allow", allow)], media=media)
             else:
                 err = MethodNotFound(f"no A2A HTTP+JSON route {verb} {path}")
-                await _respond(send, 404, rest_error_body(err))
+                await _respond(send, 404, rest_error_body(err), media=media)
             return
         segments = tuple(str(s) for s in found)
         self.observe.request_method(route.method, "1.0", "HTTP+JSON")
         try:
             body = await self._body(scope, receive, route)
         except _Answered as answered:
-            await _respond(send, answered.status, answered.body, headers=answered.headers)
+            await _respond(send, answered.status, answered.body, headers=answered.headers,
+                           media=media)
             return
         except ClientGone:
             return
@@ -244,16 +262,16 @@ class RestBinding:
             _check_version(scope)
             params = self._params(scope, route, segments, body, tenant)
         except A2AError as exc:
-            await _respond(send, rest_status(exc), rest_error_body(exc))
+            await _respond(send, rest_status(exc), rest_error_body(exc), media=media)
             return
         handler = self.methods.table.get(route.method)
         if handler is None:  # not in the table: a method this server was built without
             err = MethodNotFound(f"{route.method} is not served by this agent")
-            await _respond(send, 404, rest_error_body(err))
+            await _respond(send, 404, rest_error_body(err), media=media)
             return
         call = Call(V10_DIALECT, RpcRequest(b"null", route.method, params),
                     extensions(scope), last_event_id(scope), principal)
-        out = _RestOutput(send, self.write_timeout, self.final_writes)
+        out = _RestOutput(send, self.write_timeout, self.final_writes, media)
         await run_method(handler, call, out, receive, route.method,
                          expose_errors=self.expose_errors)
 
@@ -298,8 +316,9 @@ class RestBinding:
 
 
 async def _respond(send: Send, status: int, body: bytes,
-                   headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await send_response(send, status, body, content_type=MEDIA_TYPE, headers=headers or ())
+                   headers: list[tuple[bytes, bytes]] | None = None,
+                   media: bytes = MEDIA_TYPE) -> None:
+    await send_response(send, status, body, content_type=media, headers=headers or ())
 
 
 class _Answered(Exception):
@@ -323,8 +342,9 @@ class _RestOutput(Responder):
     _sse: _RestSSE
 
     def __init__(self, send: Send, write_timeout: float,
-                 closing: ClosingDeadlines | None = None) -> None:
+                 closing: ClosingDeadlines | None = None, media: bytes = MEDIA_TYPE) -> None:
         self._send = send
+        self._media = media
         self.write_timeout = write_timeout
         self.closing = closing
         self._sse = _RestSSE(send, write_timeout=write_timeout)
@@ -332,7 +352,7 @@ class _RestOutput(Responder):
 
     async def _final(self, status: int, body: bytes) -> None:
         self._done = True
-        await self.final_write(lambda: _respond(self._send, status, body))
+        await self.final_write(lambda: _respond(self._send, status, body, media=self._media))
 
     async def result(self, result: bytes) -> None:
         # DeleteTaskPushNotificationConfig's JSON-RPC result is null; REST answers ``{}``.
@@ -366,4 +386,5 @@ def _query_value(scope: Scope, name: str) -> str | None:
     return None
 
 
-__all__ = ["REST_PREFIXES", "RestBinding", "is_rest_path", "match", "query_params"]
+__all__ = ["A2A_MEDIA_TYPE", "MEDIA_TYPE", "REST_PREFIXES", "RestBinding", "answer_type",
+           "is_rest_path", "match", "query_params"]

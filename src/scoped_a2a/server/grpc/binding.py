@@ -88,13 +88,44 @@ _encode = msgspec.json.Encoder().encode
 _SENDS = ("SendMessage", "SendStreamingMessage")
 
 
-def is_grpc(scope: Scope) -> bool:
-    """Whether an ASGI request is a gRPC call: HTTP/2 and ``content-type: application/grpc``
-    (``+proto`` and other suffixes too; gRPC-Web is not this)."""
+_ACCEPTED = ("application/grpc", "application/grpc+proto")
+"""The content types decoded as gRPC with protobuf messages (parameters after ``;`` allowed)."""
+
+
+def grpc_media_type(scope: Scope) -> str | None:
+    """The request's media type (lower case, parameters dropped) when it is an HTTP/2 request
+    in the gRPC family (``application/grpc`` and every ``application/grpc...`` suffix, but not
+    gRPC-Web, which is another protocol); None otherwise."""
     if scope.get("http_version") != "2":
-        return False
-    ctype = (header(scope, b"content-type") or "").lower()
-    return ctype.startswith(CONTENT_TYPE.decode()) and not ctype.startswith("application/grpc-web")
+        return None
+    ctype = (header(scope, b"content-type") or "").partition(";")[0].strip().lower()
+    if not ctype.startswith(CONTENT_TYPE.decode()) or ctype.startswith("application/grpc-web"):
+        return None
+    return ctype
+
+
+def is_grpc(scope: Scope) -> bool:
+    """Whether an ASGI request is a gRPC call this binding decodes: HTTP/2 and ``content-type:
+    application/grpc`` or ``application/grpc+proto`` (parameters allowed). Other codecs
+    (``+json``) and look-alikes (``application/grpcx``) are not: :class:`GrpcBinding` refuses
+    them (HTTP 415) rather than decode their bytes as protobuf."""
+    return grpc_media_type(scope) in _ACCEPTED
+
+
+async def _refuse_media_type(scope: Scope, receive: Receive, send: Send, ctype: str) -> None:
+    """HTTP 415 for a gRPC-family content type this server does not decode, as the gRPC
+    protocol asks of a server (so no HTTP/2 client takes a gRPC error answered 200 for a
+    success). The message is the body (text) and, for gRPC clients that read it from the
+    headers, ``grpc-message`` with ``grpc-status`` UNIMPLEMENTED. The body is discarded."""
+    await discard_body(scope, receive)
+    text = (f"content-type {ctype[:100]!r} is not served: gRPC calls here send application/grpc "
+            "or application/grpc+proto (protobuf messages)")
+    body = text.encode()
+    await send({"type": "http.response.start", "status": 415, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+        *status_trailers(UNIMPLEMENTED, text)]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class GrpcBinding:
@@ -134,14 +165,20 @@ class GrpcBinding:
         """Stream events encoded once for every gRPC stream that sends them."""
 
     def accepts(self, scope: Scope) -> bool:
-        """Whether the request is a gRPC call (:func:`is_grpc`)."""
-        return is_grpc(scope)
+        """Whether the request is this binding's to answer: an HTTP/2 request with a content
+        type of the gRPC family (:func:`grpc_media_type`). Only :func:`is_grpc` ones are
+        decoded; the others are refused here."""
+        return grpc_media_type(scope) is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one gRPC call. Errors before the method runs are answered at once (the
         request body discarded); from then on :func:`~..dispatch.run_method` owns the call,
         so a hang-up cancels it. Never raises for a bad request."""
         began = anyio.current_time()  # grpc-timeout counts from the call's arrival
+        ctype = grpc_media_type(scope)
+        if ctype not in _ACCEPTED:
+            await _refuse_media_type(scope, receive, send, str(ctype))
+            return
         service, _, name = str(scope.get("path") or "").lstrip("/").partition("/")
         rpc = methods().get(name) if service == SERVICE else None
         handler = self.methods.table.get(name) if rpc is not None else None

@@ -21,6 +21,7 @@ import sqlite3
 from typing import Any
 
 import anyio
+import msgspec
 
 from ...protocol.errors import ServerUnavailable
 from ...protocol.ids import new_id
@@ -37,7 +38,7 @@ from ..base import LogEntry, TaskEnded
 from ..snapshot import apply_event
 from .queue import SQLiteRunQueue, job_of
 from .records import DECODERS, Record, copy_task, decode_task
-from .schema import StoreOpenError
+from .schema import StoreOpenError, damaged
 from .store import SQLiteTaskStore
 
 log = logging.getLogger("scoped_a2a.sqlite")
@@ -69,13 +70,11 @@ def _load(conn: sqlite3.Connection
         conn.execute("COMMIT")
 
 
-async def recover(store: SQLiteTaskStore, queue: SQLiteRunQueue) -> tuple[int, int]:
-    """Load the file's running tasks and queued runs; record interrupted interactive runs as
-    ended. Returns (runs made ready again, interactive runs recorded ended)."""
-    tasks, events, runs, keys, (count, size) = await anyio.to_thread.run_sync(
-        _load, store.db.reader)
-    store.ended_count, store.ended_bytes = count, size
-    store.claim_keys.update(keys)
+def _rebuild(store: SQLiteTaskStore, queue: SQLiteRunQueue, tasks: list[Any],
+             events: list[Any], runs: list[Any]) -> set[str]:
+    """Decode the loaded rows into the store's live records and the queue's ready runs (no
+    I/O); the ids of the tasks with a queued run. Raises the decoder's error on a value that
+    does not decode; the store is then not used."""
     logs: dict[int, list[LogEntry]] = {}
     for seq, pos, kind, body in events:
         body = bytes(body)
@@ -94,6 +93,27 @@ async def recover(store: SQLiteTaskStore, queue: SQLiteRunQueue) -> tuple[int, i
         job = job_of(row)
         queued.add(job.task_id)
         queue.ready(job)
+    return queued
+
+
+async def recover(store: SQLiteTaskStore, queue: SQLiteRunQueue) -> tuple[int, int]:
+    """Load the file's running tasks and queued runs; record interrupted interactive runs as
+    ended. Returns (runs made ready again, interactive runs recorded ended).
+
+    A file whose rows SQLite cannot read, or whose stored JSON does not decode (damage inside
+    a value, which SQLite's own check at open cannot see), is refused with StoreOpenError
+    (:func:`.schema.damaged`) before anything is written to it."""
+    try:
+        tasks, events, runs, keys, (count, size) = await anyio.to_thread.run_sync(
+            _load, store.db.reader)
+    except sqlite3.DatabaseError as exc:
+        raise damaged(store.path, f"SQLite: {exc}") from None
+    try:
+        queued = _rebuild(store, queue, tasks, events, runs)
+    except (msgspec.DecodeError, msgspec.ValidationError, KeyError, UnicodeDecodeError) as exc:
+        raise damaged(store.path, f"a stored task does not decode: {exc}") from None
+    store.ended_count, store.ended_bytes = count, size
+    store.claim_keys.update(keys)
     orphans = [rec for rec in store.live.values() if rec.id not in queued]
 
     async def end(rec: Record) -> None:
