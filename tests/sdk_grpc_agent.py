@@ -40,8 +40,9 @@ async def main(port: int) -> None:
                                     agent_card=card)
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
     await server.start()
-    config = uvicorn.Config(Starlette(routes=[JOURNAL_ROUTE, *create_agent_card_routes(card)]), host="127.0.0.1",
-                            port=port, log_level="warning", access_log=False)
+    routes = [JOURNAL_ROUTE, *create_agent_card_routes(card)]
+    config = uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=port,
+                            log_level="warning", access_log=False)
     try:
         await uvicorn.Server(config).serve()
     finally:
