@@ -330,11 +330,10 @@ class Runner:
                     # the text may hold internals, so it goes to the log only (failures.py).
                     error_id = new_error_id()
                     text = failure_text(exc, error_id, expose=self.expose_errors)
-                    # An AgentError is a deliberate answer, not a bug: no traceback; nor is
-                    # the store's refusal of a write (a full disk: its message says it all).
+                    # An AgentError is a deliberate answer, not a bug: no traceback.
                     log.warning("agent failed on task %s (error id %s): %s", run.task_id,
                                 error_id, failure_text(exc, error_id, expose=True),
-                                exc_info=not isinstance(exc, (AgentError, ServerUnavailable)))
+                                exc_info=not isinstance(exc, AgentError))
                 else:
                     state, text, reason = end_of(reply)
         finally:

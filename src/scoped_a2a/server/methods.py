@@ -46,7 +46,6 @@ from ..runtime.outcome import direct_reply
 from ..runtime.runner import Runner
 from ..runtime.tail import ends_stream, tail
 from ..store.base import TaskStore
-from .end_lost import follow_unless_lost
 from .frames import FrameCache
 from .input_modes import InputModes
 from .send_setup import SendSetup
@@ -145,8 +144,7 @@ class Methods:
 
         out.answer_on_hangup(answer)
         with run.hold("send"):
-            # Answered at once, retryable, if the run ends and its end cannot be stored.
-            await follow_unless_lost(run, lambda: tail(self.store, task_id, pos))
+            await tail(self.store, task.id, pos)
         task, _ = await self.store.get(task.id)
         await out.result(send_answer(call.dialect, task, history))
 
