@@ -17,6 +17,7 @@ from urllib.parse import unquote
 import h2.events
 import pytest
 from a2a.types import a2a_pb2 as pb
+
 from scoped_a2a.protocol.grpc.framing import frame
 
 from .h2client import RawH2
