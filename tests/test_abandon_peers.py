@@ -304,3 +304,25 @@ async def test_a_cancelled_step_on_a_framework(framework: tuple[str, str]) -> No
             assert "still shows it working" in turn.abandoned.detail
             await anyio.sleep(0.5)
             assert "cancelled" not in await journal(url, tag)
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_giving_up_before_the_first_event_still_cancels(
+        sdk_url: str, binding: str) -> None:
+    """Cancelled once the stream is open but before a single event arrived, the owner does not
+    know the task yet: the read is let finish (shielded, bounded), its first event names the
+    task, and the task is cancelled rather than left running (it was, before)."""
+    async with A2AClient(sdk_url, transport=binding) as client:
+        t0 = time.time()
+        with anyio.CancelScope() as scope:
+            async with client.stream("marathon") as events:
+                scope.cancel()
+                await events.__anext__()  # cancelled before it could hand out an event
+        assert scope.cancelled_caught
+        with anyio.fail_after(5):
+            while not (started := [tid for tid, e in (await journals(sdk_url)).items()
+                                   if e["started"] > t0]):
+                await anyio.sleep(0.02)
+        assert len(started) == 1, started
+        await wait_cancelled(sdk_url, started[0], within=1.0)
+        assert (await client.get_task(started[0])).status.state is TaskState.CANCELED

@@ -67,17 +67,20 @@ class FakeAgent:
         return LivePage(task_id, after, after, [], TaskState.WORKING)
 
     @asynccontextmanager
-    async def stream(self, message: Message, **_: Any) -> AsyncIterator[Any]:
+    async def stream(self, message: Message, **kw: Any) -> AsyncIterator[Any]:
         status = TaskStatus(state=TaskState.SUBMITTED)
         task = Task(id="t1", context_id="c1", status=status)
         done = TaskStatusUpdateEvent(task_id="t1", context_id="c1",
                                      status=TaskStatus(state=TaskState.COMPLETED))
-        yield _Events([StreamEvent(task, 0), StreamEvent(done, 1)])
+        yield _Events([StreamEvent(task, 0), StreamEvent(done, 1)], kw.get("owner"))
 
 
 class _Events:
-    def __init__(self, items: list[StreamEvent]) -> None:
+    """The stream's events; like A2AClient.stream's, each is folded into the owner's task."""
+
+    def __init__(self, items: list[StreamEvent], owner: RemoteTask | None) -> None:
         self.items = items
+        self.owner = owner
 
     def __aiter__(self) -> _Events:
         return self
@@ -86,7 +89,10 @@ class _Events:
         await anyio.lowlevel.checkpoint()
         if not self.items:
             raise StopAsyncIteration
-        return self.items.pop(0)
+        item = self.items.pop(0)
+        if self.owner is not None:
+            self.owner.see(item.event)
+        return item
 
 
 def test_backoff_is_capped_exponential_with_jitter() -> None:

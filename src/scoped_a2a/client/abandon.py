@@ -189,6 +189,14 @@ class RemoteTask:
                   else TaskStatus(state=TaskState.WORKING))
         return Task(id=event.task_id, context_id=event.context_id, status=status)
 
+    @property
+    def wants_id(self) -> bool:
+        """True while giving up would need a CancelTask and the task is not known yet: a
+        stream's first event, which names it, must then reach the owner even if the owner
+        is cancelled while it is on its way (:attr:`.streams.EventStream.protect_first`)."""
+        return (self.task is None and self.message is None and self.enabled
+                and self.detached is None and not (self.held and self.hangup_cancels))
+
     def is_detached(self) -> str | None:
         """Why the run must outlive its caller (the caller's choice or the server's word)."""
         if self.detached is not None:

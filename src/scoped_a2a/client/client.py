@@ -404,10 +404,9 @@ class A2AClient:
         try:
             async with self.stream(
                 msg, history_length=history_length, metadata=metadata,
-                accepted_output_modes=accepted_output_modes, cancel_abandoned=False,
+                accepted_output_modes=accepted_output_modes, owner=remote,
             ) as events:
-                async for item in events:
-                    remote.see(item.event)
+                async for _ in events:  # each folded into remote by the stream
                     if remote.settled:
                         break
             failures = 0
@@ -450,6 +449,7 @@ class A2AClient:
         self, message: Message | str, *, history_length: int | None = None,
         metadata: dict[str, Any] | None = None, accepted_output_modes: list[str] | None = None,
         extensions: Sequence[str] = (), cancel_abandoned: bool | None = None,
+        owner: RemoteTask | None = None,
     ) -> AsyncIterator[EventStream]:
         """Send a message as a stream: ``async with client.stream(msg) as events: async for e
         in events``. The first event is the task (or the only one, a direct reply message; for a
@@ -459,7 +459,13 @@ class A2AClient:
         Leaving it by an exception or a cancellation before the task settled is an abandon: the
         task is cancelled unless its run is detached (:mod:`.abandon`; ``cancel_abandoned``
         overrides the client's setting for this stream). Leaving it normally (``break``, or
-        returning from the block) is not.
+        returning from the block) is not. ``owner``: the :class:`~.abandon.RemoteTask` of an
+        owner that applies the rule itself (a step's turn, ``ctx.call``): the stream's events
+        are folded into it, and nothing is abandoned here.
+
+        Where the rule would send a CancelTask, a cancellation that lands before the first
+        event lets the read in flight finish (at most ``cancel_timeout`` s): that event names
+        the task, which is then cancelled rather than left running.
 
         Opening the stream is retried like ``send`` (a resend attaches to the same task); once
         it is open, a broken stream is the caller's to resume (``subscribe``)."""
@@ -469,21 +475,24 @@ class A2AClient:
             msg, return_immediately=False, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
         params = codec.send_params(req)  # one messageId for every attempt
-        remote = self.remote_task(msg, held=True, metadata=metadata, enabled=cancel_abandoned)
+        remote = owner if owner is not None else self.remote_task(
+            msg, held=True, metadata=metadata, enabled=cancel_abandoned)
         try:
             async with AsyncExitStack() as stack:
                 response = await self._resending(lambda: stack.enter_async_context(
                     transport.stream(codec.stream_method, params, extensions=extensions)))
                 events = self._events(response, transport, codec)
-                if remote.enabled:
-                    events.observe = lambda item: remote.see(item.event)
+                events.observe = lambda item: remote.see(item.event)
+                if remote.wants_id:
+                    events.protect_first = remote.timeout
                 try:
                     yield events
                 finally:
                     await events.aclose()
         except BaseException as exc:
             # After the response is closed: a server that cancels on a hang-up has seen one.
-            note(exc, await remote.abandon())
+            if owner is None:
+                note(exc, await remote.abandon())
             raise
 
     @asynccontextmanager

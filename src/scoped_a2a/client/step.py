@@ -298,8 +298,7 @@ class Step:
         turn.remote = self.client.remote_task(
             msg, held=True, metadata=metadata, previous=self._continued(msg))
         try:
-            async with self.client.stream(msg, metadata=metadata,
-                                          cancel_abandoned=False) as events:
+            async with self.client.stream(msg, metadata=metadata, owner=turn.remote) as events:
                 async for item in events:
                     task = await self._take(turn, task, item, on_event)
                     if isinstance(task, Message):
@@ -333,6 +332,8 @@ class Step:
             try:
                 async with self.client.subscribe(task.id, last_event_id=last) as events:
                     async for item in events:
+                        assert turn.remote is not None
+                        turn.remote.see(item.event)  # a subscription folds nothing itself
                         taken = await self._take(turn, task, item, on_event)
                         assert isinstance(taken, Task)
                         task = taken
@@ -349,7 +350,8 @@ class Step:
         self, turn: Turn, task: Task | Message | None, item: StreamEvent,
         on_event: OnEvent | None,
     ) -> Task | Message:
-        """Fold one stream event into the turn's task; start the follower at the first.
+        """Take one stream event (already folded into the turn's task by its stream); start
+        the follower at the first.
 
         The first event is the task, or the agent's direct reply message, or (a continued
         task, on the a2a-sdk) a status or artifact update of the task: folded into the task
@@ -361,7 +363,7 @@ class Step:
                 await maybe
         remote = turn.remote
         assert remote is not None
-        known = remote.see(item.event)
+        known = remote.message if remote.message is not None else remote.task
         if task is None:
             if known is None:
                 raise InvalidAgentResponse(

@@ -15,6 +15,7 @@ that opened it.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -122,6 +123,13 @@ class EventStream:
         """The position (SSE ``id``) of the last event handed out, if the agent sends ids."""
         self.observe: Callable[[StreamEvent], object] | None = None
         """Called with each event as it is handed out (the abandon rule's view of the task)."""
+        self.protect_first: float | None = None
+        """Seconds a read may go on after the reader is cancelled, while no event has been
+        handed out yet (None: reads are cancelled at once). The stream's first event names the
+        task: an owner that gives up right after its send must still learn it, to cancel it.
+        (Cancelling a read in flight would break the connection, so it is finished instead.)"""
+        self._observed = 0  # pending events already passed to observe (protected reads)
+        self._handed = False  # an event was handed out
 
     def __aiter__(self) -> EventStream:
         return self
@@ -151,11 +159,15 @@ class EventStream:
         item = self._pending.popleft()
         if isinstance(item, A2AError):
             self._pending.clear()
+            self._observed = 0
             self._closed = True
             raise item
         if item.position is not None:
             self.last_position = item.position
-        if self.observe is not None:
+        self._handed = True
+        if self._observed:
+            self._observed -= 1
+        elif self.observe is not None:
             self.observe(item)
         return item
 
@@ -165,8 +177,11 @@ class EventStream:
             if self._closed:
                 return False
             try:
-                with anyio.fail_after(self._idle_timeout):
-                    items = await self._source.receive()
+                if self.protect_first is not None and not self._handed:
+                    items = await self._protected_receive(self.protect_first)
+                else:
+                    with anyio.fail_after(self._idle_timeout):
+                        items = await self._source.receive()
             except TimeoutError as exc:
                 self._closed = True
                 raise transport_error(exc, self._source.where) from None
@@ -179,6 +194,80 @@ class EventStream:
             for item in items:
                 self._pending.extend(self._convert(item))
         return True
+
+    async def _protected_receive(self, grace: float) -> list[RawEvent | A2AError] | None:
+        """One read that a cancellation of the reader lets finish (at most ``grace`` s more).
+
+        The read runs as a shielded child task bounded by the idle timeout; when the reader is
+        cancelled meanwhile (or was already), the read's deadline comes down to ``grace`` and
+        the reader waits for it, shielded. What it read is made pending and passed to
+        ``observe`` at once (the owner's exception handler reads the task from there); then
+        the cancellation goes on. Raises TimeoutError at the idle timeout, and the read's own
+        errors.
+        """
+        try:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        except anyio.get_cancelled_exc_class():
+            await self._read_within(grace)
+            raise
+        done = anyio.Event()
+        scope = anyio.CancelScope(shield=True)
+        if self._idle_timeout is not None:
+            scope.deadline = anyio.current_time() + self._idle_timeout
+        got: list[list[RawEvent | A2AError] | None] = []
+        failed: list[BaseException] = []
+        reading = False
+
+        async def read() -> None:
+            nonlocal reading
+            try:
+                with scope:
+                    reading = True
+                    got.append(await self._source.receive())
+            except Exception as exc:  # handed to the reader below
+                failed.append(exc)
+            finally:
+                done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            try:
+                await done.wait()
+            except anyio.get_cancelled_exc_class():
+                scope.deadline = min(scope.deadline, anyio.current_time() + grace)
+                with anyio.CancelScope(shield=True):
+                    await done.wait()
+                if not reading:  # cancelled before its shield was up: read here instead
+                    await self._read_within(grace)
+                elif got and got[0] is not None:
+                    self._take_in(got[0])
+                raise
+        if failed:
+            raise failed[0]
+        if not got:  # the idle timeout ended the read
+            raise TimeoutError
+        return got[0]
+
+    async def _read_within(self, grace: float) -> None:
+        """A read, shielded, of at most ``grace`` s, for a reader already cancelled; what it
+        reads is made pending and observed. Its errors are dropped: the reader is ending."""
+        with anyio.move_on_after(grace, shield=True), \
+                contextlib.suppress(TransportError, A2AError):
+            items = await self._source.receive()
+            if items is not None:
+                self._take_in(items)
+
+    def _take_in(self, items: list[RawEvent | A2AError]) -> None:
+        for item in items:
+            self._pending.extend(self._convert(item))
+        self._observe_pending()
+
+    def _observe_pending(self) -> None:
+        """Pass the pending events to ``observe`` now (not again when handed out)."""
+        for item in list(self._pending)[self._observed:]:
+            if isinstance(item, StreamEvent) and self.observe is not None:
+                self.observe(item)
+            self._observed += 1
 
     def _convert(self, item: RawEvent | A2AError) -> list[StreamEvent | A2AError]:
         if isinstance(item, A2AError):

@@ -104,14 +104,16 @@ class Downstream:
         """True once the downstream task ended or waits for input (nothing to cancel then)."""
         return self.remote.settled
 
-    async def feed(self, event: Any) -> None:
-        """Fold one event (or polled task) of the call into the downstream task's snapshot."""
-        first = self.remote.task is None
-        self.remote.see(event)
+    async def feed(self, event: Any = None) -> None:
+        """Fold one polled task (or event) of the call into the downstream task's snapshot
+        (None: a stream folded it already); record the task once it is known."""
+        if event is not None:
+            self.remote.see(event)
         task = self.remote.task
-        if first and task is not None and task.id != self._recorded:
+        if task is not None and self._recorded != task.id:
+            self._recorded = task.id
             # Known before it is recorded: if recording is cancelled, the task still gets its
-            # CancelTask on the way out.
+            # CancelTask on the way out. (A follow-up's task was recorded by its first call.)
             await self._record({"agent": self.client.url, "taskId": task.id,
                                 "contextId": task.context_id})
 
@@ -151,10 +153,9 @@ async def call(
             down = _downstream(client, record, message, meta, held=streaming,
                                cancel_timeout=cancel_timeout)
             if streaming:
-                async with client.stream(message, metadata=meta,
-                                         cancel_abandoned=False) as events:
-                    async for item in events:
-                        await down.feed(item.event)
+                async with client.stream(message, metadata=meta, owner=down.remote) as events:
+                    async for _ in events:  # each folded into down.remote by the stream
+                        await down.feed()
                         if down.message is not None:
                             return down.message
             else:
@@ -204,8 +205,8 @@ class CallEvents:
         return self
 
     async def __anext__(self) -> StreamEvent:
-        item = await self._events.__anext__()
-        await self._down.feed(item.event)
+        item = await self._events.__anext__()  # folded into the downstream task by the stream
+        await self._down.feed()
         return item
 
 
@@ -227,7 +228,7 @@ async def stream(
         down = _downstream(client, record, message, meta, held=True,
                            cancel_timeout=cancel_timeout)
         try:
-            async with client.stream(message, metadata=meta, cancel_abandoned=False) as events:
+            async with client.stream(message, metadata=meta, owner=down.remote) as events:
                 yield CallEvents(events, down)
         finally:
             # Leaving the block ends the run's use of the call: an unsettled task is abandoned.
