@@ -269,6 +269,9 @@ async def call_agent(
     the abandon rule, inside it) and the client closed. ``aftermath`` then says, in the same
     line, what became of the task the body started.
     """
+    if args.transport == "grpc" and not _protobuf_importable():
+        err.write("error: --transport grpc needs protobuf: pip install 'scoped-a2a[grpc]'\n")
+        return EXIT_USAGE
     try:
         http = _http(args)
     except UsageError as exc:
@@ -297,6 +300,15 @@ async def call_agent(
     err.write(f"error: no answer within --timeout {args.timeout:g}s; the call was abandoned"
               + (f"; {after}" if after else "") + "\n")
     return EXIT_TIMEOUT
+
+
+def _protobuf_importable() -> bool:
+    """Whether protobuf (the ``[grpc]`` extra) imports: ``--transport grpc`` needs it."""
+    try:
+        import google.protobuf  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 async def _cancel_on_sigint(scope: anyio.CancelScope, interrupted: anyio.Event) -> None:
