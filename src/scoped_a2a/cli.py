@@ -93,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve an agent over A2A", description=SERVE_DESCRIPTION,
                        formatter_class=HelpFormatter)
     s.add_argument("--agent", default=DEFAULT_AGENT,
-                   help="MODULE:ATTR of the agent: an async callable taking a RunContext, an "
+                   help="MODULE:ATTR (or FILE.py:ATTR) of the agent: an async callable "
+                        "taking a RunContext, an "
                         "A2AApp, an a2a-sdk AgentExecutor, a Google ADK agent or a pydantic-ai "
                         "Agent (docs/adapters.md; the default is the built-in demo agent)")
     s.add_argument("--card", metavar="FILE",

@@ -295,9 +295,21 @@ async def serve(
                 tg.start_soon(deadline)
                 tg.start_soon(stop_now_deadline)
                 tg.start_soon(_announce, app, bound_port, gc_tuning, task_status)
-                announce("serving on %s://%s:%d/ (%s)", scheme, host, bound_port, backend)
+                announce("serving on %s://%s:%d/ (%s)", scheme, host, bound_port,
+                         _protocols(backend, app, http2))
                 tg.start_soon(hypercorn_serve)
         outside.cancel_scope.cancel()
+
+
+def _protocols(backend: str, app: Any, http2: bool) -> str:
+    """What the start-up line says is served besides the backend: HTTP/2, and gRPC (whose
+    clients dial ``host:port``, not the URL), so an operator sees it without reading flags."""
+    parts = [backend]
+    if getattr(app, "grpc", None) is not None:
+        parts.append("HTTP/2; gRPC lf.a2a.v1.A2AService on the same port")
+    elif http2:
+        parts.append("HTTP/2")
+    return "; ".join(parts)
 
 
 def announce(message: str, *args: object, level: int = logging.INFO) -> None:
