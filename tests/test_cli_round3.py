@@ -108,3 +108,21 @@ def test_the_docs_say_what_a_new_user_sees() -> None:
     example = example[:example.index("```")]
     # Each message its own id: the stream must not be answered with the send's task.
     assert textwrap.dedent(example).count('message_id="m1"') <= 1, example
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_send_stream_labels_every_chunk_by_the_artifacts_name(backend: str,
+                                                              tmp_path: Path) -> None:
+    """``send --stream`` labelled an ADK agent's artifact by its name on the first chunk and
+    by its id after (ADK names only the first), and printed an empty last chunk as ``''``."""
+    root = Path(__file__).resolve().parents[1]
+    proc, log = _serve(root, "--agent", "tests.cli_agents:chunked", "--backend", backend)
+    try:
+        url = log.wait_for(r"serving on (http://\S+)").group(1)
+        done = run("send", url, "hi", "--stream")
+        assert done.returncode == 0, done.stderr
+        chunks = [line for line in done.stdout.splitlines() if line.startswith("[artifact")]
+        assert chunks == ["[artifact reply] 'Hel'", "[artifact reply] 'lo'",
+                          "[artifact reply] (end)"], done.stdout
+    finally:
+        stopped_cleanly(proc, log)
