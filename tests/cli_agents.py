@@ -21,3 +21,13 @@ async def chunked(ctx: RunContext) -> str:
     await ctx.artifact("lo", append=True, last_chunk=False, artifact_id=art)
     await ctx.artifact("", append=True, last_chunk=True, artifact_id=art)
     return "done"
+
+
+CHUNK = "x" * (100 << 10)
+
+
+async def burst(ctx: RunContext) -> str:
+    """32 artifacts of 100 KiB (3.2 MiB a task): a burst of these is the memory test's load."""
+    for i in range(32):
+        await ctx.artifact(CHUNK + str(i), name=f"a{i}")
+    return "done"

@@ -198,7 +198,8 @@ async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authentica
         # the server says where it listens is never the default action (which kills).
         await tg.start(on_signals, shutdown, tg.cancel_scope)
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
-                    http2=args.http2, gc_tuning=not args.no_gc_tuning, **tls_from_args(args))
+                    http2=args.http2, gc_tuning=not args.no_gc_tuning,
+                    memory_trim=not args.no_memory_trim, **tls_from_args(args))
         tg.cancel_scope.cancel()
 
 

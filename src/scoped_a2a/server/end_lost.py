@@ -13,11 +13,14 @@ once there is room, and a GetTask, or a resend of the same message (the same cla
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 
 from ..protocol.errors import ServerUnavailable
 from ..runtime.run import Run
+
+T = TypeVar("T")
 
 
 def end_not_stored(task_id: str, why: str) -> ServerUnavailable:
@@ -30,16 +33,18 @@ def end_not_stored(task_id: str, why: str) -> ServerUnavailable:
         "again to wait for it")
 
 
-async def follow_unless_lost(run: Run, follow: Callable[[], Awaitable[object]]) -> None:
-    """Await ``follow()`` (it returns when the task ends or waits for input). If ``run``
-    finishes first with its end not stored for a lasting cause (``run.end_error_lasting``),
-    ``follow`` is cancelled and :func:`end_not_stored` is raised.
+async def follow_unless_lost(run: Run, follow: Callable[[], Awaitable[T]]) -> T:
+    """``await follow()`` and return its result (it returns when the task ends or waits for
+    input). If ``run`` finishes first with its end not stored for a lasting cause
+    (``run.end_error_lasting``), ``follow`` is cancelled and :func:`end_not_stored` is raised.
 
-    Errors of ``follow`` propagate as themselves (not in an exception group). Cancellation
-    cancels ``follow`` and the watch, and leaves nothing behind.
+    ``follow`` should read what it needs (the final task) itself: leaving the watch is a
+    checkpoint, and a store that evicts ended tasks (the memory store's byte budget) may evict
+    this one meanwhile. Errors of ``follow`` propagate as themselves (not in an exception
+    group). Cancellation cancels ``follow`` and the watch, and leaves nothing behind.
     """
     lost: str | None = None
-    followed = False
+    result: list[T] = []
     try:
         async with anyio.create_task_group() as tg:
 
@@ -51,8 +56,7 @@ async def follow_unless_lost(run: Run, follow: Callable[[], Awaitable[object]]) 
                     tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
-            await follow()
-            followed = True
+            result.append(await follow())
             tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         # Only follow raises (watch never does): its error, as itself.
@@ -60,5 +64,8 @@ async def follow_unless_lost(run: Run, follow: Callable[[], Awaitable[object]]) 
                                                          BaseExceptionGroup):
             raise group.exceptions[0] from None
         raise
-    if not followed and lost is not None:
+    if not result:
+        # Cancelled by the watch (an outside cancel would have raised out of the group).
+        assert lost is not None
         raise end_not_stored(run.task_id, lost)
+    return result[0]

@@ -143,11 +143,15 @@ class Methods:
             final, _ = await self.store.get(task_id)
             return send_answer(dialect, final, history)
 
+        async def until_end() -> Task:
+            await tail(self.store, task_id, pos)
+            # No checkpoint since tail's last read: an evicting store still holds the task.
+            return (await self.store.get(task_id))[0]
+
         out.answer_on_hangup(answer)
         with run.hold("send"):
             # Answered at once, retryable, if the run ends and its end cannot be stored.
-            await follow_unless_lost(run, lambda: tail(self.store, task_id, pos))
-        task, _ = await self.store.get(task.id)
+            task = await follow_unless_lost(run, until_end)
         await out.result(send_answer(call.dialect, task, history))
 
     async def send_streaming_message(self, call: Call, out: Output) -> None:
