@@ -93,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve an agent over A2A", description=SERVE_DESCRIPTION,
                        formatter_class=HelpFormatter)
     s.add_argument("--agent", default=DEFAULT_AGENT,
-                   help="MODULE:ATTR of the agent: an async callable taking a RunContext, an "
+                   help="MODULE:ATTR (or FILE.py:ATTR) of the agent: an async callable "
+                        "taking a RunContext, an "
                         "A2AApp, an a2a-sdk AgentExecutor, a Google ADK agent or a pydantic-ai "
                         "Agent (docs/adapters.md; the default is the built-in demo agent)")
     s.add_argument("--card", metavar="FILE",
@@ -197,7 +198,8 @@ async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authentica
         # the server says where it listens is never the default action (which kills).
         await tg.start(on_signals, shutdown, tg.cancel_scope)
         await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
-                    http2=args.http2, gc_tuning=not args.no_gc_tuning, **tls_from_args(args))
+                    http2=args.http2, gc_tuning=not args.no_gc_tuning,
+                    memory_trim=not args.no_memory_trim, **tls_from_args(args))
         tg.cancel_scope.cancel()
 
 

@@ -73,6 +73,10 @@ def add_memory_options(parser: argparse.ArgumentParser) -> None:
                         help="leave Python's garbage collector as configured (by default, once "
                              "started, serve freezes the start-up objects and raises the young "
                              "generation's threshold; also off with SCOPED_A2A_GC_TUNING=0)")
+    parser.add_argument("--no-memory-trim", action="store_true",
+                        help="leave freed memory with the allocator (by default serve hands "
+                             "what glibc's malloc holds free back to the system after bursts, "
+                             "checked every 10 s; also off with SCOPED_A2A_MEMORY_TRIM=0)")
     parser.add_argument("--input-timeout", type=seconds, default=DEFAULT_INPUT_TIMEOUT,
                         metavar="SECONDS",
                         help="how long a run waits for the answer to ctx.ask; then its task fails "

@@ -168,6 +168,7 @@ async def serve_on_redis(
                 nursery.start_soon(worker.run)
             await serve(app, host=args.host, port=args.port, shutdown=shutdown,
                         grace=args.grace, http2=args.http2, gc_tuning=not args.no_gc_tuning,
+                        memory_trim=not args.no_memory_trim,
                         **tls_from_args(args))
             nursery.cancel_scope.cancel()
 
