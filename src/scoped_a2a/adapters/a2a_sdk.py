@@ -209,8 +209,17 @@ class ExecutorAgent(AdaptedAgent):
                           "dropped", ctx.task_id, queue.dropped_after_stop)
 
     async def _cancel(self, ctx: RunContext, request: Any, queue: Any) -> None:
-        """Call ``executor.cancel`` (shielded, bounded); its failure is logged, not raised."""
+        """Call ``executor.cancel`` (shielded, bounded); its failure is logged, not raised.
+
+        It gets the request with the task as stored now as ``current_task``, as a2a-sdk's own
+        CancelTask does (Strands' ``cancel`` refuses a context without one); if the task
+        cannot be read, the request ``execute`` was given."""
         with anyio.move_on_after(self.cancel_timeout, shield=True) as bounded:
+            try:
+                request = await self._request_context(ctx, await ctx.read_task(ctx.task_id))
+            except Exception:
+                log.debug("task %s: cancel() gets the request without the current task",
+                          ctx.task_id, exc_info=True)
             try:
                 await ctx.run_abandonable(
                     functools.partial(self.executor.cancel, request, queue),
