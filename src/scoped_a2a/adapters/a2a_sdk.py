@@ -110,13 +110,15 @@ def conversion() -> ModuleType:
 
 def recognises(obj: object) -> bool:
     """True when ``obj`` is an a2a-sdk ``AgentExecutor`` instance (either generation: the
-    class has one module path in both); imports nothing new (an executor's module has imported
-    a2a-sdk already)."""
+    class has one module path in both), a Strands ``A2AServer`` or a CrewAI ``Agent``
+    (:mod:`.a2a_sdk_frameworks`); imports nothing new."""
     import sys
+
+    from .a2a_sdk_frameworks import wraps_executor
 
     module = sys.modules.get("a2a.server.agent_execution")
     executor_type = getattr(module, "AgentExecutor", None)
-    return executor_type is not None and isinstance(obj, executor_type)
+    return (executor_type is not None and isinstance(obj, executor_type)) or wraps_executor(obj)
 
 
 @functools.cache
@@ -153,6 +155,11 @@ class ExecutorAgent(AdaptedAgent):
         self.generation: str = self._convert.GENERATION
         from a2a.server.agent_execution import AgentExecutor
 
+        from .a2a_sdk_frameworks import unwrap
+
+        executor, known_card = unwrap(executor)
+        if card is None:
+            card = known_card
         if not isinstance(executor, AgentExecutor):
             raise TypeError(f"from_executor() takes an a2a-sdk AgentExecutor, not "
                             f"{type(executor).__name__}")
@@ -257,12 +264,13 @@ def from_executor(
     """Serve ``executor`` (an a2a-sdk ``AgentExecutor`` of the installed generation, 1.x or
     0.3) as an agent of this project.
 
-    ``card``: the executor's ``AgentCard`` (protobuf for 1.x, pydantic for 0.3) or its JSON
-    dict; its name, description,
-    skills and modes go on the served card. ``cancel_timeout``: seconds ``executor.cancel`` may
-    take; ``cancel_grace``: seconds an executor that ignores cancellation is waited for before
-    it is abandoned. Raises UnsupportedGeneration when neither generation is installed, TypeError
-    when ``executor`` is not an ``AgentExecutor``.
+    ``executor`` may also be a Strands ``A2AServer`` or a CrewAI ``Agent``
+    (:mod:`.a2a_sdk_frameworks`). ``card``: the executor's ``AgentCard`` (protobuf for 1.x,
+    pydantic for 0.3) or its JSON dict (default: the card its framework knows); its name,
+    description, skills and modes go on the served card. ``cancel_timeout``: seconds
+    ``executor.cancel`` may take; ``cancel_grace``: seconds an executor that ignores
+    cancellation is waited for before it is abandoned. Raises UnsupportedGeneration when
+    neither generation is installed, TypeError when ``executor`` is not an executor.
     """
     return ExecutorAgent(executor, card=card, cancel_timeout=cancel_timeout,
                          cancel_grace=cancel_grace)

@@ -1,0 +1,52 @@
+"""Agents of the frameworks still on a2a-sdk 0.3, as their users write them, on an OpenAI-
+compatible model at ``MODEL_URL`` (the tests' fake, ``scoped_a2a.testing.fake_llm``).
+
+Module-level objects are what ``serve --agent tests.sdk03.framework_agents:NAME`` loads; the
+model URL is read when a model is made, so the module imports before the fake runs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm: no download at import
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+
+
+def model_url() -> str:
+    return os.environ.get("MODEL_URL", "http://127.0.0.1:9/v1")
+
+
+# --- Strands ---------------------------------------------------------------------------------
+
+def strands_agent(context_id: str = "") -> Any:
+    """A Strands agent (the A2AServer's agent_factory: one per context)."""
+    from strands import Agent, tool
+    from strands.models.openai import OpenAIModel
+
+    @tool
+    def shout(text: str) -> str:
+        """Say the text louder."""
+        return text.upper()
+
+    model = OpenAIModel(client_args={"base_url": model_url(), "api_key": "unused"},
+                        model_id="fake-model")
+    return Agent(model=model, name="Greeter", description="Greets people.", tools=[shout],
+                 callback_handler=None)
+
+
+def strands_server() -> Any:
+    from strands.multiagent.a2a import A2AServer
+
+    return A2AServer(agent_factory=strands_agent, enable_a2a_compliant_streaming=True)
+
+
+def strands_executor() -> Any:
+    from strands.multiagent.a2a import StrandsA2AExecutor
+
+    return StrandsA2AExecutor(agent_factory=strands_agent, enable_a2a_compliant_streaming=True)
+
+
+strands = strands_server()
