@@ -50,3 +50,32 @@ def strands_executor() -> Any:
 
 
 strands = strands_server()
+
+
+# --- BeeAI -----------------------------------------------------------------------------------
+
+def beeai_executor() -> Any:
+    """BeeAI's ToolCallingAgentExecutor around a RequirementAgent, as BeeAI's A2AServer makes
+    it (that server builds its executor only inside its blocking ``serve()``)."""
+    from a2a.types import AgentCapabilities, AgentCard
+    from beeai_framework.adapters.a2a.serve.executors.tool_calling_agent_executor import (
+        ToolCallingAgentExecutor,
+    )
+    from beeai_framework.adapters.openai.backend.chat import OpenAIChatModel
+    from beeai_framework.agents.requirement import RequirementAgent
+    from beeai_framework.backend import ChatModelParameters
+    from beeai_framework.memory import UnconstrainedMemory
+    from beeai_framework.serve.utils import UnlimitedMemoryManager
+
+    llm = OpenAIChatModel("fake-model", base_url=model_url(), api_key="unused",
+                          parameters=ChatModelParameters(stream=True))
+    llm.tool_choice_support = {"auto", "none"}  # the fake answers any tool_choice
+    agent = RequirementAgent(llm=llm, memory=UnconstrainedMemory(), name="Bee",
+                             description="Answers as a bee would.")
+    card = AgentCard(name="Bee", description="Answers as a bee would.", url="http://unused/",
+                     version="1.0.0", capabilities=AgentCapabilities(streaming=True),
+                     default_input_modes=["text"], default_output_modes=["text"], skills=[])
+    return ToolCallingAgentExecutor(agent, card, memory_manager=UnlimitedMemoryManager())
+
+
+beeai = beeai_executor()

@@ -145,13 +145,14 @@ async def test_reject_and_raise_end_the_task_without_the_exceptions_text() -> No
 
 
 @asyncio_only
-async def test_a_status_before_the_task_fails_the_run_naming_the_rule() -> None:
+async def test_a_status_before_the_task_makes_the_task_as_0_3_does() -> None:
+    """0.3's server makes a task from its first status update (1.x's refuses: its own test)."""
     async with served(A2AApp(from_executor(StatusBeforeTaskExecutor()))) as url, \
             httpx.AsyncClient() as c:
         task = await send(c, url, "x")
-    assert task["status"]["state"] == "TASK_STATE_FAILED"
-    assert "TaskStatusUpdateEvent came before the Task" in status_text(task)
-    assert task["status"]["message"]["metadata"]["reason"] == "invalid-event"
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [m["parts"][0]["text"] for m in task["history"] if m["role"] == "ROLE_AGENT"] == [
+        "starting"]
 
 
 @asyncio_only

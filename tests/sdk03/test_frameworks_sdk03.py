@@ -21,7 +21,7 @@ import pytest
 
 from scoped_a2a import A2AApp, RunPolicy
 from scoped_a2a.adapters.a2a_sdk import from_executor
-from scoped_a2a.testing.fake_llm import FakeChatModel, fake_chat_model
+from scoped_a2a.testing.fake_llm import Chunk, FakeChatModel, ToolCall, fake_chat_model
 
 from ..adapter_helpers import get
 from ..helpers import rpc, served, sse_events, text_message
@@ -43,17 +43,27 @@ class Framework:
     target: str
     """``serve --agent`` of the same."""
     card_name: str
+    answer: Callable[[list[str]], list[Chunk]] = list
+    """The model's reply for these text tokens, as this framework wants it."""
+
+
+def final_answer(text: list[str]) -> list[Chunk]:
+    """BeeAI's RequirementAgent forces its ``final_answer`` tool: the text streams, then the
+    tool call carries the answer."""
+    return [*text, ToolCall("final_answer", {"response": "".join(text)})]
 
 
 FRAMEWORKS = [
     Framework("strands", agents.strands_server, "tests.sdk03.framework_agents:strands",
               "Greeter"),
+    Framework("beeai", agents.beeai_executor, "tests.sdk03.framework_agents:beeai", "Bee",
+              final_answer),
 ]
 by_name = pytest.mark.parametrize("fw", FRAMEWORKS, ids=[f.name for f in FRAMEWORKS])
 
 
-def tokens(body: dict[str, Any]) -> list[str]:
-    return TOKENS
+def replying(fw: Framework, text: list[str]) -> Callable[[dict[str, Any]], list[Chunk]]:
+    return lambda body: fw.answer(text)
 
 
 def answer_text(task: dict[str, Any]) -> str:
@@ -90,13 +100,13 @@ async def _closed_after(conn: Any, hung_up: float) -> tuple[float, int]:
 
 @by_name
 async def test_blocking_and_streamed_answers_arrive_whole(fw: Framework, model_env: Any) -> None:
-    async with fake_chat_model(tokens) as fake:
+    async with fake_chat_model(replying(fw, TOKENS)) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
         async with served(app) as url, httpx.AsyncClient(timeout=20) as c:
             body = await rpc(c, url, "SendMessage", {"message": text_message("hello")})
             task = body["result"]["task"]
-            assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+            assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
             assert answer_text(task) == "".join(TOKENS)
             events = []
             async with c.stream("POST", url, headers={"A2A-Version": "1.0"}, json={
@@ -107,14 +117,13 @@ async def test_blocking_and_streamed_answers_arrive_whole(fw: Framework, model_e
             streamed = await get(c, url, events[0]["task"]["id"])
         assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
         assert answer_text(streamed) == "".join(TOKENS)
-        assert fake.requests[-1]["messages"][-1]["content"] in ("again", [
-            {"type": "text", "text": "again"}])
+        assert "again" in json.dumps(fake.requests[-1]["messages"][-1]["content"])
 
 
 @by_name
 async def test_a_hang_up_closes_the_model_call_and_records_canceled(
         fw: Framework, model_env: Any, caplog: pytest.LogCaptureFixture) -> None:
-    async with fake_chat_model(tokens, delay=0.02) as fake:
+    async with fake_chat_model(replying(fw, TOKENS), delay=0.02) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
         async with served(app) as url, httpx.AsyncClient(timeout=20) as c:
@@ -140,7 +149,7 @@ async def test_a_hang_up_closes_the_model_call_and_records_canceled(
 @by_name
 async def test_a_detached_send_completes_after_its_caller_hangs_up(
         fw: Framework, model_env: Any) -> None:
-    async with fake_chat_model(tokens, delay=0.002) as fake:
+    async with fake_chat_model(replying(fw, TOKENS), delay=0.002) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()), policy=DETACH)
         event = text_message("lead 42", metadata={"evoai_crm_event": "inactivity_action"})
@@ -156,12 +165,12 @@ async def test_a_detached_send_completes_after_its_caller_hangs_up(
                         break
                     await anyio.sleep(0.05)
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-    assert fake.connections[0].chunks_sent == len(TOKENS)
+    assert fake.connections[0].chunks_sent == len(fw.answer(TOKENS))
 
 
 @by_name
 async def test_cancel_task_stops_the_model(fw: Framework, model_env: Any) -> None:
-    async with fake_chat_model(tokens, delay=0.02) as fake:
+    async with fake_chat_model(replying(fw, TOKENS), delay=0.02) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
         async with served(app) as url, httpx.AsyncClient(timeout=20) as c:
@@ -178,7 +187,7 @@ async def test_cancel_task_stops_the_model(fw: Framework, model_env: Any) -> Non
 
 @by_name
 async def test_a_resend_is_one_run(fw: Framework, model_env: Any) -> None:
-    async with fake_chat_model(tokens, delay=0.001) as fake:
+    async with fake_chat_model(replying(fw, TOKENS), delay=0.001) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
         message = text_message("once")
@@ -198,7 +207,7 @@ async def test_a_resend_is_one_run(fw: Framework, model_env: Any) -> None:
 @by_name
 async def test_a_follow_up_in_the_context_reaches_the_model_with_the_first_turn(
         fw: Framework, model_env: Any) -> None:
-    async with fake_chat_model(lambda body: ["Noted."]) as fake:
+    async with fake_chat_model(replying(fw, ["Noted."])) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
         async with served(app) as url, httpx.AsyncClient(timeout=20) as c:
@@ -215,7 +224,7 @@ async def test_a_follow_up_in_the_context_reaches_the_model_with_the_first_turn(
 @by_name
 async def test_served_by_a_real_serve_process_with_the_frameworks_card(
         fw: Framework, model_env: Any) -> None:
-    async with fake_chat_model(tokens) as fake:
+    async with fake_chat_model(replying(fw, TOKENS)) as fake:
         os.environ["MODEL_URL"] = fake.url
         proc, url, log = await anyio.to_thread.run_sync(
             lambda: start("--agent", fw.target, "--backend", "asyncio"))

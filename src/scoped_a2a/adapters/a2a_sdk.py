@@ -175,7 +175,8 @@ class ExecutorAgent(AdaptedAgent):
     async def run(self, ctx: RunContext) -> str | Outcome | Message | None:
         from .a2a_sdk_events import RunEventQueue
 
-        queue = RunEventQueue(ctx, self._convert.to_event, known_task=not ctx.new_task)
+        known = not ctx.new_task or not self._convert.TASK_BEFORE_STATUS
+        queue = RunEventQueue(ctx, self._convert.to_event, known_task=known)
         current = None if ctx.new_task else await ctx.read_task(ctx.task_id)
         request = await self._request_context(ctx, current)
         try:

@@ -6,6 +6,7 @@ shaped as A2A 0.3 JSON (``kind``-tagged parts, lower-case states). The conversio
 that JSON: pydantic writes and parses one side, and this project's own 0.3 dialect
 (:mod:`scoped_a2a.protocol.v03`, the one the server speaks to 0.3 callers) the other, so no
 field mapping is written twice. Same protocol as :mod:`.a2a_sdk_convert` (``GENERATION``,
+``TASK_BEFORE_STATUS``,
 :func:`to_event`, :func:`request_context`, :func:`card_dict`).
 
 Typing: mypy runs where a2a-sdk 1.x is installed, whose ``a2a.types`` has none of these names,
@@ -45,6 +46,9 @@ from ..protocol.v03 import (
 from ..runtime.context import RunContext
 
 GENERATION = "0.3"
+TASK_BEFORE_STATUS = False
+"""0.3's server makes the task from its first status update (``TaskManager.ensure_task``), and
+executors rely on it (BeeAI's sets ``context.current_task`` and sends ``submitted``)."""
 
 OurEvent = Message | Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 

@@ -2,8 +2,8 @@
 
 The runner (:mod:`.a2a_sdk`) and the event rules (:mod:`.a2a_sdk_events`) are shared by both
 generations; this module and :mod:`.a2a_sdk03_convert` are the only parts that know a
-generation's types. Each provides ``GENERATION``, :func:`to_event`, :func:`request_context`
-and :func:`card_dict` (the :class:`~.a2a_sdk.Generation` protocol).
+generation's types. Each provides ``GENERATION``, ``TASK_BEFORE_STATUS``, :func:`to_event`,
+:func:`request_context` and :func:`card_dict` (what :func:`.a2a_sdk.conversion` returns).
 
 Both are the A2A 1.0 data model, and our structs are its ProtoJSON shape, so the conversion goes
 through JSON: protobuf's own ``json_format`` writes and parses one side, msgspec the other.
@@ -34,6 +34,8 @@ from ..protocol.types import (
 from ..runtime.context import RunContext
 
 GENERATION = "1.x"
+TASK_BEFORE_STATUS = True
+"""1.x requires a ``Task`` event before the first status update of a new task."""
 
 W = TypeVar("W", bound=msgspec.Struct)
 P = TypeVar("P", bound=ProtoMessage)

@@ -19,7 +19,8 @@ server checks it, then becomes one event of the run's task:
 - ``TaskArtifactUpdateEvent``: published as is (append and last-chunk kept, any parts).
 
 The rules (a2a-sdk's): one Message at most, and none once in task mode; no task event in message
-mode; a ``Task`` before the first status update of a new task; ids of the run's task and
+mode; a ``Task`` before the first status update of a new task (1.x only: 0.3's server made
+the task from its first status update); ids of the run's task and
 context. The first violation is kept, raised into the executor as :class:`InvalidExecutorEvent`
 (an :class:`~scoped_a2a.AgentError`, so its words reach the caller) and, even if the executor
 swallows it, fails the run with reason ``invalid-event``. Events after the end (a terminal state,
