@@ -79,3 +79,17 @@ def beeai_executor() -> Any:
 
 
 beeai = beeai_executor()
+
+
+# --- CrewAI ----------------------------------------------------------------------------------
+
+def crewai_agent() -> Any:
+    """A CrewAI Agent: CrewAI has no executor class, ``serve --agent`` takes the agent."""
+    from crewai import LLM, Agent
+
+    llm = LLM(model="openai/fake-model", base_url=model_url(), api_key="unused", stream=True)
+    return Agent(role="Helper", goal="Help people.", backstory="A private backstory.", llm=llm,
+                 verbose=False)
+
+
+crewai = crewai_agent()

@@ -45,6 +45,10 @@ class Framework:
     card_name: str
     answer: Callable[[list[str]], list[Chunk]] = list
     """The model's reply for these text tokens, as this framework wants it."""
+    keeps_history: bool = True
+    """CrewAI makes a new Task of each message, on its own server as here: no history."""
+    open_after_cancel: str = ""
+    """Why this framework's model call is known to outlive a cancel (an xfail), if it does."""
 
 
 def final_answer(text: list[str]) -> list[Chunk]:
@@ -58,6 +62,10 @@ FRAMEWORKS = [
               "Greeter"),
     Framework("beeai", agents.beeai_executor, "tests.sdk03.framework_agents:beeai", "Bee",
               final_answer),
+    Framework("crewai", agents.crewai_agent, "tests.sdk03.framework_agents:crewai", "Helper",
+              keeps_history=False, open_after_cancel=(
+                  "CrewAI 1.15: its streamed model call was still open 5 s after execute was "
+                  "cancelled (hang-up or CancelTask), even run without its cancellable wrapper")),
 ]
 by_name = pytest.mark.parametrize("fw", FRAMEWORKS, ids=[f.name for f in FRAMEWORKS])
 
@@ -123,6 +131,8 @@ async def test_blocking_and_streamed_answers_arrive_whole(fw: Framework, model_e
 @by_name
 async def test_a_hang_up_closes_the_model_call_and_records_canceled(
         fw: Framework, model_env: Any, caplog: pytest.LogCaptureFixture) -> None:
+    if fw.open_after_cancel:
+        pytest.xfail(fw.open_after_cancel)
     async with fake_chat_model(replying(fw, TOKENS), delay=0.02) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
@@ -170,6 +180,8 @@ async def test_a_detached_send_completes_after_its_caller_hangs_up(
 
 @by_name
 async def test_cancel_task_stops_the_model(fw: Framework, model_env: Any) -> None:
+    if fw.open_after_cancel:
+        pytest.xfail(fw.open_after_cancel)
     async with fake_chat_model(replying(fw, TOKENS), delay=0.02) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
@@ -217,7 +229,8 @@ async def test_a_follow_up_in_the_context_reaches_the_model_with_the_first_turn(
                 "message": text_message("what is my name?", contextId=context)})
             await rpc(c, url, "SendMessage", {"message": text_message("a stranger")})
     second, third = json.dumps(fake.requests[1]), json.dumps(fake.requests[2])
-    assert "my name is Ada" in second and "what is my name?" in second
+    assert "what is my name?" in second
+    assert ("my name is Ada" in second) is fw.keeps_history
     assert "my name is Ada" not in third  # another context: another conversation
 
 

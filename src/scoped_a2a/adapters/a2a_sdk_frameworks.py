@@ -9,8 +9,8 @@
 - a **CrewAI** ``Agent``: CrewAI ships no executor class, only the helpers
   ``crewai.a2a.utils.task.execute`` / ``cancel`` that its own server calls, so the agent is
   served through :func:`crewai_executor`, an executor made of exactly those two calls, and its
-  card is the one CrewAI makes for it (``role`` as the name, ``goal`` as the description, its
-  tools as skills).
+  card is the one CrewAI makes for it (``role`` as the name, its tools as skills), with the
+  ``goal`` alone as the description (CrewAI adds the ``backstory``: a prompt, kept private).
 
 Cards of a bare executor: BeeAI's executors carry their ``agent_card``; a Strands executor's
 card is made as Strands' ``A2AServer`` makes it. Errors: a framework's card that cannot be made
@@ -90,9 +90,14 @@ def _strands_card(executor: Any) -> dict[str, Any]:
                         "tags": []} for t in tools]}
 
 
-def _crewai_card(agent: Any) -> Any:
+def _crewai_card(agent: Any) -> dict[str, Any]:
     cards = importlib.import_module("crewai.a2a.utils.agent_card")
-    return cards._agent_to_agent_card(agent, "")  # CrewAI's own, as its server publishes
+    card: dict[str, Any] = cards._agent_to_agent_card(agent, "").model_dump(
+        mode="json", by_alias=True, exclude_none=True)  # CrewAI's own, as its server makes it
+    # CrewAI's description is goal + backstory; the backstory is the agent's prompt, which a
+    # public card does not publish by default (pass card= to say more).
+    card["description"] = agent.goal
+    return card
 
 
 @functools.cache
@@ -101,18 +106,32 @@ def _crewai_executor_type() -> type:
     from a2a.server.agent_execution import AgentExecutor
 
     task = importlib.import_module("crewai.a2a.utils.task")
+    # CrewAI's ``execute`` goes through its ``cancellable`` decorator, which runs the work as a
+    # new asyncio task and waits for it: cancelling the caller leaves that task (and its model
+    # call) running, unowned; only CrewAI's cache flag, set by its ``cancel``, stops it, and
+    # only while the caller still waits. The undecorated work (``functools.wraps`` keeps it as
+    # ``__wrapped__``) runs in the caller's task instead, so the run's cancellation reaches
+    # the model call itself. Without it (another CrewAI), the decorated ``execute``.
+    work = getattr(getattr(task, "_execute_impl", None), "__wrapped__", None)
 
     class CrewAIExecutor(AgentExecutor):
-        """A CrewAI agent as an a2a-sdk executor: CrewAI's own ``execute`` and ``cancel``."""
+        """A CrewAI agent as an a2a-sdk executor: CrewAI's own task helpers."""
 
         def __init__(self, agent: Any) -> None:
             self.agent = agent
 
         async def execute(self, context: Any, event_queue: Any) -> None:
-            await task.execute(self.agent, context, event_queue)
+            if work is None:
+                await task.execute(self.agent, context, event_queue)
+            else:
+                await work(self.agent, context, event_queue, None, None)
 
         async def cancel(self, context: Any, event_queue: Any) -> None:
-            await task.cancel(context, event_queue)
+            if work is None:  # the decorated execute stops on CrewAI's flag only
+                await task.cancel(context, event_queue)
+            # Otherwise execute was cancelled already; CrewAI's cancel would only set a flag
+            # nobody reads (kept an hour in its cache) and enqueue a canceled the runtime
+            # records itself.
 
     return CrewAIExecutor
 
