@@ -6,8 +6,9 @@ already comes from it):
 - an agent of this project: an async callable taking one argument (``async def agent(ctx)``, or
   an object with ``async def __call__(self, ctx)``), adapted agents included;
 - an ``A2AApp``: its agent, and the card set on it in code;
-- an a2a-sdk ``AgentExecutor`` (:mod:`.adapters.a2a_sdk`), with the module's ``agent_card`` (or
-  ``card``) if it defines one;
+- an a2a-sdk ``AgentExecutor`` of either generation (:mod:`.adapters.a2a_sdk`), a Strands
+  ``A2AServer`` or a CrewAI ``Agent``, with the module's ``agent_card`` (or ``card``) if it
+  defines one, else the card the framework knows;
 - a Google ADK agent (:mod:`.adapters.adk`) or a pydantic-ai ``Agent``
   (:mod:`.adapters.pydantic_ai`), whose cards come from what the framework knows.
 
@@ -173,7 +174,8 @@ def adapt(obj: Any, spec: str, module: ModuleType | None = None) -> LoadedAgent:
         return LoadedAgent(obj.agent, obj.card_overrides)
     # An object of a framework comes from a module that imported it: only then is the
     # adapter (which imports the framework) imported.
-    if "a2a.server.agent_execution" in sys.modules:
+    # CrewAI's Agent is served through a2a-sdk too, though importing crewai does not import it.
+    if "a2a.server.agent_execution" in sys.modules or "crewai" in sys.modules:
         from .adapters import a2a_sdk
 
         if a2a_sdk.recognises(obj):
