@@ -10,6 +10,7 @@ worker): ``python tests/sdk_agent.py --port N [--only-v03-card] [--rest]``. By t
 - ``ask ...``: the task ends input-required (answering it continues the task: its stream then
   begins with a status update, as the SDK's usual executor pattern gives);
 - ``quiet ...``: a task that works 30 s without an event after ``working``;
+- ``late ...``: the task event comes 0.5 s after the request, then as ``marathon``;
 - ``fail ...``: the executor raises, the task fails;
 - anything else: a task completed with the artifact ``echo: <text>``.
 
@@ -80,6 +81,8 @@ class Executor(AgentExecutor):
                 new_text_message(f"echo: {text}", context_id=context.context_id))
             return
         task = context.current_task
+        if text.startswith("late"):  # the task (the stream's first event) comes 0.5 s late
+            await asyncio.sleep(0.5)
         if task is None:  # the first event of a task flow must be the task
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
@@ -95,6 +98,8 @@ class Executor(AgentExecutor):
             await asyncio.sleep(30)
             await up.complete()
             return
+        if text.startswith("late"):
+            text = "marathon"
         if text.startswith(("slow", "long", "marathon")):
             chunks = {"slow": 3, "long": 100, "marathon": 300}[text.split()[0]]
             await up.start_work(up.new_agent_message([new_text_part("working...")]))

@@ -326,3 +326,34 @@ async def test_giving_up_before_the_first_event_still_cancels(
         assert len(started) == 1, started
         await wait_cancelled(sdk_url, started[0], within=1.0)
         assert (await client.get_task(started[0])).status.state is TaskState.CANCELED
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+@pytest.mark.parametrize("owner", ["stream", "step", "send"])
+async def test_giving_up_before_any_answer_finds_the_task_and_cancels_it(
+        sdk_url: str, binding: str, owner: str) -> None:
+    """Given up before the agent answered at all (its task event comes 0.5 s late): no answer
+    names the task, so it is found with ListTasks in the context made for the message, and
+    cancelled (it was left running before)."""
+    async with A2AClient(sdk_url, transport=binding) as client:
+        t0 = time.time()
+        with anyio.move_on_after(0.2):
+            if owner == "stream":
+                async with client.stream("late one") as events:
+                    async for _ in events:
+                        pass
+            elif owner == "step":
+                async with Step(client, follow=False) as step:
+                    await step.turn("late one")
+            else:
+                await client.send("late one")
+        if owner == "step":
+            assert step.turns[0].abandoned is not None, step.turns
+            assert step.turns[0].abandoned.outcome == "canceled", step.turns[0].abandoned
+        with anyio.fail_after(5):
+            while not (started := [tid for tid, e in (await journals(sdk_url)).items()
+                                   if e["started"] > t0]):
+                await anyio.sleep(0.02)
+        await wait_cancelled(sdk_url, started[0], within=2.5)
+        task = await client.get_task(started[0])
+        assert task.status.state is TaskState.CANCELED, task.status

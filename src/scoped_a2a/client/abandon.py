@@ -38,12 +38,14 @@ import anyio
 import msgspec
 
 from ..protocol.errors import A2AError, InvalidParams, TaskNotCancelable
+from ..protocol.ids import new_id
 from ..protocol.on_disconnect import (
     DETACHED_KEY,
     ON_DISCONNECT_EXTENSION_URI,
     on_disconnect_choice,
 )
 from ..protocol.types import (
+    ListTasksResponse,
     Message,
     Task,
     TaskArtifactUpdateEvent,
@@ -63,6 +65,8 @@ class Canceller(Protocol):
 
     async def cancel(self, task_id: str, *, metadata: dict[str, Any] | None = None) -> Task: ...
 
+    async def list_tasks(self, *, context_id: str | None = None) -> ListTasksResponse: ...
+
 
 log = logging.getLogger("scoped_a2a.abandon")
 
@@ -70,7 +74,8 @@ CANCEL_TIMEOUT = 2.0
 """Seconds the shielded CancelTask of an abandoned task may take."""
 
 Outcome = Literal[
-    "canceled", "requested", "already-ended", "refused", "timed-out", "detached", "hang-up"]
+    "canceled", "requested", "already-ended", "refused", "timed-out", "detached", "hang-up",
+    "not-found"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +151,8 @@ class RemoteTask:
         self._moved = False  # a state other than input-required was seen since the send
         self.task: Task | None = None
         self.message: Message | None = None  # the agent's direct reply (no task)
+        self.sent: Message | None = None  # the message sent (its ids find the task: bind)
+        self.fresh_context = False  # its contextId was made for it: any task there is its
         self.abandoned: Abandon | None = None
 
     @property
@@ -189,6 +196,20 @@ class RemoteTask:
                   else TaskStatus(state=TaskState.WORKING))
         return Task(id=event.task_id, context_id=event.context_id, status=status)
 
+    def bind(self, message: Message) -> Message:
+        """The message to send for this owner: ``message``, or, when it starts a new
+        conversation and the rule may need to cancel, a copy with a contextId of its own.
+
+        If the owner gives up before any answer named the task (a blocking call, or a stream
+        whose answer had not begun), :meth:`abandon` finds it with ``ListTasks`` in that
+        context (every 1.0 server measured accepts a caller's new contextId and lists by it).
+        """
+        if (self.wants_id and message.task_id is None and message.context_id is None):
+            message = msgspec.structs.replace(message, context_id=new_id())
+            self.fresh_context = True
+        self.sent = message
+        return message
+
     @property
     def wants_id(self) -> bool:
         """True while giving up would need a CancelTask and the task is not known yet: a
@@ -214,6 +235,14 @@ class RemoteTask:
         """
         if self.abandoned is not None:
             return self.abandoned
+        if self.wants_id and self.sent is not None and self.sent.context_id:
+            found = await self._find(self.sent)  # no answer named the task yet
+            if found is None:
+                return self._said(Abandon(
+                    "", "not-found", f"no task of message {self.sent.message_id} was found in "
+                    f"context {self.sent.context_id} within {self.timeout:g}s (the agent had "
+                    "not answered); if it started one, it may still run"))
+            self.see(found)
         task = self.task
         if task is None or self.settled or not self.enabled:
             return None
@@ -225,10 +254,34 @@ class RemoteTask:
                              f"task {task.id} is cancelled by its server on the hang-up")
         else:
             result = await self._cancel(task.id)
+        return self._said(result)
+
+    def _said(self, result: Abandon) -> Abandon:
         self.abandoned = result
-        level = logging.WARNING if result.outcome in ("refused", "timed-out") else logging.INFO
-        log.log(level, "gave up on %s at %s: %s", task.id, self.client.url, result.detail)
+        bad = result.outcome in ("refused", "timed-out", "not-found")
+        log.log(logging.WARNING if bad else logging.INFO, "gave up on %s at %s: %s",
+                result.task_id or "a task", self.client.url, result.detail)
         return result
+
+    async def _find(self, sent: Message) -> Task | None:
+        """The task ``sent`` started, looked up with ``ListTasks`` in its context (shielded,
+        at most ``timeout`` s, looking again while the agent may not have stored it yet).
+        In a context made for the message any task is its; else the one whose history holds
+        it. None when none turns up or the agent cannot list (0.3, an error)."""
+        delay = 0.02
+        with anyio.move_on_after(self.timeout, shield=True):
+            while True:
+                try:
+                    page = await self.client.list_tasks(context_id=sent.context_id)
+                except (A2AError, TransportError):
+                    return None
+                for task in page.tasks:
+                    if self.fresh_context or any(
+                            m.message_id == sent.message_id for m in task.history or ()):
+                        return task
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.25)
+        return None
 
     async def _cancel(self, task_id: str) -> Abandon:
         with anyio.move_on_after(self.timeout, shield=True) as scope:

@@ -363,25 +363,34 @@ class A2AClient:
 
         Given up on (cancelled, or its deadline passed) before the task settled, the task is
         cancelled by the abandon rule (:mod:`.abandon`; the outcome is logged and in the
-        exception's notes). To learn the task id in time, a blocking send to an agent that
-        streams but does not cancel on a hang-up goes as a stream whose events are collected
-        into the task returned (an agent that does not stream is sent a plain blocking call,
-        whose task cannot be known before its answer).
+        exception's notes). A blocking call learns its task id only with its answer: in 1.0
+        the task is then found with ``ListTasks`` in the message's context (one made for it
+        when it starts a conversation); an agent that speaks only 0.3 (no ListTasks) and
+        streams gets the send as a stream whose events are collected into the task returned.
         """
         msg = user_message(message) if isinstance(message, str) else message
+        transport, codec = await self._rpc()
+        remote: RemoteTask | None = None
         if not return_immediately and self.cancel_abandoned:
             card = await self.card()
-            if card.streaming and not cancels_on_hangup(card, metadata, msg.metadata):
-                return await self._send_as_stream(
-                    msg, history_length=history_length, metadata=metadata,
-                    accepted_output_modes=accepted_output_modes)
-        transport, codec = await self._rpc()
+            if not cancels_on_hangup(card, metadata, msg.metadata):
+                if codec.version != "1.0" and card.streaming:
+                    return await self._send_as_stream(
+                        msg, history_length=history_length, metadata=metadata,
+                        accepted_output_modes=accepted_output_modes)
+                remote = self.remote_task(msg, held=True, metadata=metadata)
+                msg = remote.bind(msg)
         req = self._send_request(
             msg, return_immediately=return_immediately, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
         params = codec.send_params(req)  # one messageId for every attempt
-        raw = await self._resending(
-            lambda: transport.call(codec.send_method, params, bounded=return_immediately))
+        try:
+            raw = await self._resending(
+                lambda: transport.call(codec.send_method, params, bounded=return_immediately))
+        except BaseException as exc:
+            if remote is not None:
+                note(exc, await remote.abandon())
+            raise
         return codec.send_result(raw)
 
     async def _send_as_stream(
@@ -461,12 +470,14 @@ class A2AClient:
         it is open, a broken stream is the caller's to resume (``subscribe``)."""
         transport, codec = await self._rpc()
         msg = user_message(message) if isinstance(message, str) else message
+        remote = owner if owner is not None else self.remote_task(
+            msg, held=True, metadata=metadata, enabled=cancel_abandoned)
+        if codec.version == "1.0":  # (0.3 cannot list tasks: nothing to find them by)
+            msg = remote.bind(msg)  # its own context, to find the task if no answer names it
         req = self._send_request(
             msg, return_immediately=False, history_length=history_length,
             metadata=metadata, accepted_output_modes=accepted_output_modes)
         params = codec.send_params(req)  # one messageId for every attempt
-        remote = owner if owner is not None else self.remote_task(
-            msg, held=True, metadata=metadata, enabled=cancel_abandoned)
         try:
             async with AsyncExitStack() as stack:
                 response = await self._resending(lambda: stack.enter_async_context(
