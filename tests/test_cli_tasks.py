@@ -277,7 +277,7 @@ def test_help_describes_every_option_and_the_exit_statuses(command: str) -> None
 def test_a_task_line_is_one_line_however_many_text_parts() -> None:
     """What ``send``, ``get`` and ``cancel`` print for a task (and ``send`` says on stderr when
     it failed): the status message's text parts joined on one line, other parts left out."""
-    from scoped_a2a.client.cli_format import task_line
+    from scoped_a2a.cli.format import task_line
     from scoped_a2a.protocol.types import Message, Part, Role, Task, TaskState, TaskStatus
 
     said = Message(message_id="m1", role=Role.AGENT,

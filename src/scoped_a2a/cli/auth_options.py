@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from .cli_types import at_least_one
-from .runtime.limits import CallerLimits
-from .server.auth import Authenticator, Scheme
-from .server.card_signing import CardSigner
+from ..runtime.limits import CallerLimits
+from ..server.auth import Authenticator, Scheme
+from ..server.card_signing import CardSigner
+from .arg_types import at_least_one
 
 log = logging.getLogger("scoped_a2a.cli")
 
@@ -68,17 +68,17 @@ def authenticator_from_args(args: argparse.Namespace) -> Authenticator | None:
         if args.ca_certs:
             if not (args.certfile and args.keyfile):
                 raise ValueError("--ca-certs needs --certfile and --keyfile")
-            from .server.tls import ClientCertificate
+            from ..server.tls import ClientCertificate
 
             schemes.append(ClientCertificate())
         if bool(args.certfile) != bool(args.keyfile):
             raise ValueError("TLS needs both --certfile and --keyfile")
         if args.api_keys:
-            from .server.auth.api_keys import ApiKeys
+            from ..server.auth.api_keys import ApiKeys
 
             schemes.append(ApiKeys(args.api_keys))
         if args.jwt_jwks:
-            from .server.auth.bearer_jwt import JwksKeys, JwtBearer
+            from ..server.auth.bearer_jwt import JwksKeys, JwtBearer
 
             algorithms = [a.strip() for a in args.jwt_algorithms.split(",") if a.strip()]
             schemes.append(JwtBearer(
@@ -92,7 +92,7 @@ def authenticator_from_args(args: argparse.Namespace) -> Authenticator | None:
         if args.certfile:  # load the TLS files now: a bad one is one line, before listening
             from hypercorn.config import Config
 
-            from .server.tls import configure_tls
+            from ..server.tls import configure_tls
 
             configure_tls(Config(), certfile=args.certfile, keyfile=args.keyfile,
                           ca_certs=args.ca_certs)

@@ -24,8 +24,10 @@ from typing import Any, TextIO
 import anyio
 import httpx
 
-from ..cli_help import add_log_level
-from ..cli_types import seconds
+from ..client.auth import ApiKey, BearerToken
+from ..client.card_verify import CardSignatureError
+from ..client.client import A2AClient, card_url
+from ..client.errors import AgentHTTPError, AgentTimeout, AgentUnreachable, TransportError
 from ..protocol.errors import (
     A2AError,
     InvalidAgentResponse,
@@ -35,10 +37,8 @@ from ..protocol.errors import (
     UnsupportedOperation,
     VersionNotSupported,
 )
-from .auth import ApiKey, BearerToken
-from .card_verify import CardSignatureError
-from .client import A2AClient, card_url
-from .errors import AgentHTTPError, AgentTimeout, AgentUnreachable, TransportError
+from .arg_types import seconds
+from .help import add_log_level
 
 EXIT_OK = 0
 EXIT_TASK_FAILED = 1

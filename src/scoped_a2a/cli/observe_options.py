@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .base import Observer
+from ..observe.base import Observer
 
 
 def add_observe_options(parser: argparse.ArgumentParser) -> None:
@@ -25,14 +25,14 @@ def observers_from(args: argparse.Namespace) -> list[Observer]:
     found: list[Observer] = []
     if getattr(args, "metrics", False):
         try:
-            from .metrics import Metrics
+            from ..observe.metrics import Metrics
             found.append(Metrics())
         except ImportError:
             raise SystemExit("--metrics needs prometheus-client: "
                              "pip install 'scoped-a2a[metrics]'") from None
     if getattr(args, "tracing", False):
         try:
-            from .tracing import Tracing
+            from ..observe.tracing import Tracing
             found.append(Tracing())
         except ImportError:
             raise SystemExit("--tracing needs the OpenTelemetry API: "

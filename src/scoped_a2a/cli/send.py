@@ -36,9 +36,15 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
-from ..cli_help import HelpFormatter, prog_name
+from ..client.client import A2AClient, user_message
+from ..client.errors import TransportError
+from ..client.pages import LivePage, PageSink
+from ..client.saved_files import save_files
+from ..client.sinks import DirectorySink, MemorySink, StepSink
+from ..client.step import Step
+from ..client.wire import StreamEvent
 from ..protocol.types import Message, Task, TaskState
-from .cli_common import (
+from .client_common import (
     EXIT_AGENT_ERROR,
     EXIT_OK,
     EXIT_TASK_FAILED,
@@ -51,14 +57,8 @@ from .cli_common import (
     parse_metadata,
     run_client_command,
 )
-from .cli_format import human_line, task_line
-from .client import A2AClient, user_message
-from .errors import TransportError
-from .pages import LivePage, PageSink
-from .saved_files import save_files
-from .sinks import DirectorySink, MemorySink, StepSink
-from .step import Step
-from .wire import StreamEvent
+from .format import human_line, task_line
+from .help import HelpFormatter, prog_name
 
 SEND_DESCRIPTION = """\
 Send one message to an A2A agent and print the task as it runs: by default its final state and

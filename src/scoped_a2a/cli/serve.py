@@ -25,8 +25,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from .agent_loading import DEFAULT_AGENT, LoadedAgent, load_agent, load_card
-from .cli_auth import (
+from ..agent_loading import DEFAULT_AGENT, LoadedAgent, load_agent, load_card
+from ..observe.logs import use_json_logs
+from ..runtime.policy import RunPolicy
+from .arg_types import port, seconds_or_zero
+from .auth_options import (
     add_auth_options,
     add_limit_options,
     authenticator_from_args,
@@ -35,8 +38,10 @@ from .cli_auth import (
     reload_on_sighup,
     tls_from_args,
 )
-from .cli_help import HelpFormatter, Parser, StartupError, add_log_level, prog_name
-from .cli_serve_options import (
+from .help import HelpFormatter, Parser, StartupError, add_log_level, prog_name
+from .observe_options import add_observe_options, observers_from
+from .send import add_send_parser, run_send
+from .serve_options import (
     add_console_options,
     add_memory_options,
     add_push_options,
@@ -44,23 +49,18 @@ from .cli_serve_options import (
     add_transport_options,
     console_settings,
 )
-from .cli_types import port, seconds_or_zero
-from .client.cli_send import add_send_parser, run_send
-from .client.cli_tasks import add_task_commands, run_task_command
-from .observe.logs import use_json_logs
-from .observe.options import add_observe_options, observers_from
-from .redis_cli import (
+from .store_redis import (
     add_store_options,
     add_worker_command,
     check_store_url,
     run_worker,
     serve_on_redis,
 )
-from .runtime.policy import RunPolicy
+from .tasks import add_task_commands, run_task_command
 
 if TYPE_CHECKING:
-    from .server.auth import Authenticator
-    from .server.card_signing import CardSigner
+    from ..server.auth import Authenticator
+    from ..server.card_signing import CardSigner
 
 log = logging.getLogger("scoped_a2a.cli")
 
@@ -141,11 +141,11 @@ def _parser() -> argparse.ArgumentParser:
 async def _serve(args: argparse.Namespace, loaded: LoadedAgent, auth: Authenticator | None,
                  signer: CardSigner | None, policy: RunPolicy) -> None:
     """Serve until signalled, with what ``_main`` built and checked before the loop started."""
-    from .push import PushSettings
-    from .server.app import A2AApp
-    from .server.serve import serve
-    from .store.base import TaskStore
-    from .store.memory import MemoryTaskStore
+    from ..push import PushSettings
+    from ..server.app import A2AApp
+    from ..server.serve import serve
+    from ..store.base import TaskStore
+    from ..store.memory import MemoryTaskStore
 
     def make_app(store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
         return A2AApp(

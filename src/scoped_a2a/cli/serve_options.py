@@ -11,13 +11,13 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from .cli_types import at_least_one, parse_size, seconds
-from .runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS
-from .server.grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
-from .store.memory import DEFAULT_MAX_ENDED_BYTES
+from ..runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS
+from ..server.grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
+from ..store.memory import DEFAULT_MAX_ENDED_BYTES
+from .arg_types import at_least_one, parse_size, seconds
 
 if TYPE_CHECKING:
-    from .server.console.access import ConsoleSettings
+    from ..server.console.access import ConsoleSettings
 
 
 def add_request_options(parser: argparse.ArgumentParser) -> None:
@@ -112,7 +112,7 @@ def console_settings(args: argparse.Namespace) -> ConsoleSettings | None:
     """``--console``'s settings, or None (then nothing of the console is imported)."""
     if not args.console:
         return None
-    from .server.console.access import ConsoleSettings
+    from ..server.console.access import ConsoleSettings
 
     return ConsoleSettings(frozenset(args.console_operator), args.console_operator_scope)
 

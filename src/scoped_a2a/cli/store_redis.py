@@ -24,12 +24,12 @@ from typing import Any
 
 import anyio
 
-from .agent_loading import DEFAULT_AGENT
-from .cli_auth import tls_from_args
-from .cli_help import HelpFormatter, StartupError, add_log_level
-from .cli_types import at_least_one, seconds, seconds_or_zero
-from .runtime.policy import RunPolicy
-from .sqlite_cli import serve_on_sqlite, sqlite_path
+from ..agent_loading import DEFAULT_AGENT
+from ..runtime.policy import RunPolicy
+from .arg_types import at_least_one, seconds, seconds_or_zero
+from .auth_options import tls_from_args
+from .help import HelpFormatter, StartupError, add_log_level
+from .store_sqlite import serve_on_sqlite, sqlite_path
 
 log = logging.getLogger("scoped_a2a.cli")
 
@@ -149,9 +149,9 @@ async def serve_on_redis(
     if sqlite_path(args.store) is not None:
         await serve_on_sqlite(args, make_app, on_signals)
         return
-    from .runtime.durable_worker import Worker
-    from .server.serve import serve
-    from .store.redis import open_redis_store
+    from ..runtime.durable_worker import Worker
+    from ..server.serve import serve
+    from ..store.redis import open_redis_store
 
     async with open_redis_store(
         args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
@@ -176,9 +176,9 @@ async def run_worker(args: argparse.Namespace, agent: Any, on_signals: OnSignals
     """The ``worker`` command: execute queued runs until a signal, then drain. ``--store`` was
     checked (``check_store_url``) before the loop started. Raises StartupError when Redis does
     not answer within ``--store-wait``."""
-    from .runtime.durable_worker import Worker
-    from .runtime.runner import Runner
-    from .store.redis import open_redis_store
+    from ..runtime.durable_worker import Worker
+    from ..runtime.runner import Runner
+    from ..store.redis import open_redis_store
 
     if sqlite_path(args.store) is not None:
         raise StartupError("an SQLite store is executed by its serve process (one process owns "

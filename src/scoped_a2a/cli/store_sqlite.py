@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 
-from .cli_auth import tls_from_args
-from .cli_help import StartupError
+from .auth_options import tls_from_args
+from .help import StartupError
 
 PREFIX = "sqlite:"
 
@@ -57,9 +57,9 @@ async def serve_on_sqlite(args: argparse.Namespace, make_app: Callable[..., Any]
     ``make_app(store, detached)`` builds the app as ``serve`` configured it. Raises
     StartupError (one line) when the file cannot be used.
     """
-    from .runtime.durable_worker import Worker
-    from .server.serve import serve
-    from .store.sqlite import StoreOpenError, open_sqlite_store
+    from ..runtime.durable_worker import Worker
+    from ..server.serve import serve
+    from ..store.sqlite import StoreOpenError, open_sqlite_store
 
     path = sqlite_path(args.store)
     assert path is not None

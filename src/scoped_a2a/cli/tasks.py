@@ -21,11 +21,11 @@ from typing import Any, TextIO
 
 import msgspec
 
-from ..cli_help import HelpFormatter
-from ..cli_types import at_least_one, zero_or_more
+from ..client.client import A2AClient
 from ..protocol.errors import TaskNotCancelable
 from ..protocol.types import Task, TaskState
-from .cli_common import (
+from .arg_types import at_least_one, zero_or_more
+from .client_common import (
     EXIT_NOT_CANCELED,
     EXIT_OK,
     EXIT_TASK_FAILED,
@@ -35,8 +35,8 @@ from .cli_common import (
     http_url,
     run_client_command,
 )
-from .cli_format import human_line, parts_text, state_name, task_line
-from .client import A2AClient
+from .format import human_line, parts_text, state_name, task_line
+from .help import HelpFormatter
 
 _FAILED = (TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
 
