@@ -254,7 +254,7 @@ async def test_send_metadata_reaches_the_server(anyio_backend: str) -> None:
 def test_help_describes_every_option_and_the_exit_statuses(command: str) -> None:
     import re
 
-    from scoped_a2a.cli import _parser
+    from scoped_a2a.cli.parser import build_parser as _parser
 
     from .test_cli_newcomer import run
 

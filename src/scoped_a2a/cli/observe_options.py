@@ -1,23 +1,29 @@
-"""The ``serve`` options that switch observability on: ``--metrics``, ``--tracing``,
-``--log-format``; and building the observers they ask for (before the event loop starts)."""
+"""``serve``'s observability group: ``--log-level``, ``--log-format``, ``--metrics``,
+``--tracing``; and building the observers they ask for (before the event loop starts, so a
+missing extra is one line, not a traceback)."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..observe.base import Observer
+from .help import add_log_level
 
 
 def add_observe_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metrics", action="store_true",
-                        help="serve Prometheus metrics on GET /metrics (needs the 'metrics' "
-                             "extra: prometheus-client)")
-    parser.add_argument("--tracing", action="store_true",
-                        help="OpenTelemetry spans for requests, runs and calls, sent to the "
-                             "global tracer provider (needs the 'otel' extra; configure the "
-                             "exporter with opentelemetry-instrument or OTEL_* variables)")
-    parser.add_argument("--log-format", choices=["text", "json"], default="text",
-                        help="json: one JSON object per line, with trace ids when tracing")
+    g = parser.add_argument_group(
+        "observability",
+        "Logs, Prometheus metrics and OpenTelemetry spans (docs/observability.md).")
+    add_log_level(g, "INFO")
+    g.add_argument("--log-format", choices=["text", "json"], default="text",
+                   help="json: one JSON object per line, with trace ids when tracing")
+    g.add_argument("--metrics", action="store_true",
+                   help="serve Prometheus metrics on GET /metrics (needs the 'metrics' "
+                        "extra: prometheus-client)")
+    g.add_argument("--tracing", action="store_true",
+                   help="OpenTelemetry spans for requests, runs and calls, sent to the "
+                        "global tracer provider (needs the 'otel' extra; configure the "
+                        "exporter with opentelemetry-instrument or OTEL_* variables)")
 
 
 def observers_from(args: argparse.Namespace) -> list[Observer]:

@@ -1,14 +1,16 @@
 """``python -m scoped_a2a send URL TEXT``: one turn with an agent, from the command line.
 
-The message is sent as a one-turn :class:`~.step.Step`. Output, as the events arrive:
+The message is sent as a one-turn :class:`~scoped_a2a.client.step.Step`. Output, as the events
+arrive:
 
 - by default, the task's final state and reply;
 - ``--stream``: every event of the turn's stream, then the result;
 - ``--follow``: every event of the task's live trajectory (the agent's own tool and model calls
   included), then the result;
-- ``--out DIR``: the trajectory is also written to DIR (see :mod:`.sinks` for the layout), and
-  the file parts of the answer to DIR/files (:mod:`.saved_files`: names made safe); a DIR
-  that already holds a step's trajectories is refused before anything is sent.
+- ``--out DIR``: the trajectory is also written to DIR (see :mod:`scoped_a2a.client.sinks` for
+  the layout), and the file parts of the answer to DIR/files
+  (:mod:`scoped_a2a.client.saved_files`: names made safe); a DIR that already holds a step's
+  trajectories is refused before anything is sent.
 
 Human-readable lines by default; ``--json`` prints one JSON object per line instead
 (``{"source", "position", "kind", "event"}``, the last with source ``result``).
@@ -19,10 +21,10 @@ card's order decides.
 A task that needs input is answered by a second ``send`` with ``--task-id`` (and
 ``--context-id``): the first one prints that command. A failure is said once, on stderr.
 ``--timeout`` bounds the whole turn: when it passes (124), or on Ctrl-C (130), the turn is given
-up on by the abandon rule (:mod:`.abandon`): the task is cancelled unless its run is detached,
-and the error line names the task and says which (:mod:`.cli_common` has the options and
-statuses every client command shares). A connection lost mid-turn is one line too (status 3),
-naming the task and the commands that read it.
+up on by the abandon rule (:mod:`scoped_a2a.client.abandon`): the task is cancelled unless its
+run is detached, and the error line names the task and says which (:mod:`.client_common` has
+the options and statuses every client command shares). A connection lost mid-turn is one line
+too (status 3), naming the task and the commands that read it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``get``, ``list``, ``cancel`` and ``subscribe``: look at and act on an agent's tasks from the
-command line, through :class:`~.client.A2AClient` (GetTask, ListTasks, CancelTask,
+command line, through :class:`~scoped_a2a.client.client.A2AClient` (GetTask, ListTasks, CancelTask,
 SubscribeToTask; their 0.3 names where the agent speaks 0.3, which has no ListTasks).
 
-Each takes the connection options of ``send`` (:mod:`.cli_common`) and exits with the same
+Each takes the connection options of ``send`` (:mod:`.client_common`) and exits with the same
 statuses: 0 done, 1 the task failed/was canceled/rejected (``get``, ``subscribe``), 2 bad command
 line, 3 the agent is unreachable or refused the call (an unknown task, or another caller's, is
 refused as not found), 124 ``--timeout`` passed, 130 Ctrl-C. ``--json`` prints the task (or the
