@@ -124,6 +124,8 @@ def test_import_scoped_a2a_imports_no_store_driver() -> None:
     body = ("import scoped_a2a\n"
             "from scoped_a2a import *\n"
             "assert A2AApp is scoped_a2a.A2AApp and callable(serve)\n"
+            "import signal\n"  # a library import leaves the program's Ctrl-C alone
+            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
             "print('loaded:', sorted(m for m in sys.modules if m in BLOCKED), flush=True)")
     done = subprocess.run(
         [sys.executable, "-c", _NO_EXTRAS.format(blocked=DRIVERS, body=body)],

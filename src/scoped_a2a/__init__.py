@@ -8,8 +8,27 @@ steps install its Ctrl-C handling) do not wait for the server, the client and ht
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import sys
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    import os
+
+    os.write(2, b"interrupted\n")
+    raise SystemExit(130)
+
+
+if sys.orig_argv[1:3] == ["-m", "scoped_a2a"]:
+    # ``python -m scoped_a2a``: this package is the program. Until the command line's main()
+    # takes over (it puts Python's handler back first thing), a Ctrl-C while runpy finds and
+    # imports __main__ is one line and 130, not a traceback from the middle of an import. A
+    # program that merely imports the library keeps its own SIGINT handling.
+    import signal
+
+    signal.signal(signal.SIGINT, _exit_quietly)
+
+import importlib  # noqa: E402  (after the handler: these imports take time too)
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 if TYPE_CHECKING:
     from .client import A2AClient, DirectorySink, MemorySink, Step, follow_trajectory

@@ -11,6 +11,7 @@ puts it there), whichever way the command was started.
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -30,6 +31,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     task by the abandon rule).
     """
     try:
+        # Python's own handler again (``python -m`` set a quiet exit while it imported
+        # __main__): KeyboardInterrupt is caught below, and trio and asyncio install their
+        # handling only over Python's.
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            _put_back_default_sigint()
         return _main(argv)
     except SystemExit as exc:
         if not isinstance(exc.code, str):
@@ -42,6 +48,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
+
+
+def _put_back_default_sigint() -> None:
+    """Python's SIGINT handler, unless the program set its own (SIG_IGN, a handler of its own
+    other than the package's quiet exit, main() called from another program)."""
+    current = signal.getsignal(signal.SIGINT)
+    if getattr(current, "__qualname__", "") == "_exit_quietly":
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _main(argv: Sequence[str] | None) -> int:
