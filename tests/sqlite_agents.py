@@ -16,3 +16,15 @@ async def progress_agent(ctx: RunContext) -> str:
         await anyio.sleep(0.05)
         await ctx.working(f"step {i}")
     return f"done attempt={ctx.attempt}"
+
+
+async def bulky_agent(ctx: RunContext) -> str:
+    """``bulky S N``: sleep S seconds, then N artifacts of 64 KiB each (writes that need room
+    on the disk); anything else: a short answer."""
+    words = ctx.text.split()
+    if words and words[0] == "bulky":
+        await anyio.sleep(float(words[1]))
+        for i in range(int(words[2])):
+            await ctx.working(f"chunk {i}")
+            await ctx.artifact("x" * (64 << 10), name=f"chunk{i}")
+    return "done"

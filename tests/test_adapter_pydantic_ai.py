@@ -392,7 +392,9 @@ def test_card_fields_come_from_the_agent_and_can_be_overridden() -> None:
     gate = Gate()
     fields = from_pydantic_ai(tool_user(gate)).card_fields()
     assert fields["name"] == "looker"
-    assert fields["description"] == "You look things up."
+    # Its instructions ("You look things up.") are its private prompt: not on the public card.
+    assert fields["description"] == "A pydantic-ai agent served by scoped-a2a."
+    assert "look things up" not in str(fields)
     assert [s["id"] for s in fields["skills"]] == ["looker"]
     over = from_pydantic_ai(tool_user(gate), name="Weather", description="Says the weather.",
                             skills=[{"id": "wx", "name": "wx", "description": "d",

@@ -71,6 +71,8 @@ def test_a_bad_serve_option_is_one_line_and_exit_2(args: list[str], says: str) -
 @pytest.mark.parametrize(("module", "option", "says"), [
     ("prometheus_client", "--metrics", "--metrics needs prometheus-client"),
     ("google/protobuf", "--grpc", "--grpc needs protobuf: pip install 'scoped-a2a[grpc]'"),
+    ("google/protobuf", "send --transport grpc",
+     "--transport grpc needs protobuf: pip install 'scoped-a2a[grpc]'"),
 ])
 def test_a_missing_extra_is_one_line_and_exit_2(tmp_path: Path, module: str, option: str,
                                                 says: str) -> None:
@@ -79,9 +81,12 @@ def test_a_missing_extra_is_one_line_and_exit_2(tmp_path: Path, module: str, opt
     shadow.parent.mkdir(parents=True)
     shadow.write_text("raise ImportError('not installed')\n")
     env = {**ENV, "PYTHONPATH": str(tmp_path) + os.pathsep + ENV["PYTHONPATH"]}
-    done = subprocess.run([sys.executable, "-m", "scoped_a2a", "serve", option], env=env,
+    argv = (["send", "http://127.0.0.1:9/", "hi", "--transport", "grpc"]
+            if option.startswith("send") else ["serve", option])
+    done = subprocess.run([sys.executable, "-m", "scoped_a2a", *argv], env=env,
                           capture_output=True, text=True, timeout=30)
     assert says in one_error_line(done)
+    assert done.returncode == 2, done.stderr
 
 
 @pytest.mark.parametrize("args", [

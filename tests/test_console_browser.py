@@ -31,7 +31,8 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None,
     reason="needs Debian's chromium and chromium-driver (scripts/install-system-deps)")
 
-KEYS = "alice:alice-key\nbob:bob-key\nops:ops-key\n"
+LONG_NAME = "nightly-reconciliation-service@agents.example.com"
+KEYS = f"alice:alice-key\nbob:bob-key\nops:ops-key\n{LONG_NAME}:long-key\n"
 XSS = "<img src=x onerror=alert(1)>"
 
 
@@ -189,3 +190,57 @@ def test_cancel_button_ends_a_run(browser: Any, server: str) -> None:
     run.read_until(rb"by alice")
     run.hang_up()
     assert severe(browser) == []
+
+
+def test_at_1280_px_the_live_table_fits_and_it_waits_for_its_feed(browser: Any,
+                                                                  server: str) -> None:
+    """At 1280 x 900 the in-flight table scrolled sideways and its State and Cancel columns
+    were off-screen; they fit now. Loaded before its live feed connects, the page said "No run
+    in flight." while runs were live; it says it is connecting until the feed has answered."""
+    browser.set_window_size(1280, 900)
+    run = StreamingRun(server, "alice-key", "a run to show")
+    # A detached run beside it, as wide as real ones get: a long principal, a tenant, the
+    # "detached (why)" mode.
+    long_key = {"X-API-Key": "long-key", "A2A-Version": "1.0"}
+    detached = httpx.post(server + "eu-west-production-tenant/message:send", headers=long_key,
+                          json={"message": {"messageId": f"d{time.monotonic_ns()}",
+                                            "role": "ROLE_USER", "parts": [{"text": "detached"}]},
+                                "configuration": {"returnImmediately": True}}).json()
+    detached_id = detached["task"]["id"]
+    try:
+        login(browser, server, "ops-key")  # the operator: every run, owners and all
+        WebDriverWait(browser, 5).until(
+            lambda b: row(b, "live", run.task_id) and row(b, "live", detached_id))
+        width = browser.execute_script("return document.documentElement.clientWidth")
+        assert width <= 1280, width
+        for task_id in (run.task_id, detached_id):
+            live = row(browser, "live", task_id)
+            for cell in ("td.state", "button.cancel"):
+                right = browser.execute_script(
+                    "return arguments[0].getBoundingClientRect().right",
+                    live.find_element(By.CSS_SELECTOR, cell))
+                assert right <= width, (cell, right, width)
+        scroll = browser.execute_script(
+            "const s = document.getElementById('live'); return [s.scrollWidth, s.clientWidth]")
+        assert scroll[0] <= scroll[1], scroll  # no sideways scrolling
+        # The feed blocked: the page must not claim that nothing is in flight.
+        browser.execute_cdp_cmd("Network.enable", {})
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*runs/stream*"]})
+        try:
+            browser.get(server + "console")
+            WebDriverWait(browser, 10).until(lambda b: b.find_element(By.ID, "who").text)
+            time.sleep(0.5)  # time enough for a feed that would have connected
+            empty = browser.find_element(By.ID, "live-empty")
+            assert empty.is_displayed() and "connecting" in empty.text.lower(), empty.text
+            assert "No run in flight" not in empty.text
+        finally:
+            browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+        browser.get(server + "console")
+        WebDriverWait(browser, 10).until(lambda b: row(b, "live", run.task_id))
+        assert not browser.find_element(By.ID, "live-empty").is_displayed()
+    finally:
+        run.hang_up()
+        httpx.post(server + f"eu-west-production-tenant/tasks/{detached_id}:cancel",
+                   headers=long_key, json={})
+        browser.set_window_size(1400, 1000)
+    browser.get_log("browser")  # the blocked feed's errors are this test's own

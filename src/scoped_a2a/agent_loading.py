@@ -6,8 +6,9 @@ already comes from it):
 - an agent of this project: an async callable taking one argument (``async def agent(ctx)``, or
   an object with ``async def __call__(self, ctx)``), adapted agents included;
 - an ``A2AApp``: its agent, and the card set on it in code;
-- an a2a-sdk ``AgentExecutor`` (:mod:`.adapters.a2a_sdk`), with the module's ``agent_card`` (or
-  ``card``) if it defines one;
+- an a2a-sdk ``AgentExecutor`` of either generation (:mod:`.adapters.a2a_sdk`), a Strands
+  ``A2AServer`` or a CrewAI ``Agent``, with the module's ``agent_card`` (or ``card``) if it
+  defines one, else the card the framework knows;
 - a Google ADK agent (:mod:`.adapters.adk`) or a pydantic-ai ``Agent``
   (:mod:`.adapters.pydantic_ai`), whose cards come from what the framework knows.
 
@@ -18,6 +19,7 @@ listens (the CLI prints it and exits 2).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
@@ -85,7 +87,75 @@ def _import(module_name: str) -> ModuleType:
                          f"{where}: {exc.msg}") from None
     except Exception as exc:
         raise SystemExit(f"cannot import agent module {module_name!r}: importing it raised "
-                         f"{type(exc).__name__}: {exc}") from None
+                         f"{type(exc).__name__}: {exc} (at {_raised_at(exc)})") from None
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``file:line`` of the user's code that raised ``exc`` while their module imported: the
+    innermost frame outside Python's own library and installed packages (a KeyError raised in
+    ``os.environ`` is reported where the agent module read it), else the innermost frame."""
+    import sysconfig
+    import traceback
+
+    library = tuple({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib",
+                                                     "platlib")} - {None, ""})
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<")]  # importlib's frozen frames
+    if not frames:
+        return "an unknown line"
+    own = [f for f in frames if not f.filename.startswith(library)] or frames
+    frame = own[-1]
+    path = Path(frame.filename)
+    with contextlib.suppress(ValueError):
+        path = path.resolve().relative_to(Path.cwd().resolve())
+    return f"{path}:{frame.lineno}"
+
+
+def _import_file(spec: str, file_name: str) -> ModuleType:
+    """``--agent ./myagent.py:agent``: the module in that file, imported under its stem (its
+    folder first on ``sys.path``, so the modules beside it import as they would with
+    ``python myagent.py``). SystemExit with one line if there is no such file."""
+    import importlib.util
+
+    path = Path(file_name)
+    if not path.is_file():
+        raise SystemExit(f"--agent {spec}: no such file {file_name!r} (give a path to a .py "
+                         "file, or a module name: --agent myagent:agent)")
+    name = path.stem
+    if not name.isidentifier():
+        raise SystemExit(f"--agent {spec}: {path.name!r} is not a module name Python can "
+                         "import (letters, digits and _ only); rename the file")
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    existing = sys.modules.get(name)
+    if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() \
+            == path.resolve():
+        return existing
+    if existing is not None:
+        raise SystemExit(f"--agent {spec}: a module named {name!r} is already imported from "
+                         "elsewhere; rename the file")
+    found = importlib.util.spec_from_file_location(name, path)
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    sys.modules[name] = module
+    try:
+        found.loader.exec_module(module)
+    except SyntaxError as exc:
+        del sys.modules[name]
+        raise SystemExit(f"cannot import agent file {file_name!r}: syntax error at "
+                         f"{Path(exc.filename or '?').name}:{exc.lineno}: {exc.msg}") from None
+    except ModuleNotFoundError as exc:
+        del sys.modules[name]
+        extra = FRAMEWORK_EXTRAS.get((exc.name or "").partition(".")[0])
+        hint = f": pip install 'scoped-a2a[{extra}]'" if extra else ""
+        raise SystemExit(f"cannot import agent file {file_name!r}: it imports {exc.name!r}, "
+                         f"which is not installed{hint}") from None
+    except Exception as exc:
+        del sys.modules[name]
+        raise SystemExit(f"cannot import agent file {file_name!r}: importing it raised "
+                         f"{type(exc).__name__}: {exc} (at {_raised_at(exc)})") from None
+    return module
 
 
 def _module_card(module: ModuleType) -> Any:
@@ -104,7 +174,8 @@ def adapt(obj: Any, spec: str, module: ModuleType | None = None) -> LoadedAgent:
         return LoadedAgent(obj.agent, obj.card_overrides)
     # An object of a framework comes from a module that imported it: only then is the
     # adapter (which imports the framework) imported.
-    if "a2a.server.agent_execution" in sys.modules:
+    # CrewAI's Agent is served through a2a-sdk too, though importing crewai does not import it.
+    if "a2a.server.agent_execution" in sys.modules or "crewai" in sys.modules:
         from .adapters import a2a_sdk
 
         if a2a_sdk.recognises(obj):
@@ -132,7 +203,7 @@ def adapt(obj: Any, spec: str, module: ModuleType | None = None) -> LoadedAgent:
 
 
 def load_agent(spec: str, *, backend: str | None = None) -> LoadedAgent:
-    """Import ``MODULE:ATTR`` (ATTR may be dotted) and make an agent of it.
+    """Import ``MODULE:ATTR`` or ``FILE.py:ATTR`` (ATTR may be dotted) and make an agent of it.
 
     The current folder is put first on ``sys.path`` if it is not there, as ``python -m`` does.
     ``backend``: refuse an agent whose framework cannot run there. Raises SystemExit with one
@@ -140,8 +211,11 @@ def load_agent(spec: str, *, backend: str | None = None) -> LoadedAgent:
     """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise SystemExit(f"--agent must look like MODULE:ATTR, not {spec!r}")
-    module = _import(module_name)
+        raise SystemExit(f"--agent must look like MODULE:ATTR or FILE.py:ATTR, not {spec!r}")
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        module = _import_file(spec, module_name)  # a path, as a newcomer may give it
+    else:
+        module = _import(module_name)
     obj: Any = module
     for part in attr.split("."):
         try:

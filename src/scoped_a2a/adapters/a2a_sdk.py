@@ -1,4 +1,11 @@
-"""Run an unchanged a2a-sdk ``AgentExecutor`` as this project's agent (extra ``a2a-sdk``).
+"""Run an unchanged a2a-sdk ``AgentExecutor`` as this project's agent, of either generation.
+
+Generations: a2a-sdk 1.x (protobuf types; extra ``a2a-sdk``) and 0.3 (pydantic types; what
+Strands, BeeAI and CrewAI pin; extra ``a2a-sdk-03``) are one distribution, so one environment
+holds one of them: the installed one is chosen (:func:`generation`). This module is the one
+runner for both; each generation's conversion (:mod:`.a2a_sdk_convert`,
+:mod:`.a2a_sdk03_convert`) turns its events, request context and card into ours and back, and
+the event rules (:mod:`.a2a_sdk_events`) are shared.
 
 ``from_executor(executor)`` returns an agent whose every run calls ``executor.execute(context,
 event_queue)`` with a2a-sdk's own ``RequestContext`` (the message, task and context ids, the
@@ -14,7 +21,8 @@ again with that message and the current task.
 Cancellation. A hang-up of an interactive run, CancelTask, the caller's deadline or shutdown
 cancel the run's scope: ``execute`` is cancelled, then ``executor.cancel(context, queue)`` is
 called (shielded, at most ``cancel_timeout`` seconds) as a2a-sdk's contract says; what either
-enqueues from then on is dropped and counted, and the task is recorded ``canceled`` with the
+enqueues from then on (typically its own ``canceled``) is dropped, counted and logged at DEBUG
+(expected, not a warning), and the task is recorded ``canceled`` with the
 run's reason. ``execute`` runs as a task of the server nursery so that an executor that ignores
 cancellation cannot hold its run: after ``cancel_grace`` seconds it is abandoned (logged, left in
 the server nursery; :mod:`scoped_a2a.runtime.abandon`), the task is recorded canceled and the
@@ -29,13 +37,14 @@ from __future__ import annotations
 import functools
 import logging
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from types import ModuleType
+from typing import Any, cast
 
 import anyio
 
 from ..protocol.errors import TaskNotFound
 from ..protocol.principal import Principal
-from ..protocol.types import Message
+from ..protocol.types import Message, Task
 from ..runtime.context import RunContext
 from ..runtime.outcome import Outcome
 from .base import AdaptedAgent
@@ -65,29 +74,51 @@ def installed_version() -> str | None:
         return None
 
 
-def check_installed() -> None:
-    """Raise UnsupportedGeneration (one line: which is installed, what to do) unless a2a-sdk
-    1.x, the protobuf generation, is importable."""
+def generation() -> str:
+    """The installed generation: ``"1.x"`` or ``"0.3"``; UnsupportedGeneration (one line:
+    what is installed, what to do) for none or another."""
     found = installed_version()
     if found is None:
         raise UnsupportedGeneration(
-            "a2a-sdk is not installed: pip install 'scoped-a2a[a2a-sdk]'")
-    major = found.split(".")[0]
-    if major != "1":
-        raise UnsupportedGeneration(
-            f"a2a-sdk {found} is installed; this adapter runs executors of the 1.x generation "
-            "(protobuf types): pip install 'a2a-sdk>=1.3,<2' (an executor written for 0.3's "
-            "pydantic types can enqueue a2a.compat.v0_3.types events, which are converted)")
+            "a2a-sdk is not installed: pip install 'scoped-a2a[a2a-sdk]' (1.x), or "
+            "'scoped-a2a[a2a-sdk-03]' for executors written for 0.3 (Strands, BeeAI, CrewAI)")
+    major, _, rest = found.partition(".")
+    if major == "1":
+        return "1.x"
+    if major == "0" and rest.split(".")[0] == "3":
+        return "0.3"
+    raise UnsupportedGeneration(
+        f"a2a-sdk {found} is installed; this adapter runs executors of the 1.x generation "
+        "(pip install 'a2a-sdk>=1.3,<2') or of 0.3 (pip install 'a2a-sdk>=0.3.9,<0.4')")
+
+
+def check_installed() -> None:
+    """Raise UnsupportedGeneration unless a generation this adapter runs is installed."""
+    generation()
+
+
+def conversion() -> ModuleType:
+    """The installed generation's conversion module (it imports that generation's types)."""
+    if generation() == "0.3":
+        from . import a2a_sdk03_convert
+
+        return a2a_sdk03_convert
+    from . import a2a_sdk_convert
+
+    return a2a_sdk_convert
 
 
 def recognises(obj: object) -> bool:
-    """True when ``obj`` is an a2a-sdk ``AgentExecutor`` instance; imports nothing new (an
-    executor's module has imported a2a-sdk already)."""
+    """True when ``obj`` is an a2a-sdk ``AgentExecutor`` instance (either generation: the
+    class has one module path in both), a Strands ``A2AServer`` or a CrewAI ``Agent``
+    (:mod:`.a2a_sdk_frameworks`); imports nothing new."""
     import sys
+
+    from .a2a_sdk_frameworks import wraps_executor
 
     module = sys.modules.get("a2a.server.agent_execution")
     executor_type = getattr(module, "AgentExecutor", None)
-    return executor_type is not None and isinstance(obj, executor_type)
+    return (executor_type is not None and isinstance(obj, executor_type)) or wraps_executor(obj)
 
 
 @functools.cache
@@ -120,16 +151,22 @@ class ExecutorAgent(AdaptedAgent):
         self, executor: Any, *, card: Any = None, cancel_timeout: float = CANCEL_TIMEOUT,
         cancel_grace: float = CANCEL_GRACE,
     ) -> None:
-        check_installed()
+        self._convert = conversion()
+        self.generation: str = self._convert.GENERATION
         from a2a.server.agent_execution import AgentExecutor
 
+        from .a2a_sdk_frameworks import unwrap
+
+        executor, known_card = unwrap(executor)
+        if card is None:
+            card = known_card
         if not isinstance(executor, AgentExecutor):
             raise TypeError(f"from_executor() takes an a2a-sdk AgentExecutor, not "
                             f"{type(executor).__name__}")
         self.executor = executor
         self.cancel_timeout = cancel_timeout
         self.cancel_grace = cancel_grace
-        self._card = _card_dict(card)
+        self._card = self._card_dict(card)
         self.__name__ = type(executor).__name__
 
     def card_fields(self) -> dict[str, Any]:
@@ -138,7 +175,8 @@ class ExecutorAgent(AdaptedAgent):
     async def run(self, ctx: RunContext) -> str | Outcome | Message | None:
         from .a2a_sdk_events import RunEventQueue
 
-        queue = RunEventQueue(ctx, known_task=not ctx.new_task)
+        known = not ctx.new_task or not self._convert.TASK_BEFORE_STATUS
+        queue = RunEventQueue(ctx, self._convert.to_event, known_task=known)
         current = None if ctx.new_task else await ctx.read_task(ctx.task_id)
         request = await self._request_context(ctx, current)
         try:
@@ -161,22 +199,35 @@ class ExecutorAgent(AdaptedAgent):
                 if not queue.interrupted:
                     return None  # returned without ending its task: completed
                 await ctx.next_input()
-                queue.interrupted = False
+                queue.resume()
                 request = await self._request_context(ctx, await ctx.read_task(ctx.task_id))
         except anyio.get_cancelled_exc_class():
             # Whether execute was running or the run waited for an answer: a2a-sdk's contract
             # is execute cancelled, then cancel() called with the request being served.
-            queue.close()
+            queue.stop()
             await self._cancel(ctx, request, queue)
             raise
         finally:
             if queue.dropped:
-                log.warning("task %s: %d events the executor enqueued after the end were "
-                            "dropped", ctx.task_id, queue.dropped)
+                log.warning("task %s: %d events the executor enqueued after its task ended "
+                            "were dropped", ctx.task_id, queue.dropped)
+            if queue.dropped_after_stop:
+                # The executor answering the runtime's cancel (its own canceled): expected.
+                log.debug("task %s: %d events enqueued after the run was stopped were "
+                          "dropped", ctx.task_id, queue.dropped_after_stop)
 
     async def _cancel(self, ctx: RunContext, request: Any, queue: Any) -> None:
-        """Call ``executor.cancel`` (shielded, bounded); its failure is logged, not raised."""
+        """Call ``executor.cancel`` (shielded, bounded); its failure is logged, not raised.
+
+        It gets the request with the task as stored now as ``current_task``, as a2a-sdk's own
+        CancelTask does (Strands' ``cancel`` refuses a context without one); if the task
+        cannot be read, the request ``execute`` was given."""
         with anyio.move_on_after(self.cancel_timeout, shield=True) as bounded:
+            try:
+                request = await self._request_context(ctx, await ctx.read_task(ctx.task_id))
+            except Exception:
+                log.debug("task %s: cancel() gets the request without the current task",
+                          ctx.task_id, exc_info=True)
             try:
                 await ctx.run_abandonable(
                     functools.partial(self.executor.cancel, request, queue),
@@ -189,55 +240,38 @@ class ExecutorAgent(AdaptedAgent):
             log.warning("%s.cancel did not return within %.1f s for task %s", self.__name__,
                         self.cancel_timeout, ctx.task_id)
 
-    async def _request_context(self, ctx: RunContext, current: Any) -> Any:
-        """a2a-sdk's ``RequestContext`` for the run's current message."""
-        from a2a.server.agent_execution import RequestContext
-        from a2a.server.context import ServerCallContext
-        from a2a.types import a2a_pb2 as pb
-
-        from .a2a_sdk_convert import message_to_proto, task_to_proto
-
+    async def _request_context(self, ctx: RunContext, current: Task | None) -> Any:
+        """a2a-sdk's ``RequestContext`` (of the installed generation) for the run's current
+        message; the related tasks are those of ``referenceTaskIds`` this caller may read."""
         related = []
         for task_id in ctx.message.reference_task_ids or ():
             try:
-                related.append(task_to_proto(await ctx.read_task(task_id)))
+                related.append(await ctx.read_task(task_id))
             except TaskNotFound:
                 continue  # another owner's task, or gone: the executor sees neither
-        request = pb.SendMessageRequest(message=message_to_proto(ctx.message))
-        if ctx.request_metadata:
-            request.metadata.update(ctx.request_metadata)
-        call = ServerCallContext(
-            user=_user_type()(ctx.principal),
-            tenant=ctx.tenant,
-            requested_extensions=set(ctx.message.extensions or ()),
-            state={"principal": ctx.principal, "claims": dict(ctx.principal.claims)},
-        )
-        return RequestContext(
-            call_context=call, request=request, task_id=ctx.task_id, context_id=ctx.context_id,
-            task=task_to_proto(current) if current is not None else None, related_tasks=related)
+        return self._convert.request_context(ctx, current, related, _user_type()(ctx.principal))
 
-
-def _card_dict(card: Any) -> dict[str, Any]:
-    if card is None:
-        return {}
-    if not isinstance(card, dict):
-        from google.protobuf import json_format
-
-        card = json_format.MessageToDict(card)
-    return {key: card[key] for key in CARD_FIELDS if key in card}
+    def _card_dict(self, card: Any) -> dict[str, Any]:
+        if card is None:
+            return {}
+        data = cast(dict[str, Any], self._convert.card_dict(card))
+        return {key: data[key] for key in CARD_FIELDS if key in data}
 
 
 def from_executor(
     executor: Any, *, card: Any = None, cancel_timeout: float = CANCEL_TIMEOUT,
     cancel_grace: float = CANCEL_GRACE,
 ) -> ExecutorAgent:
-    """Serve ``executor`` (an a2a-sdk 1.x ``AgentExecutor``) as an agent of this project.
+    """Serve ``executor`` (an a2a-sdk ``AgentExecutor`` of the installed generation, 1.x or
+    0.3) as an agent of this project.
 
-    ``card``: the executor's ``AgentCard`` (protobuf) or its JSON dict; its name, description,
-    skills and modes go on the served card. ``cancel_timeout``: seconds ``executor.cancel`` may
-    take; ``cancel_grace``: seconds an executor that ignores cancellation is waited for before
-    it is abandoned. Raises UnsupportedGeneration when a2a-sdk 1.x is not installed, TypeError
-    when ``executor`` is not an ``AgentExecutor``.
+    ``executor`` may also be a Strands ``A2AServer`` or a CrewAI ``Agent``
+    (:mod:`.a2a_sdk_frameworks`). ``card``: the executor's ``AgentCard`` (protobuf for 1.x,
+    pydantic for 0.3) or its JSON dict (default: the card its framework knows); its name,
+    description, skills and modes go on the served card. ``cancel_timeout``: seconds
+    ``executor.cancel`` may take; ``cancel_grace``: seconds an executor that ignores
+    cancellation is waited for before it is abandoned. Raises UnsupportedGeneration when
+    neither generation is installed, TypeError when ``executor`` is not an executor.
     """
     return ExecutorAgent(executor, card=card, cancel_timeout=cancel_timeout,
                          cancel_grace=cancel_grace)

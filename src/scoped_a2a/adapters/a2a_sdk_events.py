@@ -1,32 +1,44 @@
 """The event queue an a2a-sdk executor writes to, mapped onto its run (one queue per run).
 
-An executor enqueues protobuf events; each is checked as a2a-sdk's own server checks it, then
-becomes one event of the run's task:
+Both generations of a2a-sdk (1.x protobuf, 0.3 pydantic) name their queue
+``a2a.server.events.EventQueue``, so this one class serves both: the generation's conversion
+(:mod:`.a2a_sdk_convert` or :mod:`.a2a_sdk03_convert`) turns each enqueued event into one of our
+structs, and everything after that is written once. Each event is checked as a2a-sdk's own
+server checks it, then becomes one event of the run's task:
 
 - ``Message`` (message mode): the direct reply; the caller of a blocking send gets that message
   and no task (the runtime's direct reply: the agent returns it).
 - ``Task``: announces the task (its id must be the run's); a state past ``submitted`` and any
   artifacts it carries are published.
-- ``TaskStatusUpdateEvent``: ``working``/``submitted`` are published; ``input-required`` and
-  ``auth-required`` interrupt the run (it waits for the caller's next message, counted as
-  parked); a terminal state is the run's outcome, recorded by the runner when ``execute``
-  returns.
+- ``TaskStatusUpdateEvent``: ``working`` is published, unless it says nothing new (no message,
+  and the task is working already: the runtime records ``working`` when a run starts, so an
+  executor's bare ``start_work()`` would only repeat it; a bare ``submitted`` after that would
+  move the task back); ``input-required`` and ``auth-required`` interrupt the run (it waits for
+  the caller's next message, counted as parked); a terminal state is the run's outcome, recorded
+  by the runner when ``execute`` returns.
 - ``TaskArtifactUpdateEvent``: published as is (append and last-chunk kept, any parts).
 
 The rules (a2a-sdk's): one Message at most, and none once in task mode; no task event in message
-mode; a ``Task`` before the first status update of a new task; ids of the run's task and
+mode; a ``Task`` before the first status update of a new task (1.x only: 0.3's server made
+the task from its first status update); ids of the run's task and
 context. The first violation is kept, raised into the executor as :class:`InvalidExecutorEvent`
 (an :class:`~scoped_a2a.AgentError`, so its words reach the caller) and, even if the executor
 swallows it, fails the run with reason ``invalid-event``. Events after the end (a terminal state,
-the direct reply, a violation, or the run's cancellation) are dropped and counted.
+the direct reply, a violation, or the run's cancellation) are dropped and counted: ``dropped``
+for an end the executor chose (a bug worth a warning), ``dropped_after_stop`` for an end the
+runtime caused (a hang-up, CancelTask, a deadline: an executor that then enqueues its own
+``canceled``, as Strands' and CrewAI's do, is doing what a2a-sdk asks).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Callable
+from typing import NoReturn
 
+import anyio
 from a2a.server.events import EventQueue
-from a2a.types import a2a_pb2 as pb
 
 from ..protocol.types import (
     Message,
@@ -40,7 +52,11 @@ from ..protocol.types import (
 from ..runtime.context import RunContext
 from ..runtime.failures import AgentError
 from ..runtime.outcome import Outcome
-from .a2a_sdk_convert import compat_to_core, to_ours
+
+OurEvent = Message | Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+Convert = Callable[[object], OurEvent | None]
+"""A generation's conversion of an enqueued event: our struct, or None when it is not an A2A
+event; ValueError when it is one that does not fit A2A 1.0."""
 
 log = logging.getLogger("scoped_a2a.adapters")
 
@@ -55,12 +71,19 @@ class InvalidExecutorEvent(AgentError):
 class RunEventQueue(EventQueue):
     """The ``EventQueue`` given to ``execute`` and ``cancel`` of one run's executor.
 
-    ``known_task``: the task already exists where the executor can see it (it continues a
-    task), so status updates need no ``Task`` event first.
+    ``convert``: the installed generation's conversion of an enqueued event. ``known_task``:
+    the task already exists where the executor can see it (it continues a task), so status
+    updates need no ``Task`` event first.
     """
 
-    def __init__(self, ctx: RunContext, *, known_task: bool) -> None:
+    def __init__(self, ctx: RunContext, convert: Convert, *, known_task: bool) -> None:
+        # 0.3's EventQueue is a concrete class whose __init__ makes its asyncio queue and lock
+        # (unused here, cheap); 1.x's is an ABC whose __init__ takes nothing either.
+        super().__init__()
         self._ctx = ctx
+        self._convert = convert
+        self._state = TaskState.WORKING
+        """The task's last published state: the runtime records working as a run starts."""
         self._mode: str | None = None  # "task" or "message" once the first event says which
         self._task_known = known_task
         self.outcome: Outcome | None = None
@@ -70,18 +93,27 @@ class RunEventQueue(EventQueue):
         self.violation: str | None = None
         self.interrupted = False
         """The last status was input-required or auth-required (the run waits for input)."""
-        self.closed = False
+        self.stopped = False
         self.dropped = 0
-        """Events enqueued after the end, not published."""
+        """Events enqueued after an end the executor chose (terminal, reply, violation)."""
+        self.dropped_after_stop = 0
+        """Events enqueued after the runtime stopped the run (expected: its own canceled)."""
 
     @property
     def ended(self) -> bool:
-        return (self.closed or self.outcome is not None or self.reply is not None
+        return (self.stopped or self.outcome is not None or self.reply is not None
                 or self.violation is not None)
 
-    def close(self) -> None:
-        """Publish nothing more (the run is ending): later events are dropped and counted."""
-        self.closed = True
+    def stop(self) -> None:
+        """Publish nothing more (the runtime is ending the run): later events are dropped and
+        counted in ``dropped_after_stop``. (Not ``close``: 0.3's queue has an async ``close``
+        an executor may call.)"""
+        self.stopped = True
+
+    def resume(self) -> None:
+        """The caller answered: the runtime recorded ``working`` with the answer."""
+        self.interrupted = False
+        self._state = TaskState.WORKING
 
     def failure(self) -> Outcome | None:
         """The run's outcome for a broken rule, if one was broken."""
@@ -96,26 +128,36 @@ class RunEventQueue(EventQueue):
         context raises (cancellation of the run, ParkedLimitReached for an interruption past
         the cap on waiting runs).
         """
+        if not self.stopped and anyio.current_effective_deadline() == -math.inf:
+            # Enqueued from a cancelled scope: the runtime is ending the run (hang-up,
+            # CancelTask, deadline, shutdown) and the executor is answering its cancellation.
+            self.stop()
         if self.ended:
-            self.dropped += 1
+            if self.stopped and self.outcome is None and self.reply is None:
+                self.dropped_after_stop += 1
+            else:
+                self.dropped += 1
             return
-        event = compat_to_core(event)
-        if isinstance(event, pb.Message):
+        try:
+            ours = self._convert(event)
+        except ValueError as exc:
+            self._break(str(exc))
+        if isinstance(ours, Message):
             self._expect_mode("message", "a Message", "TaskStatusUpdateEvent or "
                               "TaskArtifactUpdateEvent (a task's updates)")
-            self.reply = self._reply(event)
-        elif isinstance(event, pb.Task):
+            self.reply = self._reply(ours)
+        elif isinstance(ours, Task):
             self._expect_mode("task", "a Task", "a single Message")
-            await self._on_task(to_ours(event, Task))
-        elif isinstance(event, pb.TaskStatusUpdateEvent):
+            await self._on_task(ours)
+        elif isinstance(ours, TaskStatusUpdateEvent):
             self._expect_mode("task", "a TaskStatusUpdateEvent", "a single Message")
             if not self._task_known:
                 self._break("a TaskStatusUpdateEvent came before the Task: enqueue the Task "
                             "first (a2a.helpers.new_task_from_user_message(context.message))")
-            await self._on_status(to_ours(event, TaskStatusUpdateEvent))
-        elif isinstance(event, pb.TaskArtifactUpdateEvent):
+            await self._on_status(ours)
+        elif isinstance(ours, TaskArtifactUpdateEvent):
             self._expect_mode("task", "a TaskArtifactUpdateEvent", "a single Message")
-            update = to_ours(event, TaskArtifactUpdateEvent)
+            update = ours
             self._check_ids(update.task_id, update.context_id)
             self.interrupted = False
             await self._ctx.publish(update)
@@ -125,7 +167,7 @@ class RunEventQueue(EventQueue):
 
     # --- the rules ---------------------------------------------------------------------------
 
-    def _break(self, rule: str) -> None:
+    def _break(self, rule: str) -> NoReturn:
         self.violation = self.violation or f"the agent broke an A2A event rule: {rule}"
         raise InvalidExecutorEvent(self.violation)
 
@@ -145,8 +187,7 @@ class RunEventQueue(EventQueue):
 
     # --- mapping -----------------------------------------------------------------------------
 
-    def _reply(self, message: pb.Message) -> Message:
-        reply = to_ours(message, Message)
+    def _reply(self, reply: Message) -> Message:
         reply.task_id, reply.context_id = None, self._ctx.context_id  # it belongs to no task
         if reply.role is not Role.AGENT:
             reply.role = Role.AGENT
@@ -176,7 +217,11 @@ class RunEventQueue(EventQueue):
             self.outcome = Outcome(status.state, status.message)
         elif status.state.interrupted:
             self.interrupted = True
+            self._state = status.state
             await self._ctx.interrupt(update)
+        elif status.message is None and status.state in (TaskState.SUBMITTED, self._state):
+            return  # says nothing new (see the module docstring)
         else:
             self.interrupted = False
+            self._state = status.state
             await self._ctx.publish(update)

@@ -45,7 +45,7 @@ DepsHook = Callable[[RunContext], Any]
 """``deps(ctx)`` -> the agent's ``deps`` for this run, or an awaitable of them."""
 
 DESCRIPTION_CHARS = 300
-"""At most this much of the agent's instructions becomes the card's description."""
+"""At most this much of the agent's own ``description`` becomes the card's description."""
 
 
 def recognises(obj: object) -> bool:
@@ -148,9 +148,9 @@ class PydanticAIAgent(AdaptedAgent):
     def card_fields(self) -> dict[str, Any]:
         """Name, description and one skill, from the agent unless given to the adapter.
 
-        The description is the agent's ``description``, else the start of its literal
-        instructions or system prompt (the card is public: pass ``description=`` to keep a
-        prompt private), else a generic line.
+        The description is the one given to the adapter, else the agent's own
+        ``description``, else a generic line. Never its instructions or system prompt: the
+        card is public, and a prompt is the agent's private configuration.
         """
         name = self._name or getattr(self.agent, "name", None) or "pydantic-ai agent"
         description = (self._description or _agent_description(self.agent)
@@ -167,21 +167,11 @@ class PydanticAIAgent(AdaptedAgent):
 
 
 def _agent_description(agent: Any) -> str | None:
-    """The agent's own description, or the start of its literal instructions/system prompt.
-
-    Instructions are read from pydantic-ai's private attributes (there is no public sync
-    accessor): anything unexpected there gives None, never an error.
-    """
+    """The agent's own ``description`` (shortened), or None."""
     described = getattr(agent, "description", None)
     if isinstance(described, str) and described.strip():
         return _shorten(described)
-    texts: list[str] = []
-    for item in [*getattr(agent, "_instructions", ()), *getattr(agent, "_system_prompts", ())]:
-        inner = getattr(item, "instruction", item)
-        inner = getattr(inner, "content", inner)  # an InstructionPart
-        if isinstance(inner, str) and inner.strip():
-            texts.append(inner.strip())
-    return _shorten(" ".join(texts)) if texts else None
+    return None
 
 
 def _shorten(text: str) -> str:

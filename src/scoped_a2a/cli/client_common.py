@@ -12,6 +12,7 @@ detached; :mod:`scoped_a2a.client.abandon`) and says what happened to it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -270,6 +271,9 @@ async def call_agent(
     the abandon rule, inside it) and the client closed. ``aftermath`` then says, in the same
     line, what became of the task the body started.
     """
+    if args.transport == "grpc" and not _protobuf_importable():
+        err.write("error: --transport grpc needs protobuf: pip install 'scoped-a2a[grpc]'\n")
+        return EXIT_USAGE
     try:
         http = _http(args)
     except UsageError as exc:
@@ -298,6 +302,15 @@ async def call_agent(
     err.write(f"error: no answer within --timeout {args.timeout:g}s; the call was abandoned"
               + (f"; {after}" if after else "") + "\n")
     return EXIT_TIMEOUT
+
+
+def _protobuf_importable() -> bool:
+    """Whether protobuf (the ``[grpc]`` extra) imports: ``--transport grpc`` needs it."""
+    try:  # a probe, by name: the CLI does not import protobuf unless gRPC is used
+        importlib.import_module("google.protobuf")
+    except ImportError:
+        return False
+    return True
 
 
 async def _cancel_on_sigint(scope: anyio.CancelScope, interrupted: anyio.Event) -> None:

@@ -33,8 +33,28 @@ def task_line(task: Task) -> str:
     return f"task {task.id} {state_name(task.status.state)}" + (f": {reply}" if reply else "")
 
 
-def human_line(kind: str, ev: Any) -> str:
-    """One line for an event of ``kind`` (a StreamResponse member name, or ``trajectory``)."""
+def artifact_line(ev: Any, names: dict[str, str] | None = None) -> str:
+    """``[artifact LABEL] 'text'`` for an artifact update. LABEL is the artifact's name, also
+    on the chunks after the first when ``names`` (a dict kept across one stream's lines)
+    remembers it (ADK names only the first chunk), else its id. A chunk without text says what
+    it is (``(end)`` for an empty last chunk) instead of printing ``''``."""
+    art = ev.get("artifact", {}) if isinstance(ev, dict) else {}
+    art_id = str(art.get("artifactId") or "?")
+    if art.get("name") and names is not None:
+        names[art_id] = str(art["name"])
+    label = art.get("name") or (names or {}).get(art_id) or art_id
+    text = parts_text(art)
+    if text:
+        return f"[artifact {label}] {text!r}"
+    others = [p for p in art.get("parts", []) if isinstance(p, dict) and not p.get("text")]
+    if any(("data" in p or "raw" in p or "url" in p) for p in others):
+        return f"[artifact {label}] ({len(others)} non-text part(s))"
+    return f"[artifact {label}] " + ("(end)" if ev.get("lastChunk") else "(no text)")
+
+
+def human_line(kind: str, ev: Any, names: dict[str, str] | None = None) -> str:
+    """One line for an event of ``kind`` (a StreamResponse member name, or ``trajectory``);
+    ``names``: artifact names by id, kept across one stream's lines (:func:`artifact_line`)."""
     if kind == "task":
         return f"task {ev.get('id')} {state_name(ev.get('status', {}).get('state'))}"
     if kind == "statusUpdate":
@@ -42,8 +62,7 @@ def human_line(kind: str, ev: Any) -> str:
         text = parts_text(status.get("message"))
         return f"[{state_name(status.get('state'))}]" + (f" {text}" if text else "")
     if kind == "artifactUpdate":
-        art = ev.get("artifact", {})
-        return f"[artifact {art.get('name') or art.get('artifactId')}] {parts_text(art)!r}"
+        return artifact_line(ev, names)
     if kind == "trajectory":
         return f"[trajectory] {msgspec.json.encode(ev.get('data')).decode()}"
     if kind == "message":

@@ -111,6 +111,7 @@ class _Printer:
         self.json = as_json
         self.scope = scope
         self.broken = False
+        self.names: dict[str, str] = {}  # artifact names by id: later chunks may omit them
 
     def emit(self, source: str, position: int | None, kind: str, event: Any) -> None:
         if self.broken:
@@ -121,7 +122,7 @@ class _Printer:
                     {"source": source, "position": position, "kind": kind, "event": event})
                 self.out.write(line.decode() + "\n")
             else:
-                self.out.write(human_line(kind, event) + "\n")
+                self.out.write(human_line(kind, event, self.names) + "\n")
             self.out.flush()
         except BrokenPipeError:
             # Raised in a follower it would only be logged: end the turn from here instead.

@@ -24,10 +24,11 @@ if TYPE_CHECKING:
 
 
 def add_listen_options(parser: argparse.ArgumentParser) -> None:
-    """Where and how ``serve`` listens (docs/security.md for TLS)."""
+    """Where and how ``serve`` listens (docs/security.md for TLS), and the process's memory
+    housekeeping (docs/memory.md)."""
     g = parser.add_argument_group(
         "listening and TLS",
-        "Where serve listens, with which certificates, on which async library.")
+        "Where serve listens, with which certificates, on which async library and allocator.")
     g.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     g.add_argument("--port", type=port, default=8000,
                    help="the port to listen on; 0 picks a free one")
@@ -43,6 +44,10 @@ def add_listen_options(parser: argparse.ArgumentParser) -> None:
                    help="leave Python's garbage collector as configured (by default, once "
                         "started, serve freezes the start-up objects and raises the young "
                         "generation's threshold; also off with SCOPED_A2A_GC_TUNING=0)")
+    g.add_argument("--no-memory-trim", action="store_true",
+                   help="leave freed memory with the allocator (by default serve hands "
+                        "what glibc's malloc holds free back to the system after bursts, "
+                        "checked every 10 s; also off with SCOPED_A2A_MEMORY_TRIM=0)")
 
 
 def add_agent_options(parser: argparse.ArgumentParser) -> None:
@@ -50,9 +55,10 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group(
         "the agent and its card", "What is served, and the agent card that describes it.")
     g.add_argument("--agent", default=DEFAULT_AGENT,
-                   help="MODULE:ATTR of the agent: an async callable taking a RunContext, an "
-                        "A2AApp, an a2a-sdk AgentExecutor, a Google ADK agent or a pydantic-ai "
-                        "Agent (docs/adapters.md; the default is the built-in demo agent)")
+                   help="MODULE:ATTR (or FILE.py:ATTR) of the agent: an async callable "
+                        "taking a RunContext, an A2AApp, an a2a-sdk AgentExecutor, a Google "
+                        "ADK agent or a pydantic-ai Agent (docs/adapters.md; the default is the "
+                        "built-in demo agent)")
     g.add_argument("--card", metavar="FILE",
                    help="a JSON object of agent-card fields (name, description, skills...) "
                         "over the card the agent's framework or code gives")

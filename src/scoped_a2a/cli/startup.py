@@ -41,7 +41,8 @@ async def listen(args: argparse.Namespace, app: A2AApp, shutdown: anyio.Event) -
     from ..server.serve import serve
 
     await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
-                http2=args.http2, gc_tuning=not args.no_gc_tuning, **tls_from_args(args))
+                http2=args.http2, gc_tuning=not args.no_gc_tuning,
+                memory_trim=not args.no_memory_trim, **tls_from_args(args))
 
 
 def listen_error(exc: BaseException) -> OSError | StartupError | None:

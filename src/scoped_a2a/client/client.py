@@ -22,7 +22,6 @@ whose events are collected, so its task id is known in time to cancel it.
 from __future__ import annotations
 
 import importlib.util
-import json
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -56,12 +55,13 @@ from ..protocol.types import (
 from .abandon import CANCEL_TIMEOUT, RemoteTask, caller_detached, cancels_on_hangup, note
 from .auth import Auth, as_httpx_auth, missing_credential_text, refusal_reason
 from .backoff import Backoff
-from .card import AgentCard, decode_card, select_binding, select_interface
+from .card import AgentCard, select_binding, select_interface
+from .card_fetch import fetch_card
 from .card_verify import CardVerifier
 from .errors import AgentUnreachable
 from .pages import LivePage, WirePage
 from .rest import RestTransport
-from .rpc import RpcTransport, raise_for_http, transport_error
+from .rpc import RpcTransport, transport_error
 from .streams import EventSource, EventStream
 from .wire import CODECS, Codec
 
@@ -167,6 +167,7 @@ class A2AClient:
             raise ValueError("transport='grpc' needs protobuf: pip install 'scoped-a2a[grpc]'")
         self._ssl_context = ssl_context
         self._grpc: GrpcTransport | None = None  # kept across card refreshes: one connection
+        self._retired: list[GrpcTransport] = []  # replaced by a card refresh; closed at aclose
         self._binding = transport
         self.url = url
         self._owns_http = http is None
@@ -203,8 +204,11 @@ class A2AClient:
     async def aclose(self) -> None:
         """Close the gRPC connection, if any, and the httpx client if this client created
         it."""
+        retired, self._retired = self._retired, []
         if self._grpc is not None:
-            grpc, self._grpc = self._grpc, None
+            retired.append(self._grpc)
+            self._grpc = None
+        for grpc in retired:
             await grpc.aclose()
         if self._owns_http:
             await self.http.aclose()
@@ -222,26 +226,10 @@ class A2AClient:
         where = card_url(self.url)
         try:
             with anyio.fail_after(self.timeout):
-                response = await self.http.get(
-                    where, headers=self._headers,
-                    auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT)
-        except (TimeoutError, httpx.TransportError) as exc:
+                return await fetch_card(self.http, where, headers=self._headers,
+                                        auth=self._auth, verify=self._verify_card)
+        except TimeoutError as exc:
             raise transport_error(exc, where) from None
-        if response.status_code != 200:
-            raise_for_http(response.status_code, response.content)
-        if self._verify_card is not None:
-            try:
-                raw = json.loads(response.content)
-            except ValueError as exc:
-                raise InvalidAgentResponse(
-                    f"the agent card at {where} is not JSON: {exc}") from None
-            if not isinstance(raw, dict):
-                raise InvalidAgentResponse(f"the agent card at {where} is not a JSON object")
-            self._verify_card.verify(raw)
-        try:
-            return decode_card(response.content)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise InvalidAgentResponse(f"the agent card at {where} is invalid: {exc}") from None
 
     async def _rpc(self) -> tuple[RpcTransport | RestTransport | GrpcTransport, Codec]:
         if self._transport is None or self._codec is None:
@@ -286,6 +274,8 @@ class A2AClient:
         from .grpc import GrpcTransport
 
         if self._grpc is None or self._grpc.url != url:
+            if self._grpc is not None:  # a refreshed card moved it: closed with the client
+                self._retired.append(self._grpc)
             self._grpc = GrpcTransport(
                 url, base_url=self.url, timeout=self.timeout, extensions=self._extensions,
                 headers=self._headers, auth=self._auth or self.http.auth,

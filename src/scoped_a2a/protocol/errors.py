@@ -138,9 +138,13 @@ class VersionNotSupported(A2AError):
 
 
 class ServerUnavailable(A2AError):
-    """The server refuses new work (it is shutting down, or its store is unreachable)."""
+    """The server refuses new work (it is shutting down, or its store is unreachable).
+
+    ``lasting``: the cause will not clear by itself (a full disk, a file that became read-only):
+    callers waiting for a write to get through are answered at once instead of waiting."""
 
     code = SERVER_UNAVAILABLE
+    lasting: bool = False
 
 
 class Unauthenticated(A2AError):

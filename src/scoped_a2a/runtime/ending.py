@@ -26,6 +26,7 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskGroup
 
+from ..protocol.errors import ServerUnavailable
 from ..protocol.types import Message, TaskState, TaskStatus, TaskStatusUpdateEvent, utc_timestamp
 from ..store.base import TaskEnded, TaskStore
 from .outcome import end_message
@@ -92,12 +93,25 @@ class EndRecorder:
         try:
             await self.store.append(run.task_id, event)
         except TaskEnded:
+            run.end_error, run.end_error_lasting = None, False
             return True
-        except Exception:
+        except ServerUnavailable as exc:  # the store's own, readable refusal: no traceback
+            # Its first clause is the cause; the rest is advice for a refused new write.
+            run.end_error = str(exc).split(";")[0].strip()
+            run.end_error_lasting = exc.lasting
+            self._store_error("record_end")
+            if not quiet:
+                log.error("could not record the end of task %s (%s): %s", run.task_id,
+                          state.name.lower(), exc)
+            return False
+        except Exception as exc:
+            run.end_error = f"the task store failed ({type(exc).__name__})"
+            run.end_error_lasting = False
             self._store_error("record_end")
             if not quiet:
                 log.exception("recording the end of task %s failed", run.task_id)
             return False
+        run.end_error, run.end_error_lasting = None, False
         return True
 
     async def record(
@@ -117,23 +131,27 @@ class EndRecorder:
             return
         recorded = False
         with anyio.move_on_after(RECORD_TIMEOUT, shield=True):
-            recorded = await self.write(run, state, text, reason, error_id=error_id)
+            # Quiet: the one line for this failure is logged below, with what comes next.
+            recorded = await self.write(run, state, text, reason, error_id=error_id,
+                                        quiet=True)
         if recorded:
             return
+        if run.end_error is None:
+            run.end_error = (f"the task store did not take it within {RECORD_TIMEOUT:.0f} s")
         if retry:
             self._retry_later(run, state, text, reason, error_id)
         else:
-            log.error("could not record the end of task %s (%s) within %.0fs; its queue runs "
-                      "it again", run.task_id, state.name.lower(), RECORD_TIMEOUT)
+            log.error("could not record the end of task %s (%s): %s; its queue runs it again",
+                      run.task_id, state.name.lower(), run.end_error)
 
     def _retry_later(self, run: Run, state: TaskState, text: str | Message | None, reason: str,
                      error_id: str | None) -> None:
         if self._nursery is None or self._stopped or run.task_id in self._retrying:
-            log.error("could not record the end of task %s (%s)", run.task_id,
-                      state.name.lower())
+            log.error("could not record the end of task %s (%s): %s", run.task_id,
+                      state.name.lower(), run.end_error)
             return
-        log.error("could not record the end of task %s (%s) within %.0fs; retrying",
-                  run.task_id, state.name.lower(), RECORD_TIMEOUT)
+        log.error("could not record the end of task %s (%s): %s; retrying in the background",
+                  run.task_id, state.name.lower(), run.end_error)
         scope = anyio.CancelScope()
         self._retrying[run.task_id] = scope
         self._nursery.start_soon(self._retry, scope, run, state, text, reason, error_id,

@@ -94,6 +94,11 @@ class Run:
         self.canceled_by: str | None = None  # who asked for the first cancel (the console)
         self.owner = ""  # the task's owner key (principal and tenant), set by the runner
         self.watch: RunWatch | None = None  # the live view following this run (the console)
+        # Why the store did not take this run's end at its last attempt (None: stored, or not
+        # tried yet), and whether that cause lasts until an operator acts (a full disk). Set
+        # before ``done``: a caller waiting for the end is then answered at once.
+        self.end_error: str | None = None
+        self.end_error_lasting = False
         self._parked = False  # waiting in ctx.ask for the caller's next message
         self._parked_runs = parked_runs if parked_runs is not None else ParkedRuns(math.inf)
         self.started = time.monotonic()

@@ -330,10 +330,11 @@ class Runner:
                     # the text may hold internals, so it goes to the log only (failures.py).
                     error_id = new_error_id()
                     text = failure_text(exc, error_id, expose=self.expose_errors)
-                    # An AgentError is a deliberate answer, not a bug: no traceback.
+                    # An AgentError is a deliberate answer, not a bug: no traceback; nor is
+                    # the store's refusal of a write (a full disk: its message says it all).
                     log.warning("agent failed on task %s (error id %s): %s", run.task_id,
                                 error_id, failure_text(exc, error_id, expose=True),
-                                exc_info=not isinstance(exc, AgentError))
+                                exc_info=not isinstance(exc, (AgentError, ServerUnavailable)))
                 else:
                     state, text, reason = end_of(reply)
         finally:
@@ -355,6 +356,8 @@ class Runner:
             self._runs.pop(run.task_id, None)
             self.callers.remove(principal_id, run)
             run.done.set()
+            if run.end_error_lasting:  # its followers re-check and answer (server/end_lost.py)
+                self.store.wake(run.task_id)
             if not self._runs:
                 self._idle.set()
             self.observe.run_ended(run, state.name.lower(), reason, time.monotonic() - run.started)

@@ -30,14 +30,18 @@ async def tail(
     task_id: str,
     after: int,
     on_page: Callable[[LogPage], Awaitable[None]] | None = None,
+    *,
+    stop: Callable[[], BaseException | None] | None = None,
 ) -> int:
     """Deliver the log after ``after`` page by page until a terminal or interrupted status.
 
     ``on_page`` receives each page, cut after the ending event. Returns the ending position.
     (Streams follow the log in ``Methods._stream``, which also writes keep-alives by the bytes
     actually written.)
-    Raises TaskNotFound if the task is evicted meanwhile. Cancellation ends it at once; nothing
-    is left behind (the store keeps no per-reader state).
+    Raises TaskNotFound if the task is evicted meanwhile. ``stop``: checked before each wait
+    for more (the store's ``wake`` makes a waiter check again); an exception it returns is
+    raised (a blocking send whose run's end cannot be stored). Cancellation ends it at once;
+    nothing is left behind (the store keeps no per-reader state).
     """
     cursor = after
     while True:
@@ -57,4 +61,6 @@ async def tail(
                 continue
         elif page.task.status.state.terminal:
             return cursor  # ended before our cursor: nothing more will ever come
+        if stop is not None and (error := stop()) is not None:
+            raise error
         await store.wait(task_id, cursor)

@@ -43,9 +43,11 @@ from ..protocol.types import (
 from ..push.rpc import PushRpc
 from ..push.service import PushService
 from ..runtime.outcome import direct_reply
+from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..runtime.tail import ends_stream, tail
 from ..store.base import TaskStore
+from .end_lost import end_not_stored, lost_end
 from .frames import FrameCache
 from .input_modes import InputModes
 from .send_setup import SendSetup
@@ -77,6 +79,11 @@ def send_answer(dialect: Dialect, task: Task, history_length: int | None) -> byt
     if reply is not None:
         return dialect.message_result(reply)
     return dialect.send_result(trim(task, history_length))
+
+
+def _lost(run: Run) -> BaseException | None:
+    why = lost_end(run)
+    return end_not_stored(run.task_id, why) if why is not None else None
 
 
 class Methods:
@@ -144,7 +151,8 @@ class Methods:
 
         out.answer_on_hangup(answer)
         with run.hold("send"):
-            await tail(self.store, task.id, pos)
+            # Answered at once, retryable, if the run ends and its end cannot be stored.
+            await tail(self.store, task_id, pos, stop=lambda: _lost(run))
         task, _ = await self.store.get(task.id)
         await out.result(send_answer(call.dialect, task, history))
 

@@ -40,6 +40,7 @@ from hypercorn.config import Config
 
 from ..runtime.ending import RECORD_TIMEOUT
 from . import gc_tuning, hypercorn_fixes
+from .memory_trim import trim_after_bursts
 from .tls import configure_tls
 
 log = logging.getLogger("scoped_a2a.serve")
@@ -115,6 +116,7 @@ async def serve(
     keyfile: str | None = None,
     ca_certs: str | None = None,
     gc_tuning: bool = True,
+    memory_trim: bool = True,
     handle_signals: bool | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -143,6 +145,8 @@ async def serve(
     :param gc_tuning: once the app has started, freeze the start-up objects and raise the
         collector's young threshold (:mod:`.gc_tuning`, once per process; also off with
         ``SCOPED_A2A_GC_TUNING=0``).
+    :param memory_trim: hand memory malloc holds free back to the system after bursts
+        (:mod:`.memory_trim`, glibc only; also off with ``SCOPED_A2A_MEMORY_TRIM=0``).
     :param handle_signals: drain on SIGINT/SIGTERM (:func:`shut_down_on_signals`: the first
         signal is a graceful shutdown, a second stops at once; ``serve`` then returns normally).
         Default: when no ``shutdown`` event is given, since nothing else could stop the server
@@ -295,9 +299,23 @@ async def serve(
                 tg.start_soon(deadline)
                 tg.start_soon(stop_now_deadline)
                 tg.start_soon(_announce, app, bound_port, gc_tuning, task_status)
-                announce("serving on %s://%s:%d/ (%s)", scheme, host, bound_port, backend)
+                if memory_trim:
+                    tg.start_soon(trim_after_bursts)
+                announce("serving on %s://%s:%d/ (%s)", scheme, host, bound_port,
+                         _protocols(backend, app, http2))
                 tg.start_soon(hypercorn_serve)
         outside.cancel_scope.cancel()
+
+
+def _protocols(backend: str, app: Any, http2: bool) -> str:
+    """What the start-up line says is served besides the backend: HTTP/2, and gRPC (whose
+    clients dial ``host:port``, not the URL), so an operator sees it without reading flags."""
+    parts = [backend]
+    if getattr(app, "grpc", None) is not None:
+        parts.append("HTTP/2; gRPC lf.a2a.v1.A2AService on the same port")
+    elif http2:
+        parts.append("HTTP/2")
+    return "; ".join(parts)
 
 
 def announce(message: str, *args: object, level: int = logging.INFO) -> None:

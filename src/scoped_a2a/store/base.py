@@ -127,6 +127,11 @@ class TaskStore(abc.ABC):
         Also returns when the task is evicted, so a waiter re-reads and sees ``TaskNotFound``.
         """
 
+    def wake(self, task_id: str) -> None:  # noqa: B027  # a store that keeps waiters has it
+        """Wake every ``wait`` on ``task_id`` with nothing appended: its callers check why
+        they follow (a run whose end cannot be stored). Default: nothing (a polling store's
+        waiters come back by themselves)."""
+
     @abc.abstractmethod
     async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
         """Tasks newest first, filtered and paged as ``ListTasks`` asks.

@@ -355,6 +355,11 @@ class MemoryTaskStore(TaskStore):
         nxt = entries[-1].position if entries else max(after, first - 1)
         return LogPage(entries, nxt, nxt < rec.last, task, first)
 
+    def wake(self, task_id: str) -> None:
+        rec = self._tasks.get(task_id)
+        if rec is not None:
+            rec.wake()
+
     async def wait(self, task_id: str, after: int) -> None:
         rec = self._record(task_id)
         if rec.last > after:

@@ -215,6 +215,11 @@ class SQLiteCore(TaskStore):
         nxt = entries[-1].position if entries else max(after, first - 1)
         return LogPage(entries, nxt, nxt < last, task, first)
 
+    def wake(self, task_id: str) -> None:
+        rec = self.live.get(task_id)
+        if rec is not None:
+            rec.wake()
+
     async def wait(self, task_id: str, after: int) -> None:
         rec = self.live.get(task_id)
         if rec is None:

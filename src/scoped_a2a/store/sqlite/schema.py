@@ -75,6 +75,9 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 SYNCHRONOUS = ("full", "normal")
+FULL_BELOW = 1 << 20
+"""An I/O error at open with less free space than this beside the file is a full disk (the
+-wal and -shm files SQLite creates there need room)."""
 _HEADER = b"SQLite format 3\x00"
 
 
@@ -162,8 +165,25 @@ def open_database(path: str | Path, *, synchronous: str = "full") -> Database:
         os.close(lock_fd)  # after the connections: closing it drops SQLite's locks too
         if isinstance(exc, StoreOpenError):
             raise
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+                exc, sqlite3.OperationalError) and "malformed" in str(exc):
+            raise damaged(path, f"SQLite: {exc}") from None
+        free = _free_bytes(where)
+        if free is not None and free < FULL_BELOW and isinstance(exc, sqlite3.OperationalError):
+            # SQLite says "disk I/O error" when it cannot create the -shm file it maps.
+            raise StoreOpenError(
+                f"the disk holding {where} is full ({free // 1024} KiB free; SQLite said: "
+                f"{exc}): free space there, or give another --store sqlite:PATH") from None
         raise StoreOpenError(f"cannot use {path} as the SQLite store: {_why(exc)}") from None
     return Database(path, writer, reader, lock_fd, found)
+
+
+def _free_bytes(where: Path) -> int | None:
+    try:
+        stat = os.statvfs(where)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
 
 
 def _read_only_fs(where: Path) -> bool:
@@ -190,6 +210,8 @@ def _check_intact(conn: sqlite3.Connection, path: Path) -> None:
     (Damage inside a stored JSON value passes it; recovery.py refuses that as it decodes.)"""
     try:
         rows = conn.execute("PRAGMA quick_check(5)").fetchall()
+    except sqlite3.OperationalError:
+        raise  # not the file's content: an I/O error, a full disk (open_database says which)
     except sqlite3.DatabaseError as exc:
         raise damaged(path, f"SQLite: {exc}") from None
     found = [str(r[0]) for r in rows]

@@ -110,6 +110,15 @@ def failure_text(exc: BaseException, path: object) -> str:
     return f"the task store ({path}) could not write ({text}); nothing was accepted"
 
 
+def unavailable(exc: BaseException, path: object) -> ServerUnavailable:
+    """The caller's error for a failed commit; ``lasting`` when only an operator can clear
+    its cause (a full disk, a read-only file), not a lock that frees by itself."""
+    error = ServerUnavailable(failure_text(exc, path))
+    text = str(exc)
+    error.lasting = "full" in text or "readonly" in text or "read-only" in text
+    return error
+
+
 class Writer:
     """Commits ops on one connection, in batches (see the module docstring)."""
 
@@ -202,7 +211,7 @@ class Writer:
             log.error("SQLite store commit failed: %s", exc)
             # Ops queued meanwhile were decided on top of this batch: they go too.
             rest, self._queued = self._queued, []
-            self._fail([*batch, *rest], ServerUnavailable(failure_text(exc, self._path)))
+            self._fail([*batch, *rest], unavailable(exc, self._path))
             return
         self.batches += 1
         self.ops += len(batch)
@@ -273,7 +282,7 @@ class Writer:
         try:
             return await anyio.to_thread.run_sync(fn, self._conn, limiter=self._limiter)
         except sqlite3.Error as exc:
-            raise ServerUnavailable(failure_text(exc, self._path)) from None
+            raise unavailable(exc, self._path) from None
 
 
 _ROWS_PER_INSERT = 256  # 1,024 parameters: well under SQLite's limit (32,766)

@@ -58,6 +58,8 @@ function renderLive() {
       el("td", {}, stop));
   });
   body.replaceChildren(...rows);
+  // Until the first snapshot the page does not know: it says "connecting" (index.html).
+  $("live-empty").textContent = "No run in flight.";
   $("live-empty").hidden = rows.length > 0;
   $("live-count").textContent = `(${state.liveTotal ?? rows.length})`;
   tickAges();

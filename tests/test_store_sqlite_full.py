@@ -1,0 +1,152 @@
+"""A full disk under a real ``serve --store sqlite:PATH`` process (both backends), on a 2 MiB
+tmpfs the test mounts (root only; skipped where mounting is impossible).
+
+Found: on a 2 MiB file system, blocking sends whose task was already committed got no answer
+until space was freed (16 s), then ``failed``; the log held several tracebacks; a restart while
+full said ``disk I/O error``. Now: every such send is answered at once with a retryable error
+(-32000, naming the full disk), the end it could not store is stored once there is room again
+(nothing committed is lost), the log has one line per failure and no traceback, and a start-up
+on the full disk says the disk is full, exit 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from .helpers import rpc
+from .redis.conftest import ROOT, Proc
+
+pytestmark = pytest.mark.anyio
+AGENT = "tests.sqlite_agents:bulky_agent"
+SENDS = 12
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size: str = "2m") -> Iterator[Path]:
+    where.mkdir()
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                               str(where)], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=10)
+
+
+def fill(where: Path) -> Path:
+    """Write a file until the file system is full; the file."""
+    filler = where / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"\0" * 4096)
+    finally:
+        os.close(fd)
+    return filler
+
+
+def _message(text: str, message_id: str) -> dict[str, object]:
+    return {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+def _serve(db: Path, backend: str, log: Path) -> Proc:
+    return Proc(["serve", "--backend", backend, "--port", "0", "--agent", AGENT,
+                 "--store", f"sqlite:{db}", "--log-level", "INFO", "--grace", "1"], log)
+
+
+async def test_a_full_disk_answers_committed_sends_at_once_and_loses_nothing(
+        tmp_path: Path, anyio_backend: str) -> None:
+    with small_disk(tmp_path / "small") as disk:
+        db = disk / "tasks.db"
+        proc = _serve(db, anyio_backend, tmp_path / "serve.log")
+        try:
+            url = await proc.url()
+            async with httpx.AsyncClient(timeout=60) as client:
+                kept = [await rpc(client, url, "SendMessage",
+                                  {"message": _message("hi", f"k{i}")}) for i in range(5)]
+                kept_ids = [k["result"]["task"]["id"] for k in kept]
+                answers: dict[int, tuple[float, dict[str, object]]] = {}
+
+                async def send(i: int) -> None:
+                    reply = await rpc(client, url, "SendMessage",
+                                      {"message": _message("bulky 1.0 8", f"b{i}")})
+                    answers[i] = (time.monotonic(), reply)
+
+                async with anyio.create_task_group() as tg:
+                    for i in range(SENDS):
+                        tg.start_soon(send, i)
+                    # Every task committed and its run asleep: then the disk fills up.
+                    with anyio.fail_after(10):
+                        while proc.text().count("run start") < 5 + SENDS:
+                            await anyio.sleep(0.02)
+                    filler = await anyio.to_thread.run_sync(fill, disk)
+                    filled = time.monotonic()
+                failed = {}
+                for i, (at, reply) in answers.items():
+                    if "error" in reply:
+                        # Within a moment of the runs' ends (about 1 s after the fill), not
+                        # once space is freed.
+                        assert at - filled < 4.0, (i, at - filled)
+                        error = reply["error"]
+                        assert isinstance(error, dict) and error["code"] == -32000, reply
+                        assert "disk is full" in error["message"], error
+                        assert "GetTask" in error["message"], error
+                        failed[i] = error
+                    else:
+                        task = reply["result"]["task"]  # type: ignore[index]
+                        assert task["status"]["state"] == "TASK_STATE_FAILED", reply
+                assert failed, "no send met the full disk"
+                text = proc.text()
+                assert "Traceback" not in text, text[-4000:]
+                ids = set(re.findall(r"task (\w{32})", " ".join(
+                    e["message"] for e in failed.values())))
+                for task_id in ids:  # one line at WARNING or above per failed task
+                    lines = [line for line in text.splitlines() if task_id in line
+                             and (" ERROR " in line or " WARNING " in line)]
+                    assert len(lines) == 1, lines
+                # Acknowledged tasks still read while the disk is full.
+                for task_id in kept_ids:
+                    got = await rpc(client, url, "GetTask", {"id": task_id})
+                    assert got["result"]["status"]["state"] == "TASK_STATE_COMPLETED", got
+                # Room again: every end is stored (the background retry), nothing is lost.
+                filler.unlink()
+                with anyio.fail_after(20):
+                    for task_id in ids:
+                        while True:
+                            got = await rpc(client, url, "GetTask", {"id": task_id})
+                            state = got["result"]["status"]["state"]
+                            if state != "TASK_STATE_WORKING":
+                                break
+                            await anyio.sleep(0.1)
+                        assert state in ("TASK_STATE_FAILED", "TASK_STATE_COMPLETED"), got
+        finally:
+            proc.stop()
+        assert proc.popen.returncode == 0, proc.text()[-3000:]
+        # A start-up on the full disk names the full disk, in one line, exit 2.
+        fill(disk)
+        done = subprocess.run(
+            [sys.executable, "-m", "scoped_a2a", "serve", "--backend", anyio_backend,
+             "--port", "0", "--agent", AGENT, "--store", f"sqlite:{db}"],
+            capture_output=True, text=True, timeout=30, cwd=ROOT,
+            env={"PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "PATH": "/usr/bin:/bin"})
+        assert done.returncode == 2, done.stderr[-3000:]
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        assert f"the disk holding {disk} is full" in lines[0], lines[0]
+        assert "free space" in lines[0], lines[0]
