@@ -3,8 +3,9 @@
     python scripts/cli_reference.py            # (re)write docs/cli.md
     python scripts/cli_reference.py --check    # exit 1 if docs/cli.md is stale
 
-It imports :mod:`scoped_a2a.cli`, walks its argparse parser (every subcommand, every option with
-its help and default) and formats the Markdown itself, so the output does not depend on the
+It imports :mod:`scoped_a2a.cli.parser`, walks its argparse parser (every subcommand, each of its
+argument groups with the group's one-line summary, every option with its help and default) and
+formats the Markdown itself, so the output does not depend on the
 terminal's width or on the environment (defaults read from ``SCOPED_A2A_*`` variables are shown
 as unset).
 """
@@ -34,9 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     for name in [n for n in os.environ if n.startswith("SCOPED_A2A_")]:
         del os.environ[name]
     sys.path.insert(0, str(ROOT / "src"))
-    from scoped_a2a import cli
+    from scoped_a2a.cli.parser import build_parser
 
-    parser: argparse.ArgumentParser = cli._parser()
+    parser: argparse.ArgumentParser = build_parser()
     return parser
 
 
@@ -117,6 +118,29 @@ def _paragraphs(text: str) -> list[str]:
     return lines
 
 
+# argparse's own groups: their arguments are listed first, under no heading.
+_UNTITLED = ("positional arguments", "options", "optional arguments")
+
+
+def _groups(parser: argparse.ArgumentParser
+            ) -> list[tuple[str, str, list[argparse.Action]]]:
+    """(title, one-line summary, arguments) of each argument group that has arguments, as
+    ``--help`` shows them; argparse's own groups (positionals, options) are merged into the
+    first, untitled one."""
+    untitled: list[argparse.Action] = []
+    titled: list[tuple[str, str, list[argparse.Action]]] = []
+    for group in parser._action_groups:
+        actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
+        if not actions:
+            continue
+        if group.title in _UNTITLED:
+            untitled += actions
+        else:
+            titled.append((group.title or "", group.description or "", actions))
+    untitled.sort(key=lambda a: bool(a.option_strings))  # positionals first, as in usage
+    return ([("", "", untitled)] if untitled else []) + titled
+
+
 def _command(name: str, summary: str, parser: argparse.ArgumentParser) -> list[str]:
     lines = [f"## `{name}`", ""]
     description = parser.description or ""
@@ -130,11 +154,16 @@ def _command(name: str, summary: str, parser: argparse.ArgumentParser) -> list[s
                                                          for a in positionals),
                       "[options]" if len(positionals) < len(actions) else ""]).strip()
     lines += ["```", str(usage), "```", ""]
-    lines += ["| argument | default | meaning |", "|---|---|---|"]
-    for action in actions:
-        lines.append(f"| {_cell(_synopsis(action))} | {_cell(_default(action))} | "
-                     f"{_cell(_help(action, parser.prog))} |")
-    lines.append("")
+    for title, summary_line, group in _groups(parser):
+        if title:
+            lines += [f"### {_cell(title[:1].upper() + title[1:])}", ""]
+        if summary_line:
+            lines += [_cell(summary_line), ""]
+        lines += ["| argument | default | meaning |", "|---|---|---|"]
+        for action in group:
+            lines.append(f"| {_cell(_synopsis(action))} | {_cell(_default(action))} | "
+                         f"{_cell(_help(action, parser.prog))} |")
+        lines.append("")
     lines += _paragraphs(parser.epilog or "")
     return lines
 

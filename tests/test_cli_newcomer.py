@@ -159,7 +159,7 @@ def test_version() -> None:
 
 @pytest.mark.parametrize("command", ["serve", "send", "worker"])
 def test_help_describes_every_option_with_its_default(command: str) -> None:
-    from scoped_a2a.cli import _parser
+    from scoped_a2a.cli.parser import build_parser as _parser
 
     done = run(command, "--help")
     assert done.returncode == 0

@@ -254,7 +254,7 @@ async def test_send_metadata_reaches_the_server(anyio_backend: str) -> None:
 def test_help_describes_every_option_and_the_exit_statuses(command: str) -> None:
     import re
 
-    from scoped_a2a.cli import _parser
+    from scoped_a2a.cli.parser import build_parser as _parser
 
     from .test_cli_newcomer import run
 
@@ -277,7 +277,7 @@ def test_help_describes_every_option_and_the_exit_statuses(command: str) -> None
 def test_a_task_line_is_one_line_however_many_text_parts() -> None:
     """What ``send``, ``get`` and ``cancel`` print for a task (and ``send`` says on stderr when
     it failed): the status message's text parts joined on one line, other parts left out."""
-    from scoped_a2a.client.cli_format import task_line
+    from scoped_a2a.cli.format import task_line
     from scoped_a2a.protocol.types import Message, Part, Role, Task, TaskState, TaskStatus
 
     said = Message(message_id="m1", role=Role.AGENT,

@@ -109,7 +109,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 # Lowest first: a package may import only the packages before it in this list.
-LAYERS = ["protocol", "observe", "store", "client", "runtime", "push", "server", "testing"]
+LAYERS = ["protocol", "observe", "store", "client", "runtime", "push", "server", "testing", "cli"]
 # No exceptions: the worker of the durable queues lives in the runtime (runtime/durable_worker.py).
 ABOVE_ITS_PACKAGE: set[str] = set()
 
@@ -152,6 +152,33 @@ def test_each_layer_imports_only_layers_below_it() -> None:
             if there is not None and rank[there] > rank[here]:
                 upward.append(f"{module} -> {target}")
     assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_nothing_below_the_command_line_imports_it() -> None:
+    # cli/ is the top: the library (every other module of the package, whether in a layer of
+    # LAYERS or not: agent_loading, adapters, agents, temporal) never imports it. Only the
+    # ``python -m scoped_a2a`` entry module does.
+    modules = _modules()
+    cli = f"{PACKAGE}.cli"
+    entry = {f"{PACKAGE}.__main__"}
+    offenders = sorted(
+        f"{name} -> {target}"
+        for name, path in modules.items()
+        if name != cli and not name.startswith(cli + ".") and name not in entry
+        for target in _imports(name, path, modules)["internal"]
+        if target == cli or target.startswith(cli + ".")
+    )
+    assert not offenders, "modules below cli/ import it:\n" + "\n".join(offenders)
+    assert any(m.startswith(cli + ".") for m in modules), "no cli/ package: is SRC right?"
+
+
+def test_client_library_keeps_no_terminal_code() -> None:
+    # What the commands print and parse lives in cli/: no client module uses argparse.
+    modules = _modules()
+    offenders = sorted(
+        name for name, path in modules.items() if name.startswith(f"{PACKAGE}.client")
+        and "argparse" in _imports(name, path, modules)["external"])
+    assert not offenders, f"client/ modules with command-line code: {offenders}"
 
 
 def test_protocol_layer_does_no_io() -> None:

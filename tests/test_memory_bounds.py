@@ -26,7 +26,7 @@ import pytest
 
 from scoped_a2a import A2AApp, RunPolicy
 from scoped_a2a.agents.demo import demo_agent
-from scoped_a2a.cli_types import parse_size
+from scoped_a2a.cli.arg_types import parse_size
 from scoped_a2a.protocol.errors import TaskNotFound
 from scoped_a2a.protocol.trajectory import TrajectoryEvent
 from scoped_a2a.protocol.types import (

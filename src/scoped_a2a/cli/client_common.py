@@ -5,8 +5,8 @@ outcome, and failures worded for a person, printed once on stderr.
 ``--timeout`` bounds the whole command: when it passes, the call is abandoned (its connection
 closed, so the agent sees a hang-up and cancels an interactive run) and the command exits 124.
 Ctrl-C (SIGINT) ends the command the same way, with status 130. A command that started a task
-(``send``) gives up on it by the abandon rule (:mod:`.abandon`: CancelTask unless its run is
-detached) and says what happened to it.
+(``send``) gives up on it by the abandon rule (CancelTask unless its run is
+detached; :mod:`scoped_a2a.client.abandon`) and says what happened to it.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from typing import Any, TextIO
 import anyio
 import httpx
 
-from ..cli_help import add_log_level
-from ..cli_types import seconds
+from ..client.auth import ApiKey, BearerToken
+from ..client.card_verify import CardSignatureError
+from ..client.client import A2AClient, card_url
+from ..client.errors import AgentHTTPError, AgentTimeout, AgentUnreachable, TransportError
 from ..protocol.errors import (
     A2AError,
     InvalidAgentResponse,
@@ -36,10 +38,9 @@ from ..protocol.errors import (
     UnsupportedOperation,
     VersionNotSupported,
 )
-from .auth import ApiKey, BearerToken
-from .card_verify import CardSignatureError
-from .client import A2AClient, card_url
-from .errors import AgentHTTPError, AgentTimeout, AgentUnreachable, TransportError
+from .arg_types import seconds
+from .help import add_log_level
+from .interrupt import interrupted
 
 EXIT_OK = 0
 EXIT_TASK_FAILED = 1
@@ -330,14 +331,17 @@ def _broken_pipe(exc: BaseException) -> bool:
 
 
 def run_client_command(fn: Callable[..., Awaitable[int]], args: argparse.Namespace) -> int:
-    """``anyio.run`` a client command on ``--backend``; Ctrl-C is exit status 130. When the
+    """``anyio.run`` a client command on ``--backend``; Ctrl-C is exit status 130 and one line
+    (a KeyboardInterrupt, alone or in an exception group, when it lands before
+    :func:`call_agent` watches for it). When the
     reader of stdout goes away (``... | head -1``) the command ends quietly with 141, the
     status of a process ended by SIGPIPE, as other command-line tools do."""
     try:
         return anyio.run(fn, args, sys.stdout, sys.stderr, backend=args.backend)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
     except BaseException as exc:
+        if interrupted(exc):  # before the call's own SIGINT watcher was installed
+            sys.stderr.write("interrupted\n")
+            return EXIT_INTERRUPTED
         if not _broken_pipe(exc):
             raise
         # Python flushes stdout again at exit: point it at /dev/null so that is quiet too.

@@ -1,14 +1,16 @@
 """``python -m scoped_a2a send URL TEXT``: one turn with an agent, from the command line.
 
-The message is sent as a one-turn :class:`~.step.Step`. Output, as the events arrive:
+The message is sent as a one-turn :class:`~scoped_a2a.client.step.Step`. Output, as the events
+arrive:
 
 - by default, the task's final state and reply;
 - ``--stream``: every event of the turn's stream, then the result;
 - ``--follow``: every event of the task's live trajectory (the agent's own tool and model calls
   included), then the result;
-- ``--out DIR``: the trajectory is also written to DIR (see :mod:`.sinks` for the layout), and
-  the file parts of the answer to DIR/files (:mod:`.saved_files`: names made safe); a DIR
-  that already holds a step's trajectories is refused before anything is sent.
+- ``--out DIR``: the trajectory is also written to DIR (see :mod:`scoped_a2a.client.sinks` for
+  the layout), and the file parts of the answer to DIR/files
+  (:mod:`scoped_a2a.client.saved_files`: names made safe); a DIR that already holds a step's
+  trajectories is refused before anything is sent.
 
 Human-readable lines by default; ``--json`` prints one JSON object per line instead
 (``{"source", "position", "kind", "event"}``, the last with source ``result``).
@@ -19,10 +21,10 @@ card's order decides.
 A task that needs input is answered by a second ``send`` with ``--task-id`` (and
 ``--context-id``): the first one prints that command. A failure is said once, on stderr.
 ``--timeout`` bounds the whole turn: when it passes (124), or on Ctrl-C (130), the turn is given
-up on by the abandon rule (:mod:`.abandon`): the task is cancelled unless its run is detached,
-and the error line names the task and says which (:mod:`.cli_common` has the options and
-statuses every client command shares). A connection lost mid-turn is one line too (status 3),
-naming the task and the commands that read it.
+up on by the abandon rule (:mod:`scoped_a2a.client.abandon`): the task is cancelled unless its
+run is detached, and the error line names the task and says which (:mod:`.client_common` has
+the options and statuses every client command shares). A connection lost mid-turn is one line
+too (status 3), naming the task and the commands that read it.
 """
 
 from __future__ import annotations
@@ -36,9 +38,15 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
-from ..cli_help import HelpFormatter, prog_name
+from ..client.client import A2AClient, user_message
+from ..client.errors import TransportError
+from ..client.pages import LivePage, PageSink
+from ..client.saved_files import save_files
+from ..client.sinks import DirectorySink, MemorySink, StepSink
+from ..client.step import Step
+from ..client.wire import StreamEvent
 from ..protocol.types import Message, Task, TaskState
-from .cli_common import (
+from .client_common import (
     EXIT_AGENT_ERROR,
     EXIT_OK,
     EXIT_TASK_FAILED,
@@ -51,14 +59,8 @@ from .cli_common import (
     parse_metadata,
     run_client_command,
 )
-from .cli_format import human_line, task_line
-from .client import A2AClient, user_message
-from .errors import TransportError
-from .pages import LivePage, PageSink
-from .saved_files import save_files
-from .sinks import DirectorySink, MemorySink, StepSink
-from .step import Step
-from .wire import StreamEvent
+from .format import human_line, task_line
+from .help import HelpFormatter, prog_name
 
 SEND_DESCRIPTION = """\
 Send one message to an A2A agent and print the task as it runs: by default its final state and

@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 
-from .cli_auth import tls_from_args
-from .cli_help import StartupError
+from .help import StartupError
+from .startup import listen
 
 PREFIX = "sqlite:"
 
@@ -50,16 +50,23 @@ def sqlite_synchronous(url: str) -> str:
     return value
 
 
-async def serve_on_sqlite(args: argparse.Namespace, make_app: Callable[..., Any],
-                          on_signals: Callable[..., Any]) -> None:
-    """``serve`` with tasks in an SQLite file and the durable queue's worker in-process.
+def check(url: str) -> None:
+    """SystemExit with one line for an ``sqlite:`` URL without a path or with an unknown
+    option (before the event loop starts)."""
+    sqlite_path(url)
+
+
+async def serve(args: argparse.Namespace, make_app: Callable[..., Any],
+                shutdown: anyio.Event) -> None:
+    """``serve`` with tasks in an SQLite file and the durable queue's worker in-process,
+    until ``shutdown`` is set and the app has drained.
 
     ``make_app(store, detached)`` builds the app as ``serve`` configured it. Raises
-    StartupError (one line) when the file cannot be used.
+    StartupError (one line) when the file cannot be used. Cancelled: stops at once; what was
+    acknowledged is in the file.
     """
-    from .runtime.durable_worker import Worker
-    from .server.serve import serve
-    from .store.sqlite import StoreOpenError, open_sqlite_store
+    from ..runtime.durable_worker import Worker
+    from ..store.sqlite import StoreOpenError, open_sqlite_store
 
     path = sqlite_path(args.store)
     assert path is not None
@@ -74,14 +81,9 @@ async def serve_on_sqlite(args: argparse.Namespace, make_app: Callable[..., Any]
         async with anyio.create_task_group() as nursery:
             # The server nursery is opened here so the worker can start runs in it at once.
             app = make_app(store, nursery)
-            shutdown = anyio.Event()
-            await nursery.start(on_signals, shutdown, nursery.cancel_scope)
             await app.push.resume(await store.pending_pushes())
             worker = Worker(store.queue, app.runner, concurrency=args.concurrency,
                             claim_idle=args.claim_idle)
             nursery.start_soon(worker.run)
-            await serve(app, host=args.host, port=args.port, shutdown=shutdown,
-                        grace=args.grace, http2=args.http2, gc_tuning=not args.no_gc_tuning,
-                        memory_trim=not args.no_memory_trim,
-                        **tls_from_args(args))
+            await listen(args, app, shutdown)
             nursery.cancel_scope.cancel()

@@ -1,8 +1,8 @@
 """``get``, ``list``, ``cancel`` and ``subscribe``: look at and act on an agent's tasks from the
-command line, through :class:`~.client.A2AClient` (GetTask, ListTasks, CancelTask,
+command line, through :class:`~scoped_a2a.client.client.A2AClient` (GetTask, ListTasks, CancelTask,
 SubscribeToTask; their 0.3 names where the agent speaks 0.3, which has no ListTasks).
 
-Each takes the connection options of ``send`` (:mod:`.cli_common`) and exits with the same
+Each takes the connection options of ``send`` (:mod:`.client_common`) and exits with the same
 statuses: 0 done, 1 the task failed/was canceled/rejected (``get``, ``subscribe``), 2 bad command
 line, 3 the agent is unreachable or refused the call (an unknown task, or another caller's, is
 refused as not found), 124 ``--timeout`` passed, 130 Ctrl-C. ``--json`` prints the task (or the
@@ -21,11 +21,11 @@ from typing import Any, TextIO
 
 import msgspec
 
-from ..cli_help import HelpFormatter
-from ..cli_types import at_least_one, zero_or_more
+from ..client.client import A2AClient
 from ..protocol.errors import TaskNotCancelable
 from ..protocol.types import Task, TaskState
-from .cli_common import (
+from .arg_types import at_least_one, zero_or_more
+from .client_common import (
     EXIT_NOT_CANCELED,
     EXIT_OK,
     EXIT_TASK_FAILED,
@@ -35,8 +35,8 @@ from .cli_common import (
     http_url,
     run_client_command,
 )
-from .cli_format import human_line, parts_text, state_name, task_line
-from .client import A2AClient
+from .format import human_line, parts_text, state_name, task_line
+from .help import HelpFormatter
 
 _FAILED = (TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
 

@@ -1,0 +1,74 @@
+"""``worker --store redis://...``: execute the detached runs ``serve`` queued in Redis, with no
+HTTP server (:func:`.store_redis.run_worker` does the work).
+
+Run as many workers as you like against one Redis. SIGINT/SIGTERM: take no new runs, give
+running ones ``--grace`` seconds, then leave the rest in the queue for another worker; a second
+signal stops at once. An SQLite store is executed by its ``serve`` process (one process owns
+the file): ``worker`` refuses it with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import anyio
+
+from ..agent_loading import DEFAULT_AGENT
+from .arg_types import at_least_one, seconds_or_zero
+from .help import HelpFormatter, add_log_level
+from .signals import on_signals
+from .startup import run_server
+from .stores import add_queue_options, check_store_url
+
+WORKER_DESCRIPTION = """\
+Execute the detached runs that `serve --store redis://...` queued, with no HTTP server.
+Run as many workers as you like against one Redis. SIGINT/SIGTERM: take no new runs, give
+running ones --grace seconds, then leave the rest in the queue for another worker."""
+
+
+def add_worker_parser(sub: Any) -> None:
+    """Add the ``worker`` subcommand to the CLI's subparsers."""
+    w = sub.add_parser(
+        "worker", help="execute queued detached runs from a Redis store",
+        formatter_class=HelpFormatter, description=WORKER_DESCRIPTION)
+    w.add_argument("--agent", default=DEFAULT_AGENT,
+                   help="MODULE:ATTR of the agent, an async callable (the default is the "
+                        "built-in demo agent)")
+    w.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
+                   help="the async library to run on")
+    w.add_argument("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
+                   help="seconds runs get to finish on shutdown before they are left for "
+                        "another worker")
+    w.add_argument("--max-ended-tasks", type=at_least_one, default=10_000, metavar="N",
+                   help="ended tasks kept in Redis (oldest evicted first)")
+    w.add_argument("--expose-errors", action="store_true",
+                   help="send the full text of an agent's exceptions to callers (development)")
+    add_log_level(w, "INFO")
+    w.add_argument("--store", required=True, metavar="redis://HOST:PORT/DB",
+                   help="the Redis the servers use")
+    add_queue_options(w)
+
+
+async def _work(args: argparse.Namespace, agent: Any) -> None:
+    """The worker until its shutdown: the signal handlers first, then Redis."""
+    from .store_redis import run_worker
+
+    shutdown = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(on_signals, shutdown, tg.cancel_scope)
+        await run_worker(args, agent, shutdown)
+        tg.cancel_scope.cancel()
+
+
+def run_worker_command(args: argparse.Namespace) -> int:
+    """Run ``worker``; returns the exit status (2 with one line for a bad agent or store)."""
+    from ..agent_loading import load_agent
+
+    agent = load_agent(args.agent, backend=args.backend).agent
+    if args.store == "memory":  # a worker shares its store with servers: memory cannot be
+        raise SystemExit(f"--store must be a redis:// URL, not {args.store!r}")
+    if not getattr(check_store_url(args.store), "__name__", "").endswith(".store_redis"):
+        raise SystemExit("an SQLite store is executed by its serve process (one process owns "
+                         "the file); the worker command is for a redis:// store")
+    return run_server(_work, args, agent, backend=args.backend, host="", port=0)

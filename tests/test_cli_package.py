@@ -1,0 +1,232 @@
+"""The command line as one package (issue 32): ``serve --help`` in groups, typos answered with
+the nearest option, Ctrl-C at any moment of a start-up, the ``--store`` switch, and no store
+driver imported by the default."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scoped_a2a.cli.help import nearest
+from scoped_a2a.cli.main import main
+from scoped_a2a.cli.parser import build_parser
+
+from .test_cli import StderrLog, start, stopped_cleanly
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SERVE_GROUPS = [
+    "listening and TLS", "the agent and its card", "transports", "runs and detach rules",
+    "stores", "limits and bodies", "push notifications", "authentication", "console",
+    "observability",
+]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep
+            + os.environ.get("PYTHONPATH", "")}
+
+
+def test_serve_help_shows_its_options_in_groups_in_order(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["serve", "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].endswith(" serve [options]"), text.splitlines()[0]
+    where = [text.find(f"\n{title}:\n") for title in SERVE_GROUPS]
+    assert -1 not in where, [t for t, w in zip(SERVE_GROUPS, where, strict=True) if w < 0]
+    assert where == sorted(where), "groups out of order"
+    # Every option of serve is in a group of its own concern, none left in the flat list.
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["serve"]
+    flat = [a for g in sub._action_groups if g.title == "options" for a in g._group_actions]
+    assert [a.dest for a in flat] == ["help"]
+    grouped = {a.dest for g in sub._action_groups if g.title in SERVE_GROUPS
+               for a in g._group_actions}
+    assert {"port", "agent", "grpc", "grace", "store", "max_body_bytes", "no_push",
+            "api_keys", "console", "metrics", "log_level"} <= grouped
+    for g in sub._action_groups:  # each group has a one-line summary
+        if g.title in SERVE_GROUPS:
+            assert g.description and "\n" not in g.description, g.title
+
+
+@pytest.mark.parametrize(("argv", "guess", "help_of"), [
+    (["serve", "--prot", "8002"], "did you mean --port?", "serve --help"),
+    (["serve", "--grcp"], "did you mean --grpc?", "serve --help"),
+    (["send", "http://x/", "hi", "--stram"], "did you mean --stream?", "send --help"),
+    (["sevre"], "did you mean serve?", "serve --help"),
+    (["serve", "--backend", "trioo"], "did you mean trio?", "serve --help"),
+])
+def test_a_typo_names_the_nearest_option_and_the_commands_help(
+        argv: list[str], guess: str, help_of: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert guess in err, err
+    assert err.rstrip().endswith(f"{help_of})"), err
+
+
+def test_a_word_far_from_every_option_gets_no_guess(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--zzzzqqq"])
+    err = capsys.readouterr().err
+    assert "did you mean" not in err and "serve --help" in err, err
+    assert nearest("--prot", ["--port", "--host"]) == "--port"
+
+
+def test_the_store_switch_maps_each_scheme_to_its_module() -> None:
+    from scoped_a2a.cli import store_memory, store_redis, store_sqlite
+    from scoped_a2a.cli.stores import store_module
+
+    assert store_module("memory") is store_memory
+    assert store_module("sqlite:tasks.db") is store_sqlite
+    for url in ("redis://localhost/0", "rediss://h/1", "unix:///tmp/r.sock"):
+        assert store_module(url) is store_redis
+    with pytest.raises(SystemExit, match="--store must be 'memory', sqlite:PATH or a redis"):
+        store_module("postgres://x")
+    with pytest.raises(SystemExit, match="needs a file path"):
+        store_module("sqlite:").check("sqlite:")
+
+
+# A store driver or an extra: what the default must not import (sqlite3 is stdlib, but only the
+# SQLite store needs it).
+DRIVERS = ("coredis", "redis", "sqlite3", "_sqlite3", "psycopg", "asyncpg", "google.protobuf",
+           "opentelemetry", "prometheus_client", "jwt")
+
+_NO_EXTRAS = textwrap.dedent("""
+    import atexit, sys
+    BLOCKED = {blocked!r}
+    tried = []
+    class NoExtras:
+        def find_spec(self, name, path=None, target=None):
+            if name in BLOCKED or name.split(".")[0] in BLOCKED:
+                tried.append(name)
+                raise ImportError(f"{{name}} is not installed (test)")
+            return None
+    sys.meta_path.insert(0, NoExtras())
+    atexit.register(lambda: print("tried:", sorted(set(tried)), flush=True))
+    {body}
+""")
+
+
+def test_import_scoped_a2a_imports_no_store_driver() -> None:
+    body = ("import scoped_a2a\n"
+            "from scoped_a2a import *\n"
+            "assert A2AApp is scoped_a2a.A2AApp and callable(serve)\n"
+            "import signal\n"  # a library import leaves the program's Ctrl-C alone
+            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+            "print('loaded:', sorted(m for m in sys.modules if m in BLOCKED), flush=True)")
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_EXTRAS.format(blocked=DRIVERS, body=body)],
+        env=_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "loaded: []" in done.stdout and "tried: []" in done.stdout, done.stdout
+
+
+def test_serve_with_no_extras_installed_imports_no_store_driver() -> None:
+    body = ("from scoped_a2a.cli.main import main\n"
+            "sys.argv = ['scoped-a2a', 'serve', '--port', '0']\n"
+            "sys.exit(main())")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _NO_EXTRAS.format(blocked=DRIVERS, body=body)],
+        env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    log = StderrLog(proc.stderr)
+    import httpx
+
+    url = log.wait_for(r"serving on (http://\S+)").group(1)
+    answer = httpx.post(url, timeout=10, json={
+        "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": {"message": {"messageId": "m", "role": "ROLE_USER",
+                               "parts": [{"text": "hello"}]}}}).json()
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    stopped_cleanly(proc, log)  # type: ignore[arg-type]
+    out = proc.stdout.read() if proc.stdout else ""
+    assert proc.returncode == 0
+    assert "tried: []" in out, out
+
+
+# --- Ctrl-C at any moment of a start-up -------------------------------------------------------
+
+DELAYS = [0.15, 0.3, 0.6, 1.0, 2.0]
+
+
+@pytest.fixture(params=["idle", "loaded"])
+def machine(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``loaded``: two processes spinning on the CPU (this machine has two cores) while the
+    test runs, so the command's start-up is slow and a signal lands in a different place."""
+    hogs = []
+    if request.param == "loaded":
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        yield request.param
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def _interrupt(argv: list[str], delay: float) -> tuple[int, str, float]:
+    """Start the command, SIGINT it ``delay`` seconds later; (status, stderr, seconds it took
+    to exit after the signal). A command still running 15 s after the signal fails the test."""
+    proc = subprocess.Popen([sys.executable, "-m", "scoped_a2a", *argv], cwd=ROOT, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"{argv[0]} had not exited 15 s after SIGINT at {delay}s:\n{err}")
+    return proc.returncode, err, time.monotonic() - sent
+
+
+def _ours(err: str) -> list[str]:
+    """stderr without the log lines (``2026-... INFO name: ...``) a server writes anyway."""
+    return [ln for ln in err.splitlines() if not ln[:4].isdigit()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", DELAYS)
+def test_sigint_during_serve_start_up_is_one_line_never_a_traceback(
+        delay: float, machine: str) -> None:
+    status, err, took = _interrupt(["serve", "--port", "0"], delay)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    # Before serve's own handling: 130 and "interrupted"; after it: a graceful shutdown, 0.
+    assert status in (0, 130), err
+    assert _ours(err) == (["interrupted"] if status == 130 else []), err
+    assert took < 10, took
+
+
+@pytest.fixture(scope="module")
+def slow_agent_url() -> Iterator[str]:
+    proc, url, log = start("--grace", "0")
+    try:
+        yield url
+    finally:
+        stopped_cleanly(proc, log)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", DELAYS)
+def test_sigint_during_send_is_one_line_never_a_traceback(
+        delay: float, machine: str, slow_agent_url: str) -> None:
+    status, err, took = _interrupt(["send", slow_agent_url, "slow 30"], delay)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert status == 130, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("interrupted"), err
+    assert took < 10, took
