@@ -28,8 +28,11 @@ PROMPT = 3.0  # seconds: "ends promptly" (drain_timeout is 1 s; typical is a few
 
 
 async def run_step(url: str, ending: str, *, vanish: Any = None, mode: str = "auto",
+                   before_cancel: Any = None,
                    ) -> tuple[dict[str, float], Step, MemorySink]:
-    """Run one step that ends as ``ending``; return its timeline, the step and its sink."""
+    """Run one step that ends as ``ending``; return its timeline, the step and its sink.
+    ``before_cancel(step)``: awaited before a ``cancelled`` step is cancelled (a condition
+    the test needs first, however slow the machine)."""
     times: dict[str, float] = {}
     sink = MemorySink()
     box: list[Step] = []
@@ -85,6 +88,8 @@ async def run_step(url: str, ending: str, *, vanish: Any = None, mode: str = "au
                 vanish()
             if ending == "cancelled":
                 await anyio.sleep(0.1)
+                if before_cancel is not None:
+                    await before_cancel(box[0])
                 times["t0"] = anyio.current_time()
                 scope.cancel()
     return times, box[0], sink
@@ -107,8 +112,16 @@ def check(times: dict[str, float], step: Step, sink: MemorySink) -> None:
 @pytest.mark.parametrize("ending", ["cancelled", "raises", "returns"])
 @pytest.mark.parametrize("fault", ["close", "500", "hang", "404"])
 async def test_follower_reads_fail(fault: str, ending: str) -> None:
+    async def follower_ended(step: Step) -> None:
+        # The 404 ends following at the first read; a loaded machine may take longer than the
+        # 0.1 s before the cancel to make it (seen in CI: the follower was cancelled first).
+        while not (step.turns and step.turns[0].follower is not None
+                   and step.turns[0].follower.done.is_set()):
+            await anyio.sleep(0.01)
+
     async with faulty_agent(demo_agent, fault) as (url, proxy, _app):
-        times, step, sink = await run_step(url, ending)
+        times, step, sink = await run_step(
+            url, ending, before_cancel=follower_ended if fault == "404" else None)
     check(times, step, sink)
     # Counted on the agent's side too: at most one read reached it after the turn ended.
     assert proxy.requests_after(times["turn_end"]) <= 1
