@@ -32,9 +32,9 @@ if _is_the_program():
     # Python's handler back first thing), a Ctrl-C while the rest imports is one line and 130,
     # not a traceback from the middle of an import. A program that merely imports the library
     # keeps its own SIGINT handling.
-    import signal
+    import _signal  # the C module: ``signal`` imports enum first, a window of its own
 
-    signal.signal(signal.SIGINT, _exit_quietly)
+    _signal.signal(_signal.SIGINT, _exit_quietly)
 
 import importlib  # noqa: E402  (after the handler: these imports take time too)
 from typing import TYPE_CHECKING, Any  # noqa: E402
