@@ -32,7 +32,8 @@ if _is_the_program():
     # Python's handler back first thing), a Ctrl-C while the rest imports is one line and 130,
     # not a traceback from the middle of an import. A program that merely imports the library
     # keeps its own SIGINT handling.
-    import _signal  # type: ignore[import-not-found]  # C module: ``signal`` imports enum
+    # The C module: ``import signal`` imports enum first, a window of its own.
+    import _signal  # type: ignore[import-not-found]
 
     _signal.signal(_signal.SIGINT, _exit_quietly)
 
