@@ -18,14 +18,24 @@ def _exit_quietly(signum: int, frame: object) -> None:
     raise SystemExit(130)
 
 
-if sys.orig_argv[1:3] == ["-m", "scoped_a2a"]:
-    # ``python -m scoped_a2a``: this package is the program. Until the command line's main()
-    # takes over (it puts Python's handler back first thing), a Ctrl-C while runpy finds and
-    # imports __main__ is one line and 130, not a traceback from the middle of an import. A
-    # program that merely imports the library keeps its own SIGINT handling.
-    import signal
+def _is_the_program() -> bool:
+    """True for ``python -m scoped_a2a`` and for the ``scoped-a2a`` console script."""
+    if sys.orig_argv[1:3] == ["-m", "scoped_a2a"]:
+        return True
+    script = sys.argv[0] if sys.argv else ""
+    return script.replace("\\", "/").rsplit("/", 1)[-1].startswith("scoped-a2a")
 
-    signal.signal(signal.SIGINT, _exit_quietly)
+
+if _is_the_program():
+    # ``python -m scoped_a2a`` or the console script: this package is the program (the
+    # script's first import is ours). Until the command line's main() takes over (it puts
+    # Python's handler back first thing), a Ctrl-C while the rest imports is one line and 130,
+    # not a traceback from the middle of an import. A program that merely imports the library
+    # keeps its own SIGINT handling.
+    # The C module: ``import signal`` imports enum first, a window of its own.
+    import _signal  # type: ignore[import-not-found]
+
+    _signal.signal(_signal.SIGINT, _exit_quietly)
 
 import importlib  # noqa: E402  (after the handler: these imports take time too)
 from typing import TYPE_CHECKING, Any  # noqa: E402
