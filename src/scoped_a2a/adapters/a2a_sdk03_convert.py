@@ -26,22 +26,25 @@ from typing import Any
 import msgspec
 
 from ..protocol.types import (
-    Artifact,
     Message,
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
-    TaskStatus,
     TaskStatusUpdateEvent,
 )
 from ..protocol.v03 import (
-    STATE_FROM_V03,
     Message03,
-    Part03,
     message_from_v03,
     message_to_v03,
-    part_from_v03,
     task_to_v03,
+)
+from ..protocol.v03_results import (
+    ArtifactUpdate03,
+    StatusUpdate03,
+    Task03,
+    artifact_update_from_v03,
+    status_update_from_v03,
+    task_from_v03,
 )
 from ..runtime.context import RunContext
 
@@ -53,67 +56,9 @@ executors rely on it (BeeAI's sets ``context.current_task`` and sends ``submitte
 OurEvent = Message | Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 
 
-class _W(msgspec.Struct, rename="camel", kw_only=True):
-    pass
-
-
-class _Status03(_W):
-    state: str
-    message: Message03 | None = None
-    timestamp: str | None = None
-
-
-class _Artifact03(_W):
-    artifact_id: str
-    parts: list[Part03]
-    name: str | None = None
-    description: str | None = None
-    metadata: dict[str, Any] | None = None
-    extensions: list[str] | None = None
-
-
-class _Task03(_W):
-    id: str
-    context_id: str
-    status: _Status03
-    artifacts: list[_Artifact03] | None = None
-    history: list[Message03] | None = None
-    metadata: dict[str, Any] | None = None
-
-
-class _StatusUpdate03(_W):
-    task_id: str
-    context_id: str
-    status: _Status03
-    metadata: dict[str, Any] | None = None
-
-
-class _ArtifactUpdate03(_W):
-    task_id: str
-    context_id: str
-    artifact: _Artifact03
-    append: bool | None = None
-    last_chunk: bool | None = None
-    metadata: dict[str, Any] | None = None
-
-
 def _types() -> Any:
     """``a2a.types`` of 0.3 (``Any``: see the module docstring)."""
     return importlib.import_module("a2a.types")
-
-
-def _status(s: _Status03) -> TaskStatus:
-    state = STATE_FROM_V03.get(s.state)
-    if state is None:
-        raise ValueError(f"a status with the unknown state {s.state!r}")
-    message = message_from_v03(s.message) if s.message is not None else None
-    return TaskStatus(state=state, message=message, timestamp=s.timestamp)
-
-
-def _artifact(a: _Artifact03) -> Artifact:
-    return Artifact(artifact_id=a.artifact_id, parts=[part_from_v03(p) for p in a.parts],
-                    name=a.name, description=a.description, metadata=a.metadata,
-                    extensions=a.extensions)
 
 
 def _decode(data: dict[str, Any], kind: type[Any]) -> Any:
@@ -134,21 +79,11 @@ def to_event(event: object) -> OurEvent | None:
     if kind == "message":
         return message_from_v03(_decode(data, Message03))
     if kind == "task":
-        t: _Task03 = _decode(data, _Task03)
-        return Task(id=t.id, context_id=t.context_id, status=_status(t.status),
-                    artifacts=[_artifact(a) for a in t.artifacts] if t.artifacts else None,
-                    history=[message_from_v03(m) for m in t.history] if t.history else None,
-                    metadata=t.metadata)
+        return task_from_v03(_decode(data, Task03))
     if kind == "status-update":
-        u: _StatusUpdate03 = _decode(data, _StatusUpdate03)
-        # 0.3's ``final`` is not kept: the state says whether the task ended or waits.
-        return TaskStatusUpdateEvent(task_id=u.task_id, context_id=u.context_id,
-                                     status=_status(u.status), metadata=u.metadata)
+        return status_update_from_v03(_decode(data, StatusUpdate03))
     if kind == "artifact-update":
-        a: _ArtifactUpdate03 = _decode(data, _ArtifactUpdate03)
-        return TaskArtifactUpdateEvent(task_id=a.task_id, context_id=a.context_id,
-                                       artifact=_artifact(a.artifact), append=bool(a.append),
-                                       last_chunk=bool(a.last_chunk), metadata=a.metadata)
+        return artifact_update_from_v03(_decode(data, ArtifactUpdate03))
     return None
 
 

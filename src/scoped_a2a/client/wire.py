@@ -19,15 +19,21 @@ from ..protocol import v03
 from ..protocol.errors import InvalidAgentResponse
 from ..protocol.trajectory import TrajectoryEvent
 from ..protocol.types import (
-    Artifact,
     ListTasksResponse,
     Message,
     SendMessageRequest,
     SendMessageResponse,
     Task,
     TaskArtifactUpdateEvent,
-    TaskStatus,
     TaskStatusUpdateEvent,
+)
+from ..protocol.v03_results import (
+    ArtifactUpdate03,
+    StatusUpdate03,
+    Task03,
+    artifact_update_from_v03,
+    status_update_from_v03,
+    task_from_v03,
 )
 
 T = TypeVar("T")
@@ -136,47 +142,6 @@ class _W(msgspec.Struct, rename="camel", kw_only=True):
     pass
 
 
-class _Status03(_W):
-    state: str
-    message: v03.Message03 | None = None
-    timestamp: str | None = None
-
-
-class _Artifact03(_W):
-    artifact_id: str
-    parts: list[v03.Part03]
-    name: str | None = None
-    description: str | None = None
-    metadata: dict[str, Any] | None = None
-    extensions: list[str] | None = None
-
-
-class _Task03(_W):
-    id: str
-    context_id: str
-    status: _Status03
-    artifacts: list[_Artifact03] | None = None
-    history: list[v03.Message03] | None = None
-    metadata: dict[str, Any] | None = None
-
-
-class _StatusUpdate03(_W):
-    task_id: str
-    context_id: str
-    status: _Status03
-    final: bool = False
-    metadata: dict[str, Any] | None = None
-
-
-class _ArtifactUpdate03(_W):
-    task_id: str
-    context_id: str
-    artifact: _Artifact03
-    append: bool | None = None
-    last_chunk: bool | None = None
-    metadata: dict[str, Any] | None = None
-
-
 class _Probe03(_W):
     """Enough of any 0.3 result to tell what it is (``kind``, else the SDK's fallbacks)."""
 
@@ -189,36 +154,6 @@ class _Probe03(_W):
 
 class _Trajectory03(_W):
     event: TrajectoryEvent
-
-
-def _status(s: _Status03) -> TaskStatus:
-    return TaskStatus(
-        state=v03.STATE_FROM_V03[s.state],
-        message=v03.message_from_v03(s.message) if s.message is not None else None,
-        timestamp=s.timestamp,
-    )
-
-
-def _artifact(a: _Artifact03) -> Artifact:
-    return Artifact(
-        artifact_id=a.artifact_id,
-        parts=[v03.part_from_v03(p) for p in a.parts],
-        name=a.name,
-        description=a.description,
-        metadata=a.metadata,
-        extensions=a.extensions,
-    )
-
-
-def _task(t: _Task03) -> Task:
-    return Task(
-        id=t.id,
-        context_id=t.context_id,
-        status=_status(t.status),
-        artifacts=[_artifact(a) for a in t.artifacts] if t.artifacts else None,
-        history=[v03.message_from_v03(m) for m in t.history] if t.history else None,
-        metadata=t.metadata,
-    )
 
 
 class Codec03(Codec):
@@ -258,27 +193,17 @@ class Codec03(Codec):
             elif probe.id is not None:
                 kind = "task"
         if kind == "task":
-            t = _decode(raw, _Task03, what)
-            return _convert(lambda: _task(t), what)
+            t = _decode(raw, Task03, what)
+            return _convert(lambda: task_from_v03(t), what)
         if kind == "message":
             m = _decode(raw, v03.Message03, what)
             return _convert(lambda: v03.message_from_v03(m), what)
         if kind == "status-update":
-            s = _decode(raw, _StatusUpdate03, what)
-            return _convert(
-                lambda: TaskStatusUpdateEvent(
-                    task_id=s.task_id, context_id=s.context_id, status=_status(s.status),
-                    metadata=s.metadata),
-                what,
-            )
+            s03 = _decode(raw, StatusUpdate03, what)
+            return _convert(lambda: status_update_from_v03(s03), what)
         if kind == "artifact-update":
-            a = _decode(raw, _ArtifactUpdate03, what)
-            return _convert(
-                lambda: TaskArtifactUpdateEvent(
-                    task_id=a.task_id, context_id=a.context_id, artifact=_artifact(a.artifact),
-                    append=bool(a.append), last_chunk=bool(a.last_chunk), metadata=a.metadata),
-                what,
-            )
+            a03 = _decode(raw, ArtifactUpdate03, what)
+            return _convert(lambda: artifact_update_from_v03(a03), what)
         if kind == "trajectory":
             return _decode(raw, _Trajectory03, what).event
         return None
