@@ -357,3 +357,34 @@ async def test_giving_up_before_any_answer_finds_the_task_and_cancels_it(
         await wait_cancelled(sdk_url, started[0], within=2.5)
         task = await client.get_task(started[0])
         assert task.status.state is TaskState.CANCELED, task.status
+
+
+async def test_the_abandon_cancel_carries_the_callers_credentials(tmp_path: Path) -> None:
+    """On a server that wants API keys, the CancelTask a polled step sends on giving up is its
+    caller's own: accepted, recorded as by alice; another caller cannot see the task."""
+    from scoped_a2a.client.auth import ApiKey
+    from scoped_a2a.protocol.errors import TaskNotFound
+    from scoped_a2a.server.auth import Authenticator
+    from scoped_a2a.server.auth.api_keys import ApiKeys
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text("alice:alice-secret\nbob:bob-secret\n")
+    app = A2AApp(demo_agent, authenticate=Authenticator([ApiKeys(keys)]))
+    async with served(app) as url:
+        async with A2AClient(url, auth=ApiKey("alice-secret")) as probe:
+            card = polled(await probe.card())
+        async with A2AClient(url, card=card, auth=ApiKey("alice-secret")) as alice:
+            async with Step(alice, follow=False) as step:
+                with anyio.move_on_after(0.5):
+                    await step.turn("slow 30")
+            turn = step.turns[0]
+            assert turn.abandoned is not None and turn.abandoned.outcome == "canceled", turn
+            assert turn.task_id is not None
+            task = await alice.get_task(turn.task_id)
+            assert task.status.state is TaskState.CANCELED
+            assert task.status.message is not None
+            said = "".join(p.text or "" for p in task.status.message.parts)
+            assert "(by alice)" in said, said
+        async with A2AClient(url, auth=ApiKey("bob-secret")) as bob:
+            with pytest.raises(TaskNotFound):
+                await bob.get_task(turn.task_id)
