@@ -51,6 +51,14 @@ async def a_store(kind: str, tmp_path: Path) -> AsyncIterator[TaskStore]:
     elif kind == "sqlite":
         async with open_sqlite_store(tmp_path / "tasks.db") as store:
             yield store
+    elif kind == "postgres":
+        from scoped_a2a.store.postgres import open_postgres_store
+
+        from .postgres.server import shared_server
+
+        url = shared_server().database()
+        async with open_postgres_store(url, key_file=tmp_path / "pg.key") as store:
+            yield store
     else:
         if REDIS_SERVER is None:
             pytest.skip("redis-server is not installed")
@@ -65,7 +73,7 @@ async def a_store(kind: str, tmp_path: Path) -> AsyncIterator[TaskStore]:
             server.stop()
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis", "postgres"])
 async def test_the_store_contract(kind: str, tmp_path: Path) -> None:
     task = new_task()
     events = [status(task, TaskState.WORKING, "working"), chunk(task, "one ", append=False),

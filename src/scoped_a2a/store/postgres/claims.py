@@ -1,0 +1,101 @@
+"""Message claims in PostgreSQL (docs/exactly-once.md): the SQL of each claim op, run in the
+caller's transaction, so two sends of one message on any replicas get one winner.
+
+A claim row is pending (``pending_until`` set) until its task is stored (create and the run
+queue clear it in their transaction) or a follow-up is confirmed; a pending claim whose task
+never appeared (its sender died in between) lapses after :data:`CLAIM_PENDING` seconds. When
+retention deletes a task its claims linger for the claim window (``gone_until``), then go.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ..claims import PriorSend
+from .schema import NOW
+
+CLAIM_PENDING = 30.0
+"""Seconds a claim waits for its task to be stored before it lapses."""
+
+Row = tuple[bytes, str, int, float | None, float | None]
+
+
+def _exists(conn: psycopg.Connection[Any], task_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM tasks WHERE id = %s", (task_id,)).fetchone() is not None
+
+
+def _prior(conn: psycopg.Connection[Any], row: Row) -> PriorSend:
+    fp, task_id, position, _pending, gone = row
+    created = gone is not None or _exists(conn, task_id)
+    return PriorSend(task_id, bytes(fp), int(position), created)
+
+
+def _get(conn: psycopg.Connection[Any], key: bytes) -> Row | None:
+    """The live claim of ``key``, locked for this transaction; a lapsed one is deleted."""
+    row = conn.execute(
+        f"SELECT fingerprint, task_id, position, pending_until, gone_until, {NOW} FROM claims "
+        "WHERE key = %s FOR UPDATE", (key,)).fetchone()
+    if row is None:
+        return None
+    fp, task_id, pos, pending, gone, now = row
+    lapsed = (gone is not None and gone < now) or (
+        gone is None and pending is not None and pending < now and not _exists(conn, task_id))
+    if lapsed:
+        conn.execute("DELETE FROM claims WHERE key = %s", (key,))
+        return None
+    return (fp, task_id, pos, pending, gone)
+
+
+def claim(conn: psycopg.Connection[Any], key: bytes, fingerprint: bytes, task_id: str,
+          position: int, created: bool) -> PriorSend | None:
+    """Claim ``key`` for ``task_id``: None if it was free, else the claim that holds it."""
+    for _ in range(3):
+        row = _get(conn, key)
+        if row is not None:
+            return _prior(conn, row)
+        pending = "NULL" if created else f"{NOW} + {CLAIM_PENDING}"
+        done = conn.execute(
+            f"INSERT INTO claims VALUES (%s, %s, %s, %s, {pending}, NULL) "
+            "ON CONFLICT (key) DO NOTHING RETURNING 1",
+            (key, fingerprint, task_id, position)).fetchone()
+        if done is not None:
+            return None
+        # Another send of it committed its claim meanwhile: read that one.
+    raise psycopg.OperationalError("a message claim kept changing under this send")
+
+
+def reclaim(conn: psycopg.Connection[Any], key: bytes, old_task_id: str, new_task_id: str
+            ) -> PriorSend | None:
+    row = _get(conn, key)
+    if row is None:
+        return PriorSend("", b"", 0, False)
+    if row[1] != old_task_id:
+        return _prior(conn, row)
+    conn.execute(f"UPDATE claims SET task_id = %s, position = 0, pending_until = {NOW} + "
+                 f"{CLAIM_PENDING}, gone_until = NULL WHERE key = %s", (new_task_id, key))
+    return None
+
+
+def confirm(conn: psycopg.Connection[Any], key: bytes, task_id: str) -> None:
+    conn.execute("UPDATE claims SET pending_until = NULL WHERE key = %s AND task_id = %s",
+                 (key, task_id))
+
+
+def release(conn: psycopg.Connection[Any], key: bytes, task_id: str) -> None:
+    conn.execute("DELETE FROM claims WHERE key = %s AND task_id = %s", (key, task_id))
+
+
+def made(conn: psycopg.Connection[Any], task_id: str) -> None:
+    """``task_id`` is stored (in this transaction): its pending claims are made."""
+    conn.execute("UPDATE claims SET pending_until = NULL WHERE task_id = %s "
+                 "AND pending_until IS NOT NULL", (task_id,))
+
+
+def tasks_gone(conn: psycopg.Connection[Any], task_ids: list[str], window: float) -> None:
+    """Retention deleted these tasks: their claims linger for ``window`` seconds; expired
+    lingering claims go."""
+    conn.execute(f"UPDATE claims SET gone_until = {NOW} + %s WHERE task_id = ANY(%s)",
+                 (window, task_ids))
+    conn.execute(f"DELETE FROM claims WHERE gone_until IS NOT NULL AND gone_until < {NOW}")

@@ -1,0 +1,447 @@
+"""The PostgreSQL task store: tasks, logs, push configs and claims shared by every replica.
+
+Every operation is one transaction in a worker thread (connection.py); nothing is kept in this
+process that another replica could change, except caches checked against the database.
+
+Appends. The task's row is locked (``SELECT ... FOR UPDATE``), so appends to one task from any
+replica are serialized and positions are the same per-task integers as in memory. A terminal
+task refuses the event (:class:`TaskEnded`: terminal states never change), and a run executing
+under a queue lease (``fenced``) writes only while the ``runs`` row still holds its token. The
+event row, the new snapshot and a ``NOTIFY`` commit together; :meth:`append` returns once
+committed, so whatever a caller was answered is stored.
+
+Snapshots. The row keeps the task's 1.0 JSON as of ``last`` (trajectory events leave it as it
+is). The writer folds the event into the snapshot it last saw, and reads the stored one only if
+the position moved meanwhile; readers skip the snapshot's bytes when theirs is current.
+
+Waiting. :meth:`wait` sleeps on a local event woken by this process's appends and by the
+listener (other replicas' commits, within milliseconds), and re-reads every ``poll_interval``
+seconds in case a notification was lost while the listener reconnected.
+
+Retention: ``--retain`` seconds, ``--max-ended-tasks`` and ``--max-ended-bytes`` over every
+ended task in the schema, oldest-ended first, swept after task ends (at most every
+``SWEEP_EVERY`` seconds per process). Running tasks are never deleted.
+
+Cancellation: every method is safe to cancel (connection.py). Errors: ServerUnavailable (one
+line) when the database cannot be used.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import msgspec
+import psycopg
+from psycopg import errors as pgerrors
+
+from ...protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
+from ...protocol.trajectory import LogEvent, TrajectoryEvent
+from ...protocol.types import (
+    ListTasksRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
+from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
+from ..claims import PriorSend, claim_key
+from ..snapshot import apply_event
+from ..sqlite.records import DECODERS, KIND_OF, decode_task
+from ..sqlite.retention import Retention
+from ..sqlite.seal import Sealer
+from . import claims
+from .connection import Pool
+from .listener import Waiters
+from .schema import NOW
+
+log = logging.getLogger("scoped_a2a.postgres")
+_encode = msgspec.json.Encoder().encode
+_decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
+CACHE = 1024  # snapshots (decoded) of tasks recently written or read here
+SWEEP_EVERY = 1.0  # seconds between two retention sweeps of one process
+_TERMINAL = [s.value for s in TaskState if s.terminal]
+
+
+class _Ended(Exception):
+    """Raised inside a transaction: the task is terminal, or the run lost its lease."""
+
+
+class PostgresTaskStore(TaskStore):
+    """Tasks in one PostgreSQL schema, shared by every process that uses it.
+
+    Build it with :func:`~scoped_a2a.store.postgres.open_postgres_store`.
+    """
+
+    def __init__(self, pool: Pool, waiters: Waiters, sealer: Sealer, *,
+                 max_events_per_task: int = 10_000, policy: Retention | None = None,
+                 poll_interval: float = 5.0) -> None:
+        if max_events_per_task < 1:
+            raise ValueError("store bounds must be positive")
+        self.pool = pool
+        self.waiters = waiters
+        self.sealer = sealer
+        self.max_events_per_task = max_events_per_task
+        self.policy = policy or Retention()
+        self.poll_interval = poll_interval
+        self.channel = f"{pool.schema}_appended"
+        self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
+        self._fences: dict[str, str] = {}
+        self._next_sweep = 0.0
+        self.queue: Any = None  # the run queue (queue.py), set by open_postgres_store
+
+    def run_launcher(self) -> Any:
+        """The run queue: detached runs are stored with their task and run by any worker."""
+        return self.queue
+
+    # --- snapshots cache ------------------------------------------------------------------
+
+    def _remember(self, task_id: str, task: Task, pos: int) -> None:
+        self._cache[task_id] = (task, pos)
+        self._cache.move_to_end(task_id)
+        if len(self._cache) > CACHE:
+            self._cache.popitem(last=False)
+
+    def _cached_pos(self, task_id: str) -> int:
+        held = self._cache.get(task_id)
+        return held[1] if held is not None else -1
+
+    def _snapshot(self, task_id: str, snap: bytes | None, pos: int) -> Task:
+        """The snapshot at ``pos``: ``snap`` decoded, or the cached one when ``snap`` is None
+        (the database skipped sending what this process holds)."""
+        if snap is None:
+            held = self._cache.get(task_id)
+            if held is not None and held[1] == pos:
+                return held[0]
+            raise ServerUnavailable("the task store's cache lost a snapshot; try again")
+        task = decode_task(snap)
+        self._remember(task_id, task, pos)
+        return task
+
+    # --- tasks ----------------------------------------------------------------------------
+
+    def create_sql(self, conn: psycopg.Connection[Any], task: Task, owner: str,
+                   snap: bytes) -> None:
+        """Store ``task`` in the caller's transaction (the run queue adds its row after)."""
+        try:
+            conn.execute(
+                "INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, "
+                "size) VALUES (%s, %s, %s, %s, %s, 0, %s, NULL, %s)",
+                (task.id, owner, task.context_id, task.status.state.value,
+                 task.status.timestamp, snap, len(snap)))
+        except pgerrors.UniqueViolation:
+            raise InvalidParams(f"task {task.id!r} already exists") from None
+        claims.made(conn, task.id)
+
+    def created(self, task: Task, snap: bytes) -> None:
+        """``task`` was committed: its writer and readers here start from this snapshot."""
+        self._remember(task.id, decode_task(snap), 0)
+
+    async def create(self, task: Task, *, owner: str = "") -> None:
+        snap = _encode(task)
+        await self.pool.run(lambda c: self.create_sql(c, task, owner, snap))
+        self.created(task, snap)
+
+    async def owner_of(self, task_id: str) -> str:
+        row = await self.pool.run(lambda c: c.execute(
+            "SELECT owner FROM tasks WHERE id = %s", (task_id,)).fetchone(), retry=True)
+        if row is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return str(row[0])
+
+    async def get(self, task_id: str) -> tuple[Task, int]:
+        mine = self._cached_pos(task_id)
+        row = await self.pool.run(lambda c: c.execute(
+            "SELECT last, CASE WHEN last = %s THEN NULL ELSE snap END FROM tasks "
+            "WHERE id = %s", (mine, task_id)).fetchone(), retry=True)
+        if row is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        last = int(row[0])
+        return self._snapshot(task_id, row[1], last), last
+
+    @contextmanager
+    def fenced(self, task_id: str, token: str) -> Iterator[None]:
+        """While in the body, this process's appends to ``task_id`` need the run queue's lease
+        ``token`` (another worker took the run over: the append raises TaskEnded)."""
+        self._fences[task_id] = token
+        try:
+            yield
+        finally:
+            self._fences.pop(task_id, None)
+
+    async def append(self, task_id: str, event: LogEvent) -> int:
+        # Encoded first: an event JSON cannot encode is refused before it takes a position.
+        encoded = _encode(event)
+        kind = KIND_OF[type(event)]
+        token = self._fences.get(task_id)
+        held = self._cache.get(task_id)
+        trajectory = isinstance(event, TrajectoryEvent)
+        ends = isinstance(event, TaskStatusUpdateEvent) and event.status.state.terminal
+        limit = self.max_events_per_task
+
+        def run(conn: psycopg.Connection[Any]) -> tuple[int, Task | None]:
+            row = conn.execute(
+                "SELECT seq, last, state, CASE WHEN last = %s THEN NULL ELSE snap END "
+                "FROM tasks WHERE id = %s FOR UPDATE",
+                (held[1] if held is not None else -1, task_id)).fetchone()
+            if row is None:
+                raise TaskNotFound(f"task {task_id!r} not found")
+            seq, last, state, snap = row
+            if TaskState(state).terminal:
+                raise _Ended
+            if token is not None:
+                lease = conn.execute("SELECT token FROM runs WHERE task_id = %s",
+                                     (task_id,)).fetchone()
+                if lease is None or lease[0] != token:
+                    raise _Ended  # our lease went to another worker: record nothing
+            pos = int(last) + 1
+            task: Task | None = None
+            if trajectory:
+                conn.execute("UPDATE tasks SET last = %s, size = size + %s WHERE seq = %s",
+                             (pos, len(encoded), seq))
+            else:
+                # A copy to fold (the cached one may be in a reader's hands).
+                base = snap if snap is not None else _encode(held[0]) if held else None
+                if base is None:
+                    raise ServerUnavailable("the task store's cache lost a snapshot")
+                task = decode_task(base)
+                apply_event(task, event)
+                new = _encode(task)
+                status = task.status
+                conn.execute(
+                    f"UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
+                    f"size = size + %s, ended_at = CASE WHEN %s THEN {NOW} END WHERE seq = %s",
+                    (pos, status.state.value, status.timestamp, new,
+                     len(encoded) + len(new), ends, seq))
+            conn.execute("INSERT INTO events VALUES (%s, %s, %s, %s)", (seq, pos, kind, encoded))
+            if pos > limit:
+                conn.execute("DELETE FROM events WHERE task = %s AND pos = %s",
+                             (seq, pos - limit))
+            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"{pos} {task_id}"))
+            return pos, task
+
+        try:
+            pos, task = await self.pool.run(run)
+        except _Ended:
+            self._cache.pop(task_id, None)
+            raise TaskEnded(task_id) from None
+        if task is not None:
+            self._remember(task_id, task, pos)
+        elif held is not None and held[1] == pos - 1:
+            self._remember(task_id, held[0], pos)  # a trajectory event leaves it as it was
+        self.waiters.saw(task_id, pos)
+        if ends:
+            self._cache.pop(task_id, None)
+            await self._retain()
+        return pos
+
+    async def read(
+        self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
+    ) -> LogPage:
+        max_events = max(1, max_events)
+        mine = self._cached_pos(task_id)
+        limit = self.max_events_per_task
+
+        def run(conn: psycopg.Connection[Any]) -> tuple[int, bytes | None, list[Any]]:
+            row = conn.execute(
+                "SELECT seq, last, CASE WHEN last = %s THEN NULL ELSE snap END FROM tasks "
+                "WHERE id = %s", (mine, task_id)).fetchone()
+            if row is None:
+                raise TaskNotFound(f"task {task_id!r} not found")
+            seq, last, snap = row
+            rows: list[Any] = []
+            if last > after:
+                rows = conn.execute(
+                    "SELECT pos, kind, body FROM events WHERE task = %s AND pos > %s "
+                    "AND pos <= %s ORDER BY pos LIMIT %s",
+                    (seq, after, last, max_events)).fetchall()
+            return int(last), snap, rows
+
+        last, snap, rows = await self.pool.run(run, retry=True)
+        task = self._snapshot(task_id, snap, last)
+        first = max(1, last - limit + 1)
+        entries: list[LogEntry] = []
+        size = 0
+        for pos, kind, body in rows:
+            size += len(body)
+            if entries and size > max_bytes:  # the first entry is always returned
+                break
+            body = bytes(body)
+            entries.append(LogEntry(int(pos), DECODERS[kind].decode(body), body))
+        nxt = entries[-1].position if entries else max(after, first - 1)
+        return LogPage(entries, nxt, nxt < last, task, first)
+
+    def wake(self, task_id: str) -> None:
+        self.waiters.wake(task_id)
+
+    async def wait(self, task_id: str, after: int) -> None:
+        event = self.waiters.event(task_id)  # registered before looking: no wake-up is missed
+        if self.waiters.known.get(task_id, -1) > after:
+            return
+        with anyio.move_on_after(self.poll_interval):
+            await event.wait()
+
+    # --- ListTasks ------------------------------------------------------------------------
+
+    async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
+        size, before = page_bounds(request)
+        where, args = ["TRUE"], []
+        for clause, value in (("owner = %s", owner), ("context_id = %s", request.context_id),
+                              ("state = %s", request.status.value if request.status else None),
+                              ("coalesce(ts, '') >= %s", request.status_timestamp_after)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        cond = " AND ".join(where)
+
+        def run(conn: psycopg.Connection[Any]) -> tuple[int, list[Any]]:
+            total = conn.execute(f"SELECT count(*) FROM tasks WHERE {cond}",
+                                 args).fetchone()
+            page_cond = cond + (" AND seq < %s" if before is not None else "")
+            page_args = [*args, before] if before is not None else args
+            rows = conn.execute(f"SELECT seq, snap FROM tasks WHERE {page_cond} "
+                                "ORDER BY seq DESC LIMIT %s", [*page_args, size + 1]).fetchall()
+            return int(total[0]) if total else 0, rows
+
+        total, rows = await self.pool.run(run, retry=True)
+        more = len(rows) > size
+        rows = rows[:size]
+        token = str(rows[-1][0]) if more and rows else ""
+        return TaskPage([decode_task(snap) for _, snap in rows], token, total, size)
+
+    # --- message claims (docs/exactly-once.md) --------------------------------------------
+
+    async def claim_message(
+        self, owner: str, message_id: str, fingerprint: bytes, task_id: str, *,
+        position: int = 0, created: bool = False,
+    ) -> PriorSend | None:
+        key = claim_key(owner, message_id)
+        result: PriorSend | None = await self.pool.run(
+            lambda c: claims.claim(c, key, fingerprint, task_id, position, created))
+        return result
+
+    async def reclaim_message(
+        self, owner: str, message_id: str, old_task_id: str, new_task_id: str
+    ) -> PriorSend | None:
+        key = claim_key(owner, message_id)
+        result: PriorSend | None = await self.pool.run(
+            lambda c: claims.reclaim(c, key, old_task_id, new_task_id))
+        return result
+
+    async def confirm_message(self, owner: str, message_id: str, task_id: str) -> None:
+        key = claim_key(owner, message_id)
+        await self.pool.run(lambda c: claims.confirm(c, key, task_id))
+
+    async def release_message(self, owner: str, message_id: str, task_id: str) -> None:
+        key = claim_key(owner, message_id)
+        await self.pool.run(lambda c: claims.release(c, key, task_id))
+
+    # --- push configs (sealed: ..sqlite.seal) ---------------------------------------------
+
+    async def set_push_config(self, task_id: str, config: TaskPushNotificationConfig) -> None:
+        assert config.id is not None
+        body = self.sealer.seal(_encode(config))
+        config_id = config.id
+
+        def run(conn: psycopg.Connection[Any]) -> bool:
+            done = conn.execute(
+                "INSERT INTO push SELECT seq, %s, %s, last, state, TRUE FROM tasks "
+                "WHERE id = %s ON CONFLICT (task, config_id) DO UPDATE SET body = "
+                "excluded.body RETURNING 1", (config_id, body, task_id)).fetchone()
+            return done is not None
+
+        if not await self.pool.run(run):
+            raise TaskNotFound(f"task {task_id!r} not found")
+
+    async def push_configs(self, task_id: str) -> list[TaskPushNotificationConfig]:
+        def run(conn: psycopg.Connection[Any]) -> list[Any] | None:
+            if conn.execute("SELECT 1 FROM tasks WHERE id = %s", (task_id,)).fetchone() is None:
+                return None
+            return conn.execute("SELECT p.body FROM push p JOIN tasks t ON t.seq = p.task "
+                                "WHERE t.id = %s ORDER BY p.config_id", (task_id,)).fetchall()
+
+        rows = await self.pool.run(run, retry=True)
+        if rows is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return [_decode_push(self.sealer.open(bytes(body))) for (body,) in rows]
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        def run(conn: psycopg.Connection[Any]) -> int | None:
+            if conn.execute("SELECT 1 FROM tasks WHERE id = %s", (task_id,)).fetchone() is None:
+                return None
+            return conn.execute("DELETE FROM push p USING tasks t WHERE t.seq = p.task AND "
+                                "t.id = %s AND p.config_id = %s", (task_id, config_id)).rowcount
+
+        n = await self.pool.run(run)
+        if n is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return bool(n)
+
+    async def push_progress(self, task_id: str, config_id: str, cursor: int, state: str,
+                            v1: bool) -> None:
+        """How far the watch of a push config got (its deliveries resume there after a
+        restart)."""
+        await self.pool.run(lambda c: c.execute(
+            "UPDATE push p SET cursor = %s, state = %s, v1 = %s FROM tasks t WHERE "
+            "t.seq = p.task AND t.id = %s AND p.config_id = %s",
+            (cursor, state, v1, task_id, config_id)))
+
+    async def pending_pushes(self) -> list[tuple[str, str, int, str, bool]]:
+        rows = await self.pool.run(lambda c: c.execute(
+            "SELECT t.id, p.config_id, p.cursor, p.state, p.v1 FROM push p "
+            "JOIN tasks t ON t.seq = p.task WHERE NOT (p.state = ANY(%s))",
+            (_TERMINAL,)).fetchall(), retry=True)
+        return [(t, c, int(cur), st, bool(v1)) for t, c, cur, st, v1 in rows]
+
+    # --- retention ------------------------------------------------------------------------
+
+    async def _retain(self) -> None:
+        """Delete ended tasks beyond the policy (at most one sweep per SWEEP_EVERY here)."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_EVERY
+        try:
+            await self.sweep()
+        except ServerUnavailable as exc:  # the end is stored; the next end sweeps again
+            log.warning("PostgreSQL store retention failed: %s", exc)
+
+    async def sweep(self) -> int:
+        """Delete ended tasks older than ``retain`` and beyond ``max_ended_tasks`` /
+        ``max_ended_bytes``, oldest-ended first; how many were deleted."""
+        policy = self.policy
+
+        def run(conn: psycopg.Connection[Any]) -> int:
+            victims: list[tuple[int, str]] = []
+            if policy.retain is not None:
+                victims += conn.execute(
+                    f"SELECT seq, id FROM tasks WHERE ended_at IS NOT NULL AND ended_at < "
+                    f"{NOW} - %s ORDER BY ended_at LIMIT 5000", (policy.retain,)).fetchall()
+            # Beyond the count or the bytes: the oldest ended, past the newest that fit (the
+            # newest is kept whatever its size: its caller is about to read its end).
+            victims += conn.execute(
+                "SELECT seq, id FROM (SELECT seq, id, row_number() OVER w AS n, "
+                "sum(size) OVER w AS total FROM tasks WHERE ended_at IS NOT NULL "
+                "WINDOW w AS (ORDER BY ended_at DESC, seq DESC)) x "
+                "WHERE n > %s OR (total > %s AND n > 1) LIMIT 5000",
+                (policy.max_ended_tasks, policy.max_ended_bytes)).fetchall()
+            if not victims:
+                return 0
+            seqs = sorted({v[0] for v in victims})
+            ids = sorted({v[1] for v in victims})
+            conn.execute("DELETE FROM tasks WHERE seq = ANY(%s)", (seqs,))
+            claims.tasks_gone(conn, ids, policy.claim_window)
+            for task_id in ids:
+                conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"0 {task_id}"))
+            return len(seqs)
+
+        return int(await self.pool.run(run))
+
+    async def aclose(self) -> None:
+        """Close the idle connections."""
+        self.pool.close()
