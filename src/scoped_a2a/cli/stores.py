@@ -7,11 +7,12 @@ the stores' options of ``serve``.
 ``memory``          :mod:`.store_memory`         nothing (the default)
 ``sqlite:PATH``     :mod:`.store_sqlite`         nothing (Python's sqlite3)
 ``redis://...``     :mod:`.store_redis`          coredis (``scoped-a2a[redis]``)
+``postgresql://``   :mod:`.store_postgres`       psycopg (``scoped-a2a[postgres]``)
 ==================  ===========================  =====================================
 
-(``rediss://`` and ``unix://`` are Redis too.) A store's module is imported only when its
-scheme is given, so the default imports no store driver; a new store (PostgreSQL is next) is
-one line in :data:`SCHEMES` and one module with the two functions of :class:`StoreCommand`.
+(``rediss://`` and ``unix://`` are Redis too, ``postgres://`` is PostgreSQL.) A store's module
+is imported only when its scheme is given, so the default imports no store driver; a new store
+is one line in :data:`SCHEMES` and one module with the two functions of :class:`StoreCommand`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ SCHEMES: dict[str, str] = {
     "redis://": "store_redis",
     "rediss://": "store_redis",
     "unix://": "store_redis",
+    "postgresql://": "store_postgres",
+    "postgres://": "store_postgres",
 }
 """A ``--store`` URL's scheme (``memory`` is the whole URL) -> its module in this package."""
 
@@ -56,7 +59,8 @@ def store_module(url: str) -> StoreCommand:
     for scheme, name in SCHEMES.items():
         if url == scheme if scheme == "memory" else url.startswith(scheme):
             return cast(StoreCommand, importlib.import_module(f".{name}", __package__))
-    raise SystemExit(f"--store must be 'memory', sqlite:PATH or a redis:// URL, not {url!r}")
+    raise SystemExit(f"--store must be 'memory', sqlite:PATH, a redis:// or a postgresql:// "
+                     f"URL, not {url!r}")
 
 
 def check_store_url(url: str) -> StoreCommand:
@@ -71,10 +75,10 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group(
         "stores", "Where tasks live and how many ended ones are kept; the durable queue.")
     g.add_argument("--store", default="memory",
-                   metavar="memory|sqlite:PATH|redis://HOST:PORT/DB",
+                   metavar="memory|sqlite:PATH|redis://HOST:PORT/DB|postgresql://...",
                    help="where tasks live: in memory, in an SQLite file (one process; "
-                        "survives restarts) or in a shared Redis; both make detached "
-                        "runs durable (docs/stores.md)")
+                        "survives restarts), in a shared Redis or a shared PostgreSQL; all "
+                        "but memory make detached runs durable (docs/stores.md)")
     g.add_argument("--max-ended-tasks", type=at_least_one, default=10_000, metavar="N",
                    help="ended tasks kept in memory (oldest evicted first)")
     g.add_argument("--max-ended-bytes", type=parse_size, default=DEFAULT_MAX_ENDED_BYTES,
@@ -82,18 +86,20 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
                    help="bytes of ended tasks kept in memory, as encoded JSON (oldest evicted "
                         "first); SIZE is bytes or e.g. 64MiB, 1GiB")
     g.add_argument("--retain", type=seconds, default=None, metavar="SECONDS",
-                   help="with an SQLite store: delete ended tasks older than this (and "
-                        "beyond --max-ended-tasks / --max-ended-bytes, oldest first)")
+                   help="with an SQLite or PostgreSQL store: delete ended tasks older than this "
+                        "(and beyond --max-ended-tasks / --max-ended-bytes, oldest first)")
     g.add_argument("--no-worker", action="store_true",
-                   help="with a Redis store: do not execute queued runs in this process")
+                   help="with a Redis or PostgreSQL store: do not execute queued runs in this "
+                        "process")
     add_queue_options(g)
 
 
 def add_queue_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The durable queue's options, shared by ``serve`` and ``worker``."""
     g.add_argument("--store-wait", type=seconds_or_zero, default=0.0, metavar="SECONDS",
-                   help="with a Redis store: wait up to this long for Redis to answer at "
-                        "start-up (0: it must answer at once); then stop with exit status 2")
+                   help="with a Redis or PostgreSQL store: wait up to this long for it to "
+                        "answer at start-up (0: it must answer at once); then stop with exit "
+                        "status 2")
     g.add_argument("--concurrency", type=at_least_one, default=16, metavar="N",
                    help="queued runs one worker executes at a time")
     g.add_argument("--claim-idle", type=seconds, default=30.0, metavar="SECONDS",
@@ -101,3 +107,6 @@ def add_queue_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
                         "worker")
     g.add_argument("--redis-prefix", default="scoped_a2a",
                    help="prefix of every Redis key (apps sharing one Redis differ here)")
+    from .store_postgres import add_postgres_options
+
+    add_postgres_options(g)

@@ -1,10 +1,11 @@
-"""``worker --store redis://...``: execute the detached runs ``serve`` queued in Redis, with no
-HTTP server (:func:`.store_redis.run_worker` does the work).
+"""``worker --store redis://...|postgresql://...``: execute the detached runs ``serve`` queued in
+Redis or PostgreSQL, with no HTTP server (the store module's ``run_worker`` does the work:
+:func:`.store_redis.run_worker`, :func:`.store_postgres.run_worker`).
 
-Run as many workers as you like against one Redis. SIGINT/SIGTERM: take no new runs, give
-running ones ``--grace`` seconds, then leave the rest in the queue for another worker; a second
-signal stops at once. An SQLite store is executed by its ``serve`` process (one process owns
-the file): ``worker`` refuses it with one line.
+Run as many workers as you like against one Redis or one PostgreSQL schema. SIGINT/SIGTERM:
+take no new runs, give running ones ``--grace`` seconds, then leave the rest in the queue for
+another worker; a second signal stops at once. An SQLite store is executed by its ``serve``
+process (one process owns the file): ``worker`` refuses it with one line.
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ from .startup import run_server
 from .stores import add_queue_options, check_store_url
 
 WORKER_DESCRIPTION = """\
-Execute the detached runs that `serve --store redis://...` queued, with no HTTP server.
-Run as many workers as you like against one Redis. SIGINT/SIGTERM: take no new runs, give
-running ones --grace seconds, then leave the rest in the queue for another worker."""
+Execute the detached runs that `serve --store redis://...` (or postgresql://...) queued, with
+no HTTP server. Run as many workers as you like against one Redis or PostgreSQL.
+SIGINT/SIGTERM: take no new runs, give running ones --grace seconds, then leave the rest in the
+queue for another worker."""
 
 
 def add_worker_parser(sub: Any) -> None:
     """Add the ``worker`` subcommand to the CLI's subparsers."""
     w = sub.add_parser(
-        "worker", help="execute queued detached runs from a Redis store",
+        "worker", help="execute queued detached runs from a Redis or PostgreSQL store",
         formatter_class=HelpFormatter, description=WORKER_DESCRIPTION)
     w.add_argument("--agent", default=DEFAULT_AGENT,
                    help="MODULE:ATTR of the agent, an async callable (the default is the "
@@ -45,14 +47,14 @@ def add_worker_parser(sub: Any) -> None:
     w.add_argument("--expose-errors", action="store_true",
                    help="send the full text of an agent's exceptions to callers (development)")
     add_log_level(w, "INFO")
-    w.add_argument("--store", required=True, metavar="redis://HOST:PORT/DB",
-                   help="the Redis the servers use")
+    w.add_argument("--store", required=True, metavar="redis://HOST:PORT/DB|postgresql://...",
+                   help="the Redis or PostgreSQL the servers use")
     add_queue_options(w)
 
 
 async def _work(args: argparse.Namespace, agent: Any) -> None:
-    """The worker until its shutdown: the signal handlers first, then Redis."""
-    from .store_redis import run_worker
+    """The worker until its shutdown: the signal handlers first, then the store."""
+    run_worker = check_store_url(args.store).run_worker  # type: ignore[attr-defined]
 
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
@@ -67,8 +69,9 @@ def run_worker_command(args: argparse.Namespace) -> int:
 
     agent = load_agent(args.agent, backend=args.backend).agent
     if args.store == "memory":  # a worker shares its store with servers: memory cannot be
-        raise SystemExit(f"--store must be a redis:// URL, not {args.store!r}")
-    if not getattr(check_store_url(args.store), "__name__", "").endswith(".store_redis"):
+        raise SystemExit(f"--store must be a redis:// or postgresql:// URL, not {args.store!r}")
+    if not hasattr(check_store_url(args.store), "run_worker"):
         raise SystemExit("an SQLite store is executed by its serve process (one process owns "
-                         "the file); the worker command is for a redis:// store")
+                         "the file); the worker command is for a redis:// or postgresql:// "
+                         "store")
     return run_server(_work, args, agent, backend=args.backend, host="", port=0)
