@@ -1,0 +1,209 @@
+"""The PostgreSQL store in process, on a real PostgreSQL server, on asyncio and trio.
+
+Two stores on one database stand for two replicas: a waiter on one is woken by the other's
+append through LISTEN/NOTIFY (its fallback poll is an hour, so only a notification can wake it);
+appends from both interleave with one position sequence; a message claimed on one is found on
+the other; a queued run is taken by one worker only. Push configs are sealed in the database;
+retention deletes ended tasks by age and count; a newer schema and another program's tables are
+refused with one line; schemas keep apps apart.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from scoped_a2a.protocol.errors import TaskNotFound
+from scoped_a2a.protocol.types import (
+    Message,
+    Part,
+    Role,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from scoped_a2a.store.base import TaskEnded
+from scoped_a2a.store.postgres import StoreOpenError, open_postgres_store
+from scoped_a2a.store.postgres.store import PostgresTaskStore
+
+from ..redis.test_redis_store import new_task, status, tick
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def two(url: str, tmp_path: Path, **kw: Any
+              ) -> AsyncIterator[tuple[PostgresTaskStore, PostgresTaskStore]]:
+    key = tmp_path / "push.key"
+    async with open_postgres_store(url, key_file=key, **kw) as a, \
+            open_postgres_store(url, key_file=key, **kw) as b:
+        yield a, b
+
+
+async def test_a_waiter_on_one_replica_is_woken_by_the_others_append(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    async with two(pg_url, tmp_path, poll_interval=3600) as (a, b):
+        task = new_task()
+        await a.create(task)
+        page = await b.read(task.id, 0)
+        assert page.entries == [] and page.next == 0
+        woken = anyio.Event()
+
+        async def waiter() -> None:
+            await b.wait(task.id, 0)  # only a NOTIFY from a's commit can end this
+            woken.set()
+
+        with anyio.fail_after(30):  # a hang guard, not a timing assertion
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await anyio.sleep(0.05)
+                assert not woken.is_set()
+                await a.append(task.id, status(task, TaskState.WORKING, "go"))
+        page = await b.read(task.id, 0)
+        assert [e.position for e in page.entries] == [1]
+        assert page.task.status.state == TaskState.WORKING
+
+
+async def test_appends_from_two_replicas_take_one_position_sequence(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    async with two(pg_url, tmp_path) as (a, b):
+        task = new_task()
+        await a.create(task)
+        got: list[int] = []
+
+        async def writer(store: PostgresTaskStore, base: int) -> None:
+            for i in range(20):
+                got.append(await store.append(task.id, tick(task, base + i)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer, a, 0)
+            tg.start_soon(writer, b, 100)
+        assert sorted(got) == list(range(1, 41))
+        await b.append(task.id, status(task, TaskState.COMPLETED, "done"))
+        with pytest.raises(TaskEnded):  # terminal on b: refused on a, whatever a cached
+            await a.append(task.id, status(task, TaskState.WORKING))
+        snap, pos = await a.get(task.id)
+        assert pos == 41 and snap.status.state == TaskState.COMPLETED
+        page = await a.read(task.id, 0, max_events=100)
+        assert sorted(e.event.data["i"] for e in page.entries[:-1]) == (
+            list(range(20)) + list(range(100, 120)))
+
+
+async def test_a_message_claimed_on_one_replica_is_found_on_the_other(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    async with two(pg_url, tmp_path) as (a, b):
+        task = new_task()
+        assert await a.claim_message("alice", "m1", b"fp", task.id) is None
+        prior = await b.claim_message("alice", "m1", b"fp", "other-task")
+        assert prior is not None and (prior.task_id, prior.created) == (task.id, False)
+        await a.create(task, owner="alice")  # the pending claim is made with its task
+        prior = await b.claim_message("alice", "m1", b"fp", "other-task")
+        assert prior is not None and (prior.task_id, prior.created) == (task.id, True)
+        # Another owner's same messageId is its own send.
+        assert await b.claim_message("bob", "m1", b"fp", "bobs-task") is None
+
+
+async def test_a_queued_run_is_taken_by_one_worker_and_its_lease_fences_the_other(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    async with two(pg_url, tmp_path) as (a, b):
+        task = new_task()
+        msg = Message(message_id="m", role=Role.USER, parts=[Part(text="go")])
+        await a.queue.submit(task, msg, request_metadata=None, detach_reason="test")
+        got_a, got_b = await a.queue.read_new("wa", 10, 10), await b.queue.read_new("wb", 10, 10)
+        assert len(got_a) + len(got_b) == 1
+        job = (got_a or got_b)[0]
+        attempt, snap = await a.queue.claim(job, "token-a", 30_000)
+        assert attempt == 1 and snap is not None and snap.id == task.id
+        assert await b.queue.claim(job, "token-b", 30_000) == (-2, None)  # held by a
+        with b.queue.fenced(task.id, "token-b"), pytest.raises(TaskEnded):
+            await b.append(task.id, tick(task, 0))  # not b's lease: records nothing
+        with a.queue.fenced(task.id, "token-a"):
+            await a.append(task.id, status(task, TaskState.COMPLETED, "done"))
+        assert await a.queue.retire(job, "token-a") is True
+        assert await b.queue.read_new("wb", 10, 10) == []
+        assert await b.queue.reclaim("wb", 10, 0) == []
+
+
+async def test_push_configs_are_sealed_in_the_database(pg_url: str, tmp_path: Path) -> None:
+    secret = "s3cr3t-token-value"
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k") as store:
+        task = new_task()
+        await store.create(task)
+        cfg = TaskPushNotificationConfig(url="http://127.0.0.1:1/hook", id="p1",
+                                         task_id=task.id, token=secret)
+        await store.set_push_config(task.id, cfg)
+        assert await store.push_configs(task.id) == [cfg]
+    with psycopg.connect(pg_url) as conn:
+        (body,) = conn.execute("SELECT body FROM scoped_a2a.push").fetchone()  # type: ignore[misc]
+    assert secret.encode() not in bytes(body)
+    # A missing key file is not made afresh, and another key cannot open them: both are
+    # refused at start-up with one line.
+    with pytest.raises(StoreOpenError, match="is missing"):
+        async with open_postgres_store(pg_url, key_file=tmp_path / "other"):
+            pass
+    (tmp_path / "other").write_bytes(os.urandom(32))
+    (tmp_path / "other").chmod(0o600)
+    with pytest.raises(StoreOpenError, match="does not open the push configs"):
+        async with open_postgres_store(pg_url, key_file=tmp_path / "other"):
+            pass
+
+
+async def test_retention_deletes_ended_tasks_by_count_and_age(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k", max_ended_tasks=2,
+                                   retain=3600) as store:
+        ids = []
+        for _ in range(4):
+            task = new_task()
+            await store.create(task)
+            await store.append(task.id, status(task, TaskState.COMPLETED, "done"))
+            ids.append(task.id)
+        running = new_task()
+        await store.create(running)
+        await store.sweep()
+        for gone in ids[:2]:
+            with pytest.raises(TaskNotFound):
+                await store.get(gone)
+        for kept in (*ids[2:], running.id):
+            await store.get(kept)
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k", retain=0.01) as store:
+        await anyio.sleep(0.05)
+        assert await store.sweep() == 2
+        await store.get(running.id)  # running tasks are never deleted
+        for gone in ids[2:]:
+            with pytest.raises(TaskNotFound):
+                await store.get(gone)
+
+
+async def test_a_newer_schema_and_foreign_tables_are_refused_and_schemas_keep_apps_apart(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k") as store:
+        task = new_task()
+        await store.create(task)
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k", schema="app_two") as other:
+        with pytest.raises(TaskNotFound):
+            await other.get(task.id)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO scoped_a2a.schema_version (version) VALUES (99)")
+        conn.execute("CREATE SCHEMA foreign_app; CREATE TABLE foreign_app.t (x int)")
+    with pytest.raises(StoreOpenError, match="newer scoped-a2a .schema version 99"):
+        async with open_postgres_store(pg_url, key_file=tmp_path / "k"):
+            pass
+    with pytest.raises(StoreOpenError, match="another program's tables"):
+        async with open_postgres_store(pg_url, key_file=tmp_path / "k", schema="foreign_app"):
+            pass
+    with psycopg.connect(pg_url) as conn:  # refused: nothing was changed
+        rows = conn.execute("SELECT max(version) FROM scoped_a2a.schema_version").fetchone()
+        assert rows == (99,)
