@@ -107,20 +107,23 @@ class PostgresTaskStore(TaskStore):
         if len(self._cache) > CACHE:
             self._cache.popitem(last=False)
 
-    def _cached_pos(self, task_id: str) -> int:
+    def _held(self, task_id: str) -> tuple[Task | None, int]:
+        """The cached snapshot of ``task_id`` and its position (None, -1 if none): a query
+        skips sending the snapshot when the position is still this one."""
         held = self._cache.get(task_id)
-        return held[1] if held is not None else -1
+        return held if held is not None else (None, -1)
 
-    def _snapshot(self, task_id: str, snap: bytes | None, pos: int) -> Task:
-        """The snapshot at ``pos``: ``snap`` decoded, or the cached one when ``snap`` is None
-        (the database skipped sending what this process holds)."""
-        if snap is None:
-            held = self._cache.get(task_id)
-            if held is not None and held[1] == pos:
-                return held[0]
-            raise ServerUnavailable("the task store's cache lost a snapshot; try again")
+    def _snapshot(self, task_id: str, snap: bytes | None, pos: int,
+                  held: tuple[Task | None, int]) -> Task:
+        """The snapshot at ``pos``: ``snap`` decoded, or ``held`` (taken before the query)
+        when ``snap`` is None (the database skipped sending what this process held)."""
+        if snap is None and held[0] is not None and held[1] == pos:
+            return held[0]
+        if snap is None:  # cannot happen: the query sends it unless the position was held's
+            raise ServerUnavailable("the task store lost track of a snapshot; try again")
         task = decode_task(snap)
-        self._remember(task_id, task, pos)
+        if pos >= self._held(task_id)[1]:
+            self._remember(task_id, task, pos)
         return task
 
     # --- tasks ----------------------------------------------------------------------------
@@ -155,14 +158,14 @@ class PostgresTaskStore(TaskStore):
         return str(row[0])
 
     async def get(self, task_id: str) -> tuple[Task, int]:
-        mine = self._cached_pos(task_id)
+        held = self._held(task_id)
         row = await self.pool.run(lambda c: c.execute(
             "SELECT last, CASE WHEN last = %s THEN NULL ELSE snap END FROM tasks "
-            "WHERE id = %s", (mine, task_id)).fetchone(), retry=True)
+            "WHERE id = %s", (held[1], task_id)).fetchone(), retry=True)
         if row is None:
             raise TaskNotFound(f"task {task_id!r} not found")
         last = int(row[0])
-        return self._snapshot(task_id, row[1], last), last
+        return self._snapshot(task_id, row[1], last, held), last
 
     @contextmanager
     def fenced(self, task_id: str, token: str) -> Iterator[None]:
@@ -244,7 +247,8 @@ class PostgresTaskStore(TaskStore):
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
     ) -> LogPage:
         max_events = max(1, max_events)
-        mine = self._cached_pos(task_id)
+        held = self._held(task_id)
+        mine = held[1]
         limit = self.max_events_per_task
 
         def run(conn: psycopg.Connection[Any]) -> tuple[int, bytes | None, list[Any]]:
@@ -263,7 +267,7 @@ class PostgresTaskStore(TaskStore):
             return int(last), snap, rows
 
         last, snap, rows = await self.pool.run(run, retry=True)
-        task = self._snapshot(task_id, snap, last)
+        task = self._snapshot(task_id, snap, last, held)
         first = max(1, last - limit + 1)
         entries: list[LogEntry] = []
         size = 0
