@@ -42,6 +42,10 @@ class OnRedis:
 
             path, _, query = self.url.removeprefix("sqlite:").partition("?")
             opened = open_sqlite_store(path, synchronous=query.partition("=")[2] or "full")
+        elif self.url.startswith(("postgresql://", "postgres://")):
+            from scoped_a2a.store.postgres import open_postgres_store
+
+            opened = open_postgres_store(self.url)  # key file: $SCOPED_A2A_POSTGRES_KEY_FILE
         else:
             from scoped_a2a.store.redis import open_redis_store
 

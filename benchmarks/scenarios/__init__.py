@@ -11,6 +11,7 @@ from .detached import Detached
 from .fanout import Fanout
 from .hangup import Hangup
 from .observe import ObserveCost
+from .postgres_store import PostgresStore
 from .redis_store import RedisStore
 from .resend import Resend
 from .send import Send
@@ -26,4 +27,4 @@ from .temporal import Temporal
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
             Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore(),
-            Adapters(), Resend(), SQLiteStore(), Clients()]
+            Adapters(), Resend(), SQLiteStore(), Clients(), PostgresStore()]

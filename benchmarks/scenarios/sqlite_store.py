@@ -162,13 +162,16 @@ def _fill(path: Path, n: int) -> None:
         db.close()
 
 
-async def _time_to_serving(bench: Bench, path: Path, timeout: float = 60.0) -> float | None:
-    """Seconds from starting ``serve --store sqlite:PATH`` until it answers its agent card."""
+async def _time_to_serving(bench: Bench, path: Path, timeout: float = 60.0,
+                           store: tuple[str, ...] = ()) -> float | None:
+    """Seconds from starting ``serve --store sqlite:PATH`` (or the ``store`` arguments) until
+    it answers its agent card."""
     port = free_port()
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "scoped_a2a", "serve", "--port", str(port), "--log-level",
-         "WARNING", "--max-ended-tasks", str(STORED_TASKS * 2), "--store", f"sqlite:{path}"],
+         "WARNING", "--max-ended-tasks", str(STORED_TASKS * 2),
+         *(store or ("--store", f"sqlite:{path}"))],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:
         while time.monotonic() - start < timeout:

@@ -39,9 +39,13 @@ def add_postgres_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -
     g.add_argument("--postgres-schema", default="scoped_a2a", metavar="NAME",
                    help="with a PostgreSQL store: the schema its tables live in (apps sharing "
                         "one database differ here)")
-    g.add_argument("--postgres-pool", type=int, default=8, metavar="N",
+    g.add_argument("--postgres-pool", type=int, default=12, metavar="N",
                    help="with a PostgreSQL store: connections this process opens at most "
                         "(plus one that listens for wake-ups)")
+    g.add_argument("--postgres-sync-events", action="store_true",
+                   help="with a PostgreSQL store: commit every event of a running task "
+                        "synchronously too (slower; by default only creates, claims, queued "
+                        "runs and ends wait for the WAL flush: docs/postgres.md)")
     g.add_argument("--postgres-key-file", default=None, metavar="PATH",
                    help="with a PostgreSQL store: the key that seals push configs (default "
                         "$SCOPED_A2A_POSTGRES_KEY_FILE or ./scoped_a2a-postgres.key, created on "
@@ -64,6 +68,7 @@ async def _open(args: argparse.Namespace, shutdown: anyio.Event) -> AsyncIterato
                 max_ended_tasks=args.max_ended_tasks,
                 max_ended_bytes=getattr(args, "max_ended_bytes", 256 << 20),
                 retain=getattr(args, "retain", None), key_file=args.postgres_key_file,
+                sync_events=args.postgres_sync_events,
             ) as store:
                 yield store
                 return

@@ -63,7 +63,7 @@ async def open_postgres_store(
     url: str,
     *,
     schema: str = "scoped_a2a",
-    pool_size: int = 8,
+    pool_size: int = 12,
     max_events_per_task: int = 10_000,
     max_ended_tasks: int = 10_000,
     max_ended_bytes: int = DEFAULT_MAX_ENDED_BYTES,
@@ -71,6 +71,7 @@ async def open_postgres_store(
     claim_window: float = DEFAULT_CLAIM_WINDOW,
     key_file: str | Path | None = None,
     poll_interval: float = 5.0,
+    sync_events: bool = False,
 ) -> AsyncIterator[PostgresTaskStore]:
     """The PostgreSQL store for the ``async with`` body.
 
@@ -78,8 +79,9 @@ async def open_postgres_store(
     StoreOpenError (one line) if the database cannot be used (unreachable, bad credentials, a
     newer schema). ``key_file`` seals push configs (default ``$SCOPED_A2A_POSTGRES_KEY_FILE``
     or ./scoped_a2a-postgres.key, created 0600 on first use; every replica needs the same
-    one). While the body runs, a lost database makes calls raise ServerUnavailable and the store
-    reconnects by itself. On exit the listener stops and the connections close.
+    one). ``sync_events``: every event of a running task commits synchronously too (store.py,
+    "Durability"). While the body runs, a lost database makes calls raise ServerUnavailable
+    and the store reconnects by itself. On exit the listener stops and the connections close.
     """
     pool = Pool(url, schema, pool_size)
     sealed = await anyio.to_thread.run_sync(lambda: _check(url, schema))
@@ -95,7 +97,7 @@ async def open_postgres_store(
     store = PostgresTaskStore(
         pool, waiters, Sealer(key), max_events_per_task=max_events_per_task,
         policy=Retention(retain, max_ended_tasks, max_ended_bytes, claim_window),
-        poll_interval=poll_interval)
+        poll_interval=poll_interval, sync_events=sync_events)
     queue = PostgresRunQueue(store)
     store.queue = queue
     try:

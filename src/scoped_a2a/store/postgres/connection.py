@@ -102,7 +102,7 @@ def connect(url: str, schema: str) -> psycopg.Connection[Any]:
 class Pool:
     """At most ``size`` connections to ``url``, each used by one operation at a time."""
 
-    def __init__(self, url: str, schema: str, size: int = 8) -> None:
+    def __init__(self, url: str, schema: str, size: int = 12) -> None:
         if size < 1:
             raise ValueError("the pool needs at least one connection")
         if not SCHEMA_NAME.match(schema):

@@ -10,6 +10,13 @@ under a queue lease (``fenced``) writes only while the ``runs`` row still holds 
 event row, the new snapshot and a ``NOTIFY`` commit together; :meth:`append` returns once
 committed, so whatever a caller was answered is stored.
 
+Durability. A create, a claim, a queued run and a task's end commit synchronously (the WAL is
+on the server's disk before the caller is answered). A running task's other events commit with
+``synchronous_commit = off`` unless ``sync_events``: they are visible at once and reach the
+disk within ~3 × ``wal_writer_delay`` (600 ms by default); a crash of the PostgreSQL server (not
+of this process) in that window can lose them, and a reader may have seen them (docs/postgres.md
+says what that means). Each synchronous commit costs a WAL flush (5 ms on this machine's disk).
+
 Snapshots. The row keeps the task's 1.0 JSON as of ``last`` (trajectory events leave it as it
 is). The writer folds the event into the snapshot it last saw, and reads the stored one only if
 the position moved meanwhile; readers skip the snapshot's bytes when theirs is current.
@@ -64,7 +71,9 @@ log = logging.getLogger("scoped_a2a.postgres")
 _encode = msgspec.json.Encoder().encode
 _decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
 CACHE = 1024  # snapshots (decoded) of tasks recently written or read here
-SWEEP_EVERY = 1.0  # seconds between two retention sweeps of one process
+SWEEP_EVERY = 5.0
+"""Seconds between two retention sweeps of one process (a sweep reads every ended task's
+size: its cost grows with the ended tasks kept)."""
 _TERMINAL = [s.value for s in TaskState if s.terminal]
 
 
@@ -80,7 +89,7 @@ class PostgresTaskStore(TaskStore):
 
     def __init__(self, pool: Pool, waiters: Waiters, sealer: Sealer, *,
                  max_events_per_task: int = 10_000, policy: Retention | None = None,
-                 poll_interval: float = 5.0) -> None:
+                 poll_interval: float = 5.0, sync_events: bool = False) -> None:
         if max_events_per_task < 1:
             raise ValueError("store bounds must be positive")
         self.pool = pool
@@ -89,6 +98,7 @@ class PostgresTaskStore(TaskStore):
         self.max_events_per_task = max_events_per_task
         self.policy = policy or Retention()
         self.poll_interval = poll_interval
+        self.sync_events = sync_events
         self.channel = f"{pool.schema}_appended"
         self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
         self._fences: dict[str, str] = {}
@@ -186,8 +196,11 @@ class PostgresTaskStore(TaskStore):
         trajectory = isinstance(event, TrajectoryEvent)
         ends = isinstance(event, TaskStatusUpdateEvent) and event.status.state.terminal
         limit = self.max_events_per_task
+        lazy = not ends and not self.sync_events
 
         def run(conn: psycopg.Connection[Any]) -> tuple[int, Task | None]:
+            if lazy:  # a running task's event: committed, its WAL flushed moments later
+                conn.execute("SET LOCAL synchronous_commit = off")
             row = conn.execute(
                 "SELECT seq, last, state, CASE WHEN last = %s THEN NULL ELSE snap END "
                 "FROM tasks WHERE id = %s FOR UPDATE",
