@@ -46,6 +46,7 @@ class Waiters:
         self._events: dict[str, anyio.Event] = {}
         self.known: OrderedDict[str, int] = OrderedDict()
         self.queued = anyio.Event()
+        self.listening = False  # the listener is connected: every commit is announced here
 
     def event(self, task_id: str) -> anyio.Event:
         ev = self._events.get(task_id)
@@ -143,7 +144,7 @@ class Listener:
                             display(self.url))
                 failing = False
             backoff = 0.1
-            self.connected = True
+            self.connected = self.waiters.listening = True
             self.waiters.wake_all()  # whatever was sent while not listening is lost: re-read
             if not started:
                 task_status.started()
@@ -155,7 +156,7 @@ class Listener:
                             "reconnecting", display(self.url), reason(exc))
                 failing = True
             finally:
-                self.connected = False
+                self.connected = self.waiters.listening = False
                 conn.close()  # a socket close: never blocks
 
     async def _read(self, conn: psycopg.Connection[Any]) -> None:

@@ -21,6 +21,11 @@ Snapshots. The row keeps the task's 1.0 JSON as of ``last`` (trajectory events l
 is). The writer folds the event into the snapshot it last saw, and reads the stored one only if
 the position moved meanwhile; readers skip the snapshot's bytes when theirs is current.
 
+Reads. A process keeps the last entries it appended to each task and the snapshot after them:
+a read of such a task is answered from them while the listener is connected and no later
+position has been announced, so a stream on the replica that executes the run costs no trip
+to the database. Any other read goes to the database.
+
 Waiting. :meth:`wait` sleeps on a local event woken by this process's appends and by the
 listener (other replicas' commits, within milliseconds), and re-reads every ``poll_interval``
 seconds in case a notification was lost while the listener reconnected.
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -71,6 +76,7 @@ log = logging.getLogger("scoped_a2a.postgres")
 _encode = msgspec.json.Encoder().encode
 _decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
 CACHE = 1024  # snapshots (decoded) of tasks recently written or read here
+LOCAL_EVENTS = 256  # entries kept of each task this process appends to (reads skip the trip)
 SWEEP_EVERY = 5.0
 """Seconds between two retention sweeps of one process (a sweep reads every ended task's
 size: its cost grows with the ended tasks kept)."""
@@ -101,6 +107,7 @@ class PostgresTaskStore(TaskStore):
         self.sync_events = sync_events
         self.channel = f"{pool.schema}_appended"
         self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
+        self._local: OrderedDict[str, deque[LogEntry]] = OrderedDict()
         self._fences: dict[str, str] = {}
         self._next_sweep = 0.0
         self.queue: Any = None  # the run queue (queue.py), set by open_postgres_store
@@ -245,21 +252,62 @@ class PostgresTaskStore(TaskStore):
             pos, task = await self.pool.run(run)
         except _Ended:
             self._cache.pop(task_id, None)
+            self._local.pop(task_id, None)
             raise TaskEnded(task_id) from None
         if task is not None:
             self._remember(task_id, task, pos)
         elif held is not None and held[1] == pos - 1:
             self._remember(task_id, held[0], pos)  # a trajectory event leaves it as it was
+        self._keep(task_id, LogEntry(pos, event, encoded))
         self.waiters.saw(task_id, pos)
         if ends:
-            self._cache.pop(task_id, None)
             await self._retain()
         return pos
+
+    def _keep(self, task_id: str, entry: LogEntry) -> None:
+        """Keep an entry this process appended, for :meth:`_read_local` (consecutive only)."""
+        entries = self._local.get(task_id)
+        if entries is None or entries[-1].position != entry.position - 1:
+            entries = self._local[task_id] = deque(maxlen=LOCAL_EVENTS)
+        self._local.move_to_end(task_id)
+        entries.append(entry)
+        if len(self._local) > CACHE:
+            self._local.popitem(last=False)
+
+    def _read_local(self, task_id: str, after: int, max_events: int, max_bytes: int
+                    ) -> LogPage | None:
+        """The page from what this process holds, when that is the whole log after ``after``
+        as far as it knows: it appended every entry since then, holds the snapshot at the
+        last one, and no later position was announced (while listening, every commit
+        anywhere is announced within milliseconds). None: read the database."""
+        entries = self._local.get(task_id)
+        held = self._cache.get(task_id)
+        if not entries or held is None or not self.waiters.listening:
+            return None
+        last = entries[-1].position
+        if held[1] != last or self.waiters.known.get(task_id, -1) != last \
+                or entries[0].position > after + 1:
+            return None
+        out: list[LogEntry] = []
+        size = 0
+        for entry in entries:
+            if entry.position <= after:
+                continue
+            size += len(entry.encoded)
+            if out and (len(out) >= max_events or size > max_bytes):
+                break  # the first entry is always returned
+            out.append(entry)
+        first = max(1, last - self.max_events_per_task + 1)
+        nxt = out[-1].position if out else max(after, first - 1)
+        return LogPage(out, nxt, nxt < last, held[0], first)
 
     async def read(
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
     ) -> LogPage:
         max_events = max(1, max_events)
+        local = self._read_local(task_id, after, max_events, max_bytes)
+        if local is not None:
+            return local
         held = self._held(task_id)
         mine = held[1]
         limit = self.max_events_per_task
