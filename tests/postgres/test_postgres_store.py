@@ -207,3 +207,35 @@ async def test_a_newer_schema_and_foreign_tables_are_refused_and_schemas_keep_ap
     with psycopg.connect(pg_url) as conn:  # refused: nothing was changed
         rows = conn.execute("SELECT max(version) FROM scoped_a2a.schema_version").fetchone()
         assert rows == (99,)
+
+
+class _Run:
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self.cancelled = anyio.Event()
+
+    def cancel(self, reason: str) -> None:
+        self.reasons.append(reason)
+        self.cancelled.set()
+
+
+class _Runner:
+    def __init__(self, runs: dict[str, _Run]) -> None:
+        self.runs = runs
+
+    def get(self, task_id: str) -> _Run | None:
+        return self.runs.get(task_id)
+
+
+async def test_a_cancel_on_one_replica_reaches_the_run_on_the_other(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    async with two(pg_url, tmp_path) as (a, b):
+        run = _Run()
+        runner = _Runner({"t-1": run})
+        b.queue.bind(runner)
+        await a.queue.cancel_elsewhere("t-2")  # a run b does not hold: nothing happens
+        await a.queue.cancel_elsewhere("t-1")
+        with anyio.fail_after(30):  # a hang guard: only b's listener can deliver it
+            await run.cancelled.wait()
+        assert run.reasons == ["CancelTask"]
