@@ -239,3 +239,24 @@ async def test_a_cancel_on_one_replica_reaches_the_run_on_the_other(
         with anyio.fail_after(30):  # a hang guard: only b's listener can deliver it
             await run.cancelled.wait()
         assert run.reasons == ["CancelTask"]
+
+
+async def test_each_log_keeps_its_last_events_and_pages_are_bounded_on_every_replica(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    async with two(pg_url, tmp_path, max_events_per_task=3) as (a, b):
+        task = new_task()
+        await a.create(task)
+        for i in range(5):
+            await a.append(task.id, tick(task, i))
+        for store in (a, b):  # a answers from what it appended, b from the database
+            page = await store.read(task.id, 0)
+            assert [e.position for e in page.entries] == [3, 4, 5], store
+            assert (page.first_retained, page.next, page.has_more) == (3, 5, False)
+            page = await store.read(task.id, 0, max_events=2)
+            assert [e.position for e in page.entries] == [3, 4] and page.has_more
+            page = await store.read(task.id, 3, max_bytes=1)  # the first is always returned
+            assert [e.position for e in page.entries] == [4] and page.has_more
+        with psycopg.connect(pg_url) as conn:
+            rows = conn.execute("SELECT pos FROM scoped_a2a.events ORDER BY pos").fetchall()
+        assert rows == [(3,), (4,), (5,)]

@@ -206,27 +206,27 @@ class PostgresTaskStore(TaskStore):
         lazy = not ends and not self.sync_events
 
         def run(conn: psycopg.Connection[Any]) -> tuple[int, Task | None]:
-            if lazy:  # a running task's event: committed, its WAL flushed moments later
-                conn.execute("SET LOCAL synchronous_commit = off")
+            # Two statements: read and lock the task (with the commit mode and the run's lease
+            # token), then one that writes the task, the event and the notification together.
             row = conn.execute(
-                "SELECT seq, last, state, CASE WHEN last = %s THEN NULL ELSE snap END "
-                "FROM tasks WHERE id = %s FOR UPDATE",
-                (held[1] if held is not None else -1, task_id)).fetchone()
+                "SELECT seq, last, state, CASE WHEN last = %s THEN NULL ELSE snap END, "
+                "(SELECT token FROM runs WHERE task_id = %s), "
+                "set_config('synchronous_commit', %s, true) FROM tasks WHERE id = %s "
+                "FOR UPDATE OF tasks",
+                (held[1] if held is not None else -1, task_id,
+                 "off" if lazy else "on", task_id)).fetchone()
             if row is None:
                 raise TaskNotFound(f"task {task_id!r} not found")
-            seq, last, state, snap = row
+            seq, last, state, snap, lease, _ = row
             if TaskState(state).terminal:
                 raise _Ended
-            if token is not None:
-                lease = conn.execute("SELECT token FROM runs WHERE task_id = %s",
-                                     (task_id,)).fetchone()
-                if lease is None or lease[0] != token:
-                    raise _Ended  # our lease went to another worker: record nothing
+            if token is not None and lease != token:
+                raise _Ended  # our lease went to another worker: record nothing
             pos = int(last) + 1
             task: Task | None = None
             if trajectory:
-                conn.execute("UPDATE tasks SET last = %s, size = size + %s WHERE seq = %s",
-                             (pos, len(encoded), seq))
+                update = "UPDATE tasks SET last = %s, size = size + %s WHERE seq = %s"
+                args: tuple[Any, ...] = (pos, len(encoded), seq)
             else:
                 # A copy to fold (the cached one may be in a reader's hands).
                 base = snap if snap is not None else _encode(held[0]) if held else None
@@ -236,16 +236,19 @@ class PostgresTaskStore(TaskStore):
                 apply_event(task, event)
                 new = _encode(task)
                 status = task.status
-                conn.execute(
-                    f"UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
-                    f"size = size + %s, ended_at = CASE WHEN %s THEN {NOW} END WHERE seq = %s",
-                    (pos, status.state.value, status.timestamp, new,
-                     len(encoded) + len(new), ends, seq))
-            conn.execute("INSERT INTO events VALUES (%s, %s, %s, %s)", (seq, pos, kind, encoded))
-            if pos > limit:
-                conn.execute("DELETE FROM events WHERE task = %s AND pos = %s",
-                             (seq, pos - limit))
-            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"{pos} {task_id}"))
+                update = (f"UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
+                          f"size = size + %s, ended_at = CASE WHEN %s THEN {NOW} END "
+                          f"WHERE seq = %s")
+                args = (pos, status.state.value, status.timestamp, new,
+                        len(encoded) + len(new), ends, seq)
+            # Data-modifying CTEs all run, referenced or not; the trim deletes nothing until
+            # the log is longer than its cap.
+            conn.execute(
+                f"WITH t AS ({update}), e AS (INSERT INTO events VALUES (%s, %s, %s, %s)), "
+                "d AS (DELETE FROM events WHERE task = %s AND pos = %s) "
+                "SELECT pg_notify(%s, %s)",
+                (*args, seq, pos, kind, encoded, seq, pos - limit, self.channel,
+                 f"{pos} {task_id}"))
             return pos, task
 
         try:
@@ -288,16 +291,16 @@ class PostgresTaskStore(TaskStore):
         if held[1] != last or self.waiters.known.get(task_id, -1) != last \
                 or entries[0].position > after + 1:
             return None
+        first = max(1, last - self.max_events_per_task + 1)
         out: list[LogEntry] = []
         size = 0
         for entry in entries:
-            if entry.position <= after:
-                continue
+            if entry.position <= after or entry.position < first:
+                continue  # read already, or beyond the log's cap (the database dropped it)
             size += len(entry.encoded)
             if out and (len(out) >= max_events or size > max_bytes):
                 break  # the first entry is always returned
             out.append(entry)
-        first = max(1, last - self.max_events_per_task + 1)
         nxt = out[-1].position if out else max(after, first - 1)
         return LogPage(out, nxt, nxt < last, held[0], first)
 
