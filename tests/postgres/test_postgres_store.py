@@ -260,3 +260,54 @@ async def test_each_log_keeps_its_last_events_and_pages_are_bounded_on_every_rep
         with psycopg.connect(pg_url) as conn:
             rows = conn.execute("SELECT pos FROM scoped_a2a.events ORDER BY pos").fetchall()
         assert rows == [(3,), (4,), (5,)]
+
+
+async def test_cut_connections_and_a_read_only_server_are_clear_errors_and_heal(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    from scoped_a2a.protocol.errors import ServerUnavailable
+
+    from .server import shared_server
+
+    server = shared_server()
+    database = pg_url.rsplit("/", 1)[1]
+    cut = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+           f"WHERE datname = '{database}' AND pid <> pg_backend_pid()")
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k",
+                                   poll_interval=3600) as store:
+        task = new_task()
+        await store.create(task)
+        # Every connection cut by the server (the listener's too): a read retries on a fresh
+        # connection at once; the listener reconnects by itself.
+        await anyio.to_thread.run_sync(server.psql, cut)
+        assert (await store.get(task.id))[1] == 0
+        # A server that went read-only (a standby): writes say so, reads go on.
+        await anyio.to_thread.run_sync(
+            server.psql, f"ALTER DATABASE {database} SET default_transaction_read_only = on")
+        await anyio.to_thread.run_sync(server.psql, cut)
+        with pytest.raises(ServerUnavailable, match="read-only|cannot be reached"):
+            await store.append(task.id, tick(task, 0))
+        with pytest.raises(ServerUnavailable, match="read-only"):
+            await store.append(task.id, tick(task, 0))
+        assert (await store.get(task.id))[1] == 0  # nothing half-written
+        await anyio.to_thread.run_sync(
+            server.psql, f"ALTER DATABASE {database} SET default_transaction_read_only = off")
+        await anyio.to_thread.run_sync(server.psql, cut)
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    assert await store.append(task.id, tick(task, 0)) == 1
+                    break
+                except ServerUnavailable:
+                    await anyio.sleep(0.1)
+        # The listener is back: a waiter is woken by another replica's append (only its
+        # notification can wake it: the fallback poll is an hour).
+        with anyio.fail_after(30):
+            while not store.waiters.listening:
+                await anyio.sleep(0.05)
+        async with open_postgres_store(pg_url, key_file=tmp_path / "k") as other, \
+                anyio.create_task_group() as tg:
+            tg.start_soon(other.append, task.id, tick(task, 1))
+            with anyio.fail_after(30):
+                await store.wait(task.id, 1)
+        assert (await store.get(task.id))[1] == 2
