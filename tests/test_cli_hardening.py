@@ -59,7 +59,8 @@ def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
                                          "does not resolve; check --host"),
     (["--grace", "-1"], "argument --grace: '-1': give 0 or more seconds"),
     (["--max-ended-tasks", "0"], "argument --max-ended-tasks"),
-    (["--store", "postgres://x"], "--store must be 'memory', sqlite:PATH or a redis:// URL"),
+    (["--store", "mysql://x"], "--store must be 'memory', sqlite:PATH, a redis:// or a "
+                               "postgresql:// URL"),
     (["--detach-metadata", "=x"], "--detach-metadata: detach rule '=x' has no key"),
     (["--log-level", "verbose"], "argument --log-level: invalid choice"),
 ])

@@ -86,15 +86,17 @@ def test_a_word_far_from_every_option_gets_no_guess(
 
 
 def test_the_store_switch_maps_each_scheme_to_its_module() -> None:
-    from scoped_a2a.cli import store_memory, store_redis, store_sqlite
+    from scoped_a2a.cli import store_memory, store_postgres, store_redis, store_sqlite
     from scoped_a2a.cli.stores import store_module
 
     assert store_module("memory") is store_memory
     assert store_module("sqlite:tasks.db") is store_sqlite
     for url in ("redis://localhost/0", "rediss://h/1", "unix:///tmp/r.sock"):
         assert store_module(url) is store_redis
-    with pytest.raises(SystemExit, match="--store must be 'memory', sqlite:PATH or a redis"):
-        store_module("postgres://x")
+    for url in ("postgresql://app@db/agents", "postgres://h/d"):
+        assert store_module(url) is store_postgres
+    with pytest.raises(SystemExit, match="--store must be 'memory', sqlite:PATH, a redis"):
+        store_module("mysql://x")
     with pytest.raises(SystemExit, match="needs a file path"):
         store_module("sqlite:").check("sqlite:")
 

@@ -25,7 +25,8 @@ def test_output_does_not_depend_on_terminal_or_environment(tmp_path: Path) -> No
     assert "tok-3f9a" not in text
     for command in ("## `serve`", "## `send`", "## `worker`"):
         assert command in text
-    for option in ("`--grace SECONDS` | `10.0`", "`--store redis://HOST:PORT/DB` | required",
+    for option in ("`--grace SECONDS` | `10.0`",
+                   "`--store redis://HOST:PORT/DB\\|postgresql://...` | required",
                    "`--follow` | off"):
         assert option in text
 
