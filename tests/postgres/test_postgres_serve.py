@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from ..helpers import rpc, sse_events, text_message
+from ..push_receiver import Receiver, eventually, receiving
 from ..redis.conftest import ROOT, Proc
 from ..test_store_sqlite_restart import _count, _send_all, _terminal
 from .server import PASSWORD, PostgresServer
@@ -168,6 +169,36 @@ def _queued(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT count(*) FROM scoped_a2a.runs").fetchone()
         return int(row[0]) if row else 0
+
+
+async def test_a_push_that_was_due_is_delivered_after_a_kill_by_the_next_process(
+    serve: Callable[..., Proc], pg_url: str,
+) -> None:
+    receiver = Receiver()
+    hosts = ("--allow-webhook-host", "127.0.0.1", "--claim-idle", "1")
+    async with receiving(receiver) as hook, httpx.AsyncClient(timeout=30) as client:
+        first = serve(pg_url, *hosts)
+        url = await first.url()
+        sent = await rpc(client, url, "SendMessage", {
+            "message": text_message("first-sleep 30"),
+            "configuration": {"returnImmediately": True,
+                              "taskPushNotificationConfig": {"url": hook}}})
+        task_id = sent["result"]["task"]["id"]
+        await eventually(lambda: any(r.json.get("statusUpdate", {}).get("status", {}).get(
+            "state") == "TASK_STATE_WORKING" for r in receiver.accepted()), 10)
+        first.kill()
+        second = serve(pg_url, *hosts)
+        await second.url()
+
+        def states() -> list[str]:  # a terminal state's payload is the task itself
+            return [(r.json.get("statusUpdate") or r.json.get("task", {}))["status"]["state"]
+                    for r in receiver.accepted()]
+
+        await eventually(lambda: "TASK_STATE_COMPLETED" in states(), 30)
+        assert states().count("TASK_STATE_COMPLETED") == 1
+        final = receiver.accepted()[-1].json["task"]
+        assert final["id"] == task_id and "attempt=2" in final["status"]["message"]["parts"][0][
+            "text"]
 
 
 async def test_the_server_recovers_by_itself_from_a_killed_and_restarted_postmaster(
