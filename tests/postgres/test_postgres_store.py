@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import psycopg
 import pytest
 
@@ -285,7 +286,7 @@ async def test_cut_connections_and_a_read_only_server_are_clear_errors_and_heal(
         await anyio.to_thread.run_sync(
             server.psql, f"ALTER DATABASE {database} SET default_transaction_read_only = on")
         await anyio.to_thread.run_sync(server.psql, cut)
-        with pytest.raises(ServerUnavailable, match="read-only|cannot be reached"):
+        with pytest.raises(ServerUnavailable, match=r"read-only|cannot be reached"):
             await store.append(task.id, tick(task, 0))
         with pytest.raises(ServerUnavailable, match="read-only"):
             await store.append(task.id, tick(task, 0))
@@ -311,3 +312,36 @@ async def test_cut_connections_and_a_read_only_server_are_clear_errors_and_heal(
             with anyio.fail_after(30):
                 await store.wait(task.id, 1)
         assert (await store.get(task.id))[1] == 2
+
+
+async def test_snapshots_between_their_writes_are_folded_by_every_reader(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    from scoped_a2a.protocol.types import ListTasksRequest
+    from scoped_a2a.store.memory import MemoryTaskStore
+
+    from ..redis.test_redis_store import chunk
+
+    task = new_task()
+    reference = MemoryTaskStore()
+    await reference.create(msgspec.convert(msgspec.to_builtins(task), type(task)))
+    async with two(pg_url, tmp_path) as (a, b):
+        await a.create(task)
+        events = [status(task, TaskState.WORKING, "w"), chunk(task, "0", append=False)]
+        events += [chunk(task, f" {i}", append=True) for i in range(1, 150)]
+        for event in events:
+            assert await a.append(task.id, event) == await reference.append(task.id, event)
+        want = msgspec.json.encode((await reference.get(task.id))[0])
+        # b holds no snapshot: it reads the one written at event 128 and folds the rest.
+        assert msgspec.json.encode((await b.get(task.id))[0]) == want
+        assert msgspec.json.encode((await b.read(task.id, 140)).task) == want
+        listed = await b.list_tasks(ListTasksRequest())
+        assert [msgspec.json.encode(t) for t in listed.tasks] == [want]
+        # b appends next: it folds from the stored snapshot too.
+        end = status(task, TaskState.COMPLETED, "done")
+        assert await b.append(task.id, end) == await reference.append(task.id, end)
+        want = msgspec.json.encode((await reference.get(task.id))[0])
+        assert msgspec.json.encode((await a.get(task.id))[0]) == want
+    with psycopg.connect(pg_url) as conn:  # written at 64, 128 and the end
+        row = conn.execute("SELECT snap_pos, last FROM scoped_a2a.tasks").fetchone()
+        assert row == (152, 152)

@@ -29,7 +29,7 @@ import psycopg
 from ...protocol.types import Message, Task, TaskState
 from ..launcher import Job, RunRegistry
 from .schema import NOW
-from .store import PostgresTaskStore
+from .store import PostgresTaskStore, load_snapshot
 
 log = logging.getLogger("scoped_a2a.postgres.queue")
 _encode = msgspec.json.Encoder().encode
@@ -120,8 +120,8 @@ class PostgresRunQueue:
 
     async def claim(self, job: Job, token: str, lease_ms: int) -> tuple[int, Task | None]:
         def run(conn: psycopg.Connection[Any]) -> tuple[int, bytes | None]:
-            task = conn.execute("SELECT state, snap FROM tasks WHERE id = %s",
-                                (job.task_id,)).fetchone()
+            task = conn.execute("SELECT state, snap, seq, snap_pos, last FROM tasks "
+                                "WHERE id = %s", (job.task_id,)).fetchone()
             if task is None:
                 return -1, None
             if TaskState(task[0]).terminal:
@@ -135,7 +135,7 @@ class PostgresRunQueue:
                 held = conn.execute("SELECT 1 FROM runs WHERE task_id = %s",
                                     (job.task_id,)).fetchone()
                 return (-2 if held is not None else -1), None
-            return int(got[0]), bytes(task[1])
+            return int(got[0]), load_snapshot(conn, task[2], task[1], task[3], task[4])
 
         attempt, snap = await self.pool.run(run)
         if snap is None:

@@ -28,12 +28,15 @@ MIGRATIONS: dict[int, list[str]] = {
     1: [
         "CREATE TABLE schema_version (version integer NOT NULL, "
         "migrated_at timestamptz NOT NULL DEFAULT now())",
-        # A task: its 1.0 JSON snapshot as of position ``last``; what ListTasks filters on kept
-        # apart; ``ended_at`` (database clock) and ``size`` (snapshot + events) for retention.
+        # A task: its 1.0 JSON snapshot as of position ``snap_pos`` (written every few events
+        # and at the end; readers fold the events after it), its position ``last``; what
+        # ListTasks filters on kept apart; ``ended_at`` (database clock) and ``size``
+        # (snapshot + events) for retention.
         """CREATE TABLE tasks (
             seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, owner text NOT NULL,
             context_id text NOT NULL, state text NOT NULL, ts text, last bigint NOT NULL,
-            snap bytea NOT NULL, ended_at double precision, size bigint NOT NULL)""",
+            snap bytea NOT NULL, ended_at double precision, size bigint NOT NULL,
+            snap_pos bigint NOT NULL DEFAULT 0)""",
         "CREATE INDEX tasks_ended ON tasks (ended_at) WHERE ended_at IS NOT NULL",
         "CREATE INDEX tasks_owner ON tasks (owner, seq)",
         "CREATE INDEX tasks_context ON tasks (context_id, seq)",

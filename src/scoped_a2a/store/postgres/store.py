@@ -17,9 +17,11 @@ disk within ~3 × ``wal_writer_delay`` (600 ms by default); a crash of the Postg
 of this process) in that window can lose them, and a reader may have seen them (docs/postgres.md
 says what that means). Each synchronous commit costs a WAL flush (5 ms on this machine's disk).
 
-Snapshots. The row keeps the task's 1.0 JSON as of ``last`` (trajectory events leave it as it
-is). The writer folds the event into the snapshot it last saw, and reads the stored one only if
-the position moved meanwhile; readers skip the snapshot's bytes when theirs is current.
+Snapshots. The row keeps the task's 1.0 JSON as of ``snap_pos``, written every SNAP_EVERY
+events and at the end; whoever reads it folds the status and artifact events after it
+(:func:`load_snapshot`). The writer folds each event into the snapshot it last saw, and reads
+the stored one only if the position moved meanwhile; readers skip the snapshot's bytes when
+theirs is current.
 
 Reads. A process keeps the last entries it appended to each task and the snapshot after them:
 a read of such a task is answered from them while the listener is connected and no later
@@ -64,7 +66,7 @@ from ...protocol.types import (
 from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
 from ..claims import PriorSend, claim_key
 from ..snapshot import apply_event
-from ..sqlite.records import DECODERS, KIND_OF, decode_task
+from ..sqlite.records import DECODERS, KIND_OF, TRAJECTORY, decode_task
 from ..sqlite.retention import Retention
 from ..sqlite.seal import Sealer
 from . import claims
@@ -81,6 +83,27 @@ SWEEP_EVERY = 5.0
 """Seconds between two retention sweeps of one process (a sweep reads every ended task's
 size: its cost grows with the ended tasks kept)."""
 _TERMINAL = [s.value for s in TaskState if s.terminal]
+
+
+SNAP_EVERY = 64
+"""A running task's snapshot is written every this many events (and at its end); readers fold
+the status and artifact events after it. Writing it at every event would cost a stream of
+artifact chunks bytes quadratic in its length."""
+
+
+def load_snapshot(conn: psycopg.Connection[Any], seq: int, snap: bytes, snap_pos: int,
+                  last: int) -> bytes:
+    """The task's JSON snapshot as of ``last``: ``snap`` (as of ``snap_pos``) with the status
+    and artifact events after it folded in. Blocking: in the caller's transaction."""
+    if snap_pos >= last:
+        return bytes(snap)
+    rows = conn.execute("SELECT kind, body FROM events WHERE task = %s AND pos > %s "
+                        "AND pos <= %s AND kind <> %s ORDER BY pos",
+                        (seq, snap_pos, last, TRAJECTORY)).fetchall()
+    task = decode_task(snap)
+    for kind, body in rows:
+        apply_event(task, DECODERS[kind].decode(body))
+    return _encode(task)
 
 
 class _Ended(Exception):
@@ -176,13 +199,21 @@ class PostgresTaskStore(TaskStore):
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         held = self._held(task_id)
-        row = await self.pool.run(lambda c: c.execute(
-            "SELECT last, CASE WHEN last = %s THEN NULL ELSE snap END FROM tasks "
-            "WHERE id = %s", (held[1], task_id)).fetchone(), retry=True)
-        if row is None:
+        def run(conn: psycopg.Connection[Any]) -> tuple[int, bytes | None] | None:
+            row = conn.execute(
+                "SELECT seq, last, snap_pos, CASE WHEN last = %s THEN NULL ELSE snap END "
+                "FROM tasks WHERE id = %s", (held[1], task_id)).fetchone()
+            if row is None:
+                return None
+            seq, last, snap_pos, snap = row
+            return last, None if snap is None else load_snapshot(conn, seq, snap, snap_pos,
+                                                                 last)
+
+        got = await self.pool.run(run, retry=True)
+        if got is None:
             raise TaskNotFound(f"task {task_id!r} not found")
-        last = int(row[0])
-        return self._snapshot(task_id, row[1], last, held), last
+        last = int(got[0])
+        return self._snapshot(task_id, got[1], last, held), last
 
     @contextmanager
     def fenced(self, task_id: str, token: str) -> Iterator[None]:
@@ -204,12 +235,13 @@ class PostgresTaskStore(TaskStore):
         ends = isinstance(event, TaskStatusUpdateEvent) and event.status.state.terminal
         limit = self.max_events_per_task
         lazy = not ends and not self.sync_events
+        every = min(SNAP_EVERY, limit)  # the events after the snapshot are never trimmed
 
         def run(conn: psycopg.Connection[Any]) -> tuple[int, Task | None]:
             # Two statements: read and lock the task (with the commit mode and the run's lease
             # token), then one that writes the task, the event and the notification together.
             row = conn.execute(
-                "SELECT seq, last, state, CASE WHEN last = %s THEN NULL ELSE snap END, "
+                "SELECT seq, last, state, snap_pos, CASE WHEN last = %s THEN NULL ELSE snap END, "
                 "(SELECT token FROM runs WHERE task_id = %s), "
                 "set_config('synchronous_commit', %s, true) FROM tasks WHERE id = %s "
                 "FOR UPDATE OF tasks",
@@ -217,7 +249,7 @@ class PostgresTaskStore(TaskStore):
                  "off" if lazy else "on", task_id)).fetchone()
             if row is None:
                 raise TaskNotFound(f"task {task_id!r} not found")
-            seq, last, state, snap, lease, _ = row
+            seq, last, state, snap_pos, snap, lease, _ = row
             if TaskState(state).terminal:
                 raise _Ended
             if token is not None and lease != token:
@@ -229,18 +261,26 @@ class PostgresTaskStore(TaskStore):
                 args: tuple[Any, ...] = (pos, len(encoded), seq)
             else:
                 # A copy to fold (the cached one may be in a reader's hands).
-                base = snap if snap is not None else _encode(held[0]) if held else None
-                if base is None:
+                if snap is not None:
+                    base = load_snapshot(conn, seq, snap, snap_pos, last)
+                elif held is not None:
+                    base = _encode(held[0])
+                else:
                     raise ServerUnavailable("the task store's cache lost a snapshot")
                 task = decode_task(base)
                 apply_event(task, event)
-                new = _encode(task)
                 status = task.status
-                update = (f"UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
-                          f"size = size + %s, ended_at = CASE WHEN %s THEN {NOW} END "
-                          f"WHERE seq = %s")
-                args = (pos, status.state.value, status.timestamp, new,
-                        len(encoded) + len(new), ends, seq)
+                if ends or pos - snap_pos >= every:
+                    new = _encode(task)
+                    update = (f"UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
+                              f"snap_pos = last + 1, size = size + %s, "
+                              f"ended_at = CASE WHEN %s THEN {NOW} END WHERE seq = %s")
+                    args = (pos, status.state.value, status.timestamp, new,
+                            len(encoded) + len(new), ends, seq)
+                else:
+                    update = ("UPDATE tasks SET last = %s, state = %s, ts = %s, "
+                              "size = size + %s WHERE seq = %s")
+                    args = (pos, status.state.value, status.timestamp, len(encoded), seq)
             # Data-modifying CTEs all run, referenced or not; the trim deletes nothing until
             # the log is longer than its cap.
             conn.execute(
@@ -317,11 +357,13 @@ class PostgresTaskStore(TaskStore):
 
         def run(conn: psycopg.Connection[Any]) -> tuple[int, bytes | None, list[Any]]:
             row = conn.execute(
-                "SELECT seq, last, CASE WHEN last = %s THEN NULL ELSE snap END FROM tasks "
-                "WHERE id = %s", (mine, task_id)).fetchone()
+                "SELECT seq, last, snap_pos, CASE WHEN last = %s THEN NULL ELSE snap END "
+                "FROM tasks WHERE id = %s", (mine, task_id)).fetchone()
             if row is None:
                 raise TaskNotFound(f"task {task_id!r} not found")
-            seq, last, snap = row
+            seq, last, snap_pos, snap = row
+            if snap is not None:
+                snap = load_snapshot(conn, seq, snap, snap_pos, last)
             rows: list[Any] = []
             if last > after:
                 rows = conn.execute(
@@ -372,9 +414,12 @@ class PostgresTaskStore(TaskStore):
                                  args).fetchone()
             page_cond = cond + (" AND seq < %s" if before is not None else "")
             page_args = [*args, before] if before is not None else args
-            rows = conn.execute(f"SELECT seq, snap FROM tasks WHERE {page_cond} "
-                                "ORDER BY seq DESC LIMIT %s", [*page_args, size + 1]).fetchall()
-            return int(total[0]) if total else 0, rows
+            rows = conn.execute(f"SELECT seq, snap, snap_pos, last FROM tasks WHERE "
+                                f"{page_cond} ORDER BY seq DESC LIMIT %s",
+                                [*page_args, size + 1]).fetchall()
+            return int(total[0]) if total else 0, [
+                (seq, load_snapshot(conn, seq, snap, snap_pos, last))
+                for seq, snap, snap_pos, last in rows]
 
         total, rows = await self.pool.run(run, retry=True)
         more = len(rows) > size
