@@ -243,3 +243,22 @@ async def test_bad_credentials_and_an_unreachable_server_are_one_line_and_exit_2
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and says in lines[0], done.stderr
         assert "not-the-password" not in done.stderr and PASSWORD not in done.stderr
+
+
+async def test_runs_queued_by_a_server_without_a_worker_are_run_by_the_worker_command(
+    serve: Callable[..., Proc], pg_url: str,
+) -> None:
+    server = serve(pg_url, "--no-worker")
+    worker = serve(pg_url, command="worker")
+    url = await server.url()
+    await worker.wait_for("worker .* started")
+    ids = await _send_all(url, ["echo"] * 20, connections=4)
+    async with httpx.AsyncClient(timeout=30) as client:
+        with anyio.fail_after(60):
+            while await _count(client, url, "TASK_STATE_COMPLETED") < len(ids):
+                await anyio.sleep(0.1)
+    logs = _logs(pg_url)
+    pids = {e["data"]["pid"] for t in ids for e in logs[t] if e.get("data", {}).get("type")
+            == "start"}
+    assert pids == {worker.pid}  # every run executed in the worker process, once
+    assert all(sum(1 for e in logs[t] if _terminal(e)) == 1 for t in ids)
