@@ -76,7 +76,8 @@ async def serve(args: argparse.Namespace, make_app: Any, shutdown: anyio.Event) 
     from ..store.redis import open_redis_store
 
     async with open_redis_store(
-        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
+        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks,
+        lease=args.lease,
     ) as store:
         if not await wait_for_redis(store, args.store_wait, shutdown):
             return
@@ -101,7 +102,8 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
     from ..store.redis import open_redis_store
 
     async with open_redis_store(
-        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
+        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks,
+        lease=args.lease,
     ) as store:
         if not await wait_for_redis(store, args.store_wait, shutdown):
             return

@@ -40,6 +40,7 @@ REASON_TEXT = {
     "shutdown": "the server shut down before the run finished",
     "nursery": "the server nursery was cancelled",
     "deadline": "the caller's deadline passed before the run finished",
+    "process-lost": "the server process running it was lost (its liveness lease lapsed)",
 }
 
 RECORD_TIMEOUT = 5.0

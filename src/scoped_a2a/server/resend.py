@@ -13,7 +13,8 @@ that claim names, as the first send would have:
   another body), never a second run;
 - the first send of a new task ended ``canceled`` because its caller went away (reason
   ``hang-up``), the server shut down (``shutdown``) or died (``restart``, recorded by the SQLite
-  store on the next start): the resend runs the message again as a new
+  store on the next start; ``process-lost``, recorded on a shared store by another process once
+  the dead one's liveness lease lapsed): the resend runs the message again as a new
   task, since the caller retrying is exactly what running it again means (it was never told an
   outcome it asked for). Every other outcome, a CancelTask included, is the answer.
 
@@ -35,13 +36,15 @@ from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.claims import PriorSend
+from ..store.liveness import LOST_REASON
 
 log = logging.getLogger("scoped_a2a.resend")
 
-RERUN_REASONS = frozenset({"hang-up", "shutdown", "restart"})
+RERUN_REASONS = frozenset({"hang-up", "shutdown", "restart", LOST_REASON})
 """End reasons of a new task's run after which a resend of its message runs it again
 (``restart``: a durable store recorded the interactive run the process died in, whose caller
-was never answered)."""
+was never answered; ``process-lost``: another process of a shared store did, once the dead
+process's liveness lease lapsed, store/liveness.py)."""
 
 PENDING_WAIT = 10.0
 """Seconds a resend waits for the first send of its messageId to store its task (a race of two

@@ -22,6 +22,7 @@ from .claims import PriorSend
 
 if TYPE_CHECKING:
     from .launcher import RunLauncher
+    from .liveness import ProcessLeases
 
 
 def page_bounds(request: ListTasksRequest) -> tuple[int, int | None]:
@@ -214,6 +215,12 @@ class TaskStore(abc.ABC):
         one around recording its end; each such scope costs a request ~5-8 µs on trio.)
         """
         return True
+
+    def process_leases(self) -> ProcessLeases | None:
+        """The liveness lease a shared store keeps for this process's interactive runs
+        (store/liveness.py); None: the store outlives no process, or recovers at its next
+        start (SQLite)."""
+        return None
 
     def run_launcher(self) -> RunLauncher | None:
         """The durable queue a shared store offers for detached runs (None: run them locally).

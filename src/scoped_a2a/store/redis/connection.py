@@ -80,6 +80,13 @@ class Keys:
         return f"{self.prefix}:claims:{task_id}"
 
     @property
+    def processes(self) -> str:  # zset: process id -> its lease's expiry, ms (store/liveness.py)
+        return f"{self.prefix}:procs"
+
+    def process(self, process_id: str) -> str:  # set: the running tasks a process's lease covers
+        return f"{self.prefix}:proc:{process_id}"
+
+    @property
     def tasks(self) -> str:  # zset: task id by creation order (ListTasks)
         return f"{self.prefix}:tasks"
 
