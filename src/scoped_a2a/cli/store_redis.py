@@ -97,6 +97,7 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
     leave the rest in the queue. Raises StartupError when Redis does not answer within
     ``--store-wait``. Cancelled: stops at once (the runs stay queued)."""
     from ..runtime.durable_worker import Worker
+    from ..runtime.handover import Handovers
     from ..runtime.policy import RunPolicy
     from ..runtime.runner import Runner
     from ..store.redis import open_redis_store
@@ -114,9 +115,11 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
             worker = Worker(store.queue, runner, concurrency=args.concurrency,
                             claim_idle=args.claim_idle)
             nursery.start_soon(worker.run)
-            await shutdown.wait()
-            try:
-                await runner.shutdown(args.grace)
-            finally:
-                runner.cancel_all("shutdown")
-                nursery.cancel_scope.cancel()
+            # A queued run parked in ctx.ask here gets its answer from any server.
+            async with Handovers(runner, store, store.handover).serving(nursery):
+                await shutdown.wait()
+                try:
+                    await runner.shutdown(args.grace)
+                finally:
+                    runner.cancel_all("shutdown")
+            nursery.cancel_scope.cancel()

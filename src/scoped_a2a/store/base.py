@@ -21,6 +21,7 @@ from ..protocol.types import ListTasksRequest, Task, TaskPushNotificationConfig
 from .claims import PriorSend
 
 if TYPE_CHECKING:
+    from .handover import HandoverTransport
     from .launcher import RunLauncher
     from .liveness import ProcessLeases
 
@@ -220,6 +221,11 @@ class TaskStore(abc.ABC):
         """The liveness lease a shared store keeps for this process's interactive runs
         (store/liveness.py); None: the store outlives no process, or recovers at its next
         start (SQLite)."""
+        return None
+
+    def handover_transport(self) -> HandoverTransport | None:
+        """How a follow-up reaching this process is handed to the process that holds its run
+        (store/handover.py); None: every run of the store executes in this process."""
         return None
 
     def run_launcher(self) -> RunLauncher | None:

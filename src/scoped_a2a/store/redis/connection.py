@@ -20,6 +20,8 @@ process recovers by itself when Redis returns.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -41,6 +43,7 @@ from coredis.retry import (
 )
 
 from ...protocol.errors import ServerUnavailable
+from ...protocol.ids import new_id
 from .local import LocalView
 
 log = logging.getLogger("scoped_a2a.redis")
@@ -109,6 +112,13 @@ class Keys:
     def cancel(self) -> str:  # channel: a task id whose run must stop now
         return f"{self.prefix}:cancel"
 
+    @property
+    def handover(self) -> str:  # channel: hand-over requests, to every process (.handover)
+        return f"{self.prefix}:handover"
+
+    def handover_to(self, process_id: str) -> str:  # channel: hand-over messages to one process
+        return f"{self.prefix}:handover:{process_id}"
+
 
 class _Waiters:
     """Local waiters per task id: one ``anyio.Event``, set and replaced on every wake-up."""
@@ -160,6 +170,10 @@ class RedisConnection:
         self.waiters = _Waiters()
         self.cancel_handlers: list[Callable[[str], None]] = []
         """Called with a task id when any process asks for that task's run to stop."""
+        self.process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
+        """This process's id among those sharing the Redis (liveness leases, hand-over)."""
+        self.handover_handlers: list[Callable[[bytes], None]] = []
+        """Called with each hand-over message for this process (:mod:`.handover`)."""
         self.listening = anyio.Event()
         """Set once the listener is subscribed (tests wait for it; waiters also poll)."""
         self._pubsub: PubSub[bytes] | None = None
@@ -292,10 +306,13 @@ class RedisConnection:
         )
         cancel = self.keys.cancel.encode()
         appended = self.keys.appended("").encode()
+        handover = {self.keys.handover.encode(),
+                    self.keys.handover_to(self.process_id).encode()}
         while True:
             try:
                 async with self.client.pubsub(
-                    channels=[self.keys.cancel], ignore_subscribe_messages=True,
+                    channels=[self.keys.cancel, *(c.decode() for c in handover)],
+                    ignore_subscribe_messages=True,
                     retry_policy=retry, max_idle_seconds=5,
                 ) as pubsub, anyio.create_task_group() as tg:
                     self._pubsub = pubsub
@@ -318,6 +335,10 @@ class RedisConnection:
                             task_id = data.decode() if isinstance(data, bytes) else str(data)
                             for handler in list(self.cancel_handlers):
                                 handler(task_id)
+                        elif channel in handover:
+                            payload = data if isinstance(data, bytes) else str(data).encode()
+                            for on_handover in list(self.handover_handlers):
+                                on_handover(payload)
                     tg.cancel_scope.cancel()
             except Exception as exc:  # the listener must outlive any Redis trouble
                 log.warning("Redis listener stopped (%s); resubscribing", exc)

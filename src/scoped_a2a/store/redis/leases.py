@@ -14,11 +14,8 @@ whole or not at all.
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Any
 
-from ...protocol.ids import new_id
 from ..liveness import DEFAULT_LEASE
 from . import scripts
 from .connection import RedisConnection
@@ -35,7 +32,7 @@ class RedisLeases:
             raise ValueError("the lease must be positive")
         self.conn = conn
         self.lease = lease
-        self.process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
+        self.process_id = conn.process_id
         self.runs_key = conn.keys.process(self.process_id)
         """The set CREATE adds this process's interactive tasks to."""
         self._beat = conn.script(scripts.HEARTBEAT)

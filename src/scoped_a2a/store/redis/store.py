@@ -53,12 +53,14 @@ from ...protocol.types import (
 )
 from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
 from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend
+from ..handover import HandoverTransport
 from ..launcher import RunLauncher
 from ..liveness import DEFAULT_LEASE, ProcessLeases
 from ..snapshot import apply_event
 from . import scripts
 from .claims import RedisClaims
 from .connection import RedisConnection
+from .handover import RedisHandover
 from .leases import RedisLeases
 from .queue import RunQueue
 
@@ -124,6 +126,8 @@ class RedisTaskStore(TaskStore):
         self._push_delete = conn.script(scripts.PUSH_DELETE)
         self.leases = RedisLeases(conn, lease)
         """This process's liveness lease over its interactive runs (store/liveness.py)."""
+        self.handover = RedisHandover(conn)
+        """Carries follow-ups to the process holding their run (store/handover.py)."""
         self.claims = RedisClaims(conn, self.claim_keep_ms)
         """The message claims (docs/exactly-once.md)."""
         self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
@@ -133,6 +137,10 @@ class RedisTaskStore(TaskStore):
     def run_launcher(self) -> RunLauncher | None:
         """The run queue: detached runs are queued durably and executed by any worker."""
         return self.queue if self.durable_runs else None
+
+    def handover_transport(self) -> HandoverTransport | None:
+        """Pub/sub channels between the processes of this Redis (:mod:`.handover`)."""
+        return self.handover
 
     def process_leases(self) -> ProcessLeases | None:
         """This process's liveness lease (its opener keeps it alive: ``open_redis_store``)."""
