@@ -9,6 +9,7 @@ from .chain import Chain
 from .clients import Clients
 from .detached import Detached
 from .fanout import Fanout
+from .handover import Handover
 from .hangup import Hangup
 from .observe import ObserveCost
 from .redis_store import RedisStore
@@ -26,4 +27,4 @@ from .temporal import Temporal
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
             Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore(),
-            Adapters(), Resend(), SQLiteStore(), Clients()]
+            Adapters(), Resend(), SQLiteStore(), Clients(), Handover()]

@@ -23,7 +23,7 @@ from .claims import PriorSend
 if TYPE_CHECKING:
     from .handover import HandoverTransport
     from .launcher import RunLauncher
-    from .liveness import ProcessLeases
+    from .process_leases import ProcessLeases
 
 
 def page_bounds(request: ListTasksRequest) -> tuple[int, int | None]:

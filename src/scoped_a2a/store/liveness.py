@@ -21,8 +21,9 @@ stays so longer than about ``lease + lease / 3`` seconds after its process died.
 Detached runs queued durably are not registered: the queue's own lease takes them over
 (``ctx.attempt`` 2).
 
-Store-specific parts (:class:`ProcessLeases`): Redis (``store/redis/leases.py``); a PostgreSQL
-store implements the same four methods on a table of processes and a column of the task row.
+Store-specific parts (:class:`~.process_leases.ProcessLeases`): Redis
+(``store/redis/leases.py``); a PostgreSQL store implements the same methods on a table of
+processes and a column of the task row.
 
 Cancellation: :func:`keep_alive` runs until cancelled; an end being recorded when it is
 cancelled either is appended or not (the next check does it again). Errors: store trouble is
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Protocol
 
 import anyio
 
@@ -50,13 +50,9 @@ from ..protocol.types import (
 )
 from .base import TaskEnded, TaskStore
 from .outage_log import OutageLog
+from .process_leases import DEFAULT_LEASE, ProcessLeases
 
 log = logging.getLogger("scoped_a2a.liveness")
-
-DEFAULT_LEASE = 10.0
-"""Seconds a process may go without renewing its lease before its interactive runs are
-recorded lost (``serve --lease``). Renewed every third of it, so a process must miss three
-renewals in a row (a long GC pause, a store failover) before it is declared dead."""
 
 LOST_REASON = "process-lost"
 """The end reason of an interactive run whose process stopped renewing its lease."""
@@ -66,32 +62,6 @@ LOST_TEXT = ("Canceled: the server process running this interactive run was lost
 LOST_PARKED_TEXT = ("Canceled: the server process holding this run while it waited for input "
                     "was lost (it stopped renewing its lease), and the run with it; start "
                     "over with a new message")
-
-
-class ProcessLeases(Protocol):
-    """What a shared store offers for liveness leases (one object per process)."""
-
-    process_id: str
-    """This process's id, unique per start (a restarted process is a new one)."""
-
-    lease: float
-    """Seconds without a renewal after which this process's runs are recorded lost."""
-
-    async def beat(self) -> bool:
-        """Renew this process's lease; False if it had lapsed (its runs may have been recorded
-        lost meanwhile; they stop at their next write). Raises ServerUnavailable."""
-
-    async def lapsed(self) -> list[tuple[str, list[str]]]:
-        """Processes whose lease lapsed, each with (some of) its registered tasks that are still
-        running, for this caller to record lost now: ``[(process id, [task id, ...])]``.
-
-        A process is handed to one caller at a time for about one lease (if that caller dies,
-        another gets it); a lapsed process none of whose tasks still runs is forgotten.
-        Raises ServerUnavailable."""
-
-    async def retire(self) -> None:
-        """On a clean exit: forget this process unless it still has runs registered (then its
-        lease lapses and they are recorded lost). Raises ServerUnavailable."""
 
 
 def lost_event(task_id: str, context_id: str, state: TaskState, reason: str,
@@ -169,3 +139,7 @@ async def retire(leases: ProcessLeases) -> None:
             await leases.retire()
         except ServerUnavailable as exc:
             log.info("could not retire this process's lease (%s); it lapses by itself", exc)
+
+
+__all__ = ["DEFAULT_LEASE", "LOST_REASON", "ProcessLeases", "keep_alive", "lost_event",
+           "reap", "record_lost", "retire"]
