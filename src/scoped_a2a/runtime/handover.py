@@ -45,11 +45,13 @@ from ..protocol.ids import new_id
 from ..protocol.types import Message, Task, TaskState
 from ..store.base import TaskStore
 from ..store.handover import HAND, RELEASE, REPLY, Envelope, HandoverTransport, decode, encode
+from ..store.outage_log import OutageLog
 from .run import Run
 from .runner import Runner
 from .tail import tail
 
 log = logging.getLogger("scoped_a2a.handover")
+_outages = OutageLog(log)
 
 HANDOVER_WAIT = 3.0
 """Seconds a sender waits for the holder's reply (pub/sub delivers in about a millisecond)."""
@@ -217,7 +219,8 @@ class Handovers:
         try:
             await self.transport.send(to, payload)
         except ServerUnavailable as exc:
-            log.warning("could not send a hand-over message to process %s: %s", to, exc)
+            _outages.failed("send", "could not send a hand-over message to process %s: %s",
+                            to, exc)
 
     async def _hold(self, env: Envelope, stack: ExitStack) -> None:
         """Keep the hold taken for the sender's caller until the run parks again or ends, or

@@ -37,8 +37,10 @@ from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.claims import PriorSend
 from ..store.liveness import LOST_REASON
+from ..store.outage_log import OutageLog
 
 log = logging.getLogger("scoped_a2a.resend")
+_outages = OutageLog(log)
 
 RERUN_REASONS = frozenset({"hang-up", "shutdown", "restart", LOST_REASON})
 """End reasons of a new task's run after which a resend of its message runs it again
@@ -169,6 +171,9 @@ class Resends:
         with anyio.move_on_after(PENDING_WAIT, shield=True):
             try:
                 await self.store.confirm_message(owner, msg.message_id, task_id)
+            except ServerUnavailable as exc:  # the store is away: no traceback, rate-limited
+                _outages.failed("confirm", "could not confirm the claim of message %r to task "
+                                "%s: %s", msg.message_id, task_id, exc)
             except Exception:
                 log.warning("could not confirm the claim of message %r to task %s",
                             msg.message_id, task_id, exc_info=True)

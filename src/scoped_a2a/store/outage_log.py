@@ -27,29 +27,32 @@ class OutageLog:
         self.every = every
         self._state: dict[str, list[float]] = {}  # class -> [last line at, failures since, total]
 
-    def failed(self, kind: str, msg: str, *args: object) -> bool:
-        """A failure of class ``kind``: logged (WARNING, no traceback) if it is the first, or
-        ``every`` seconds passed since the last line; True if a line was written."""
+    def failed(self, kind: str, msg: str, *args: object, level: int = logging.WARNING) -> bool:
+        """A failure of class ``kind``: logged (at ``level``, no traceback) if it is the first,
+        or ``every`` seconds passed since the last line, with how many it stands for; True if
+        a line was written."""
         now = time.monotonic()
         state = self._state.get(kind)
         if state is None:
             self._state[kind] = [now, 0, 1]
-            self.logger.warning(msg, *args)
+            self.logger.log(level, msg, *args)
             return True
         state[1] += 1
         state[2] += 1
         if now - state[0] < self.every:
             return False
-        self.logger.warning(msg + " (%d more failure(s) of this kind in the last %.0f s)",
-                            *args, state[1], now - state[0])
+        self.logger.log(level, msg + " (and %d more like it in the last %.0f s)",
+                        *args, state[1], now - state[0])
         state[0], state[1] = now, 0
         return True
 
     def recovered(self, kind: str) -> None:
         """Class ``kind`` succeeded: one line if it had failed (how many times in all)."""
-        state = self._state.pop(kind, None)
-        if state is not None:
-            self.logger.warning("%s: working again after %d failure(s)", kind, int(state[2]))
+        if self._state:
+            state = self._state.pop(kind, None)
+            if state is not None:
+                self.logger.warning("%s: working again after %d failure(s)", kind,
+                                    int(state[2]))
 
     def failing(self, kind: str) -> bool:
         """Whether class ``kind`` has failed since it last succeeded."""

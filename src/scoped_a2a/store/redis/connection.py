@@ -44,9 +44,11 @@ from coredis.retry import (
 
 from ...protocol.errors import ServerUnavailable
 from ...protocol.ids import new_id
+from ..outage_log import OutageLog
 from .local import LocalView
 
 log = logging.getLogger("scoped_a2a.redis")
+_outages = OutageLog(log)  # one line per few seconds while Redis is away, not one per attempt
 
 T = TypeVar("T")
 
@@ -248,7 +250,8 @@ class RedisConnection:
         try:
             await self.call(lambda: self.client.publish(self.keys.cancel, task_id))
         except ServerUnavailable as exc:
-            log.warning("could not publish the cancellation of task %s: %s", task_id, exc)
+            _outages.failed("publish", "could not publish the cancellation of task %s: %s",
+                            task_id, exc)
 
     # --- the listener ---------------------------------------------------------------------
 
@@ -317,6 +320,7 @@ class RedisConnection:
                 ) as pubsub, anyio.create_task_group() as tg:
                     self._pubsub = pubsub
                     self.listening.set()
+                    _outages.recovered("Redis listener")
                     tg.start_soon(self._forget_idle_channels, pubsub)
                     async for message in pubsub:
                         channel, data = message["channel"], message["data"]
@@ -341,7 +345,8 @@ class RedisConnection:
                                 on_handover(payload)
                     tg.cancel_scope.cancel()
             except Exception as exc:  # the listener must outlive any Redis trouble
-                log.warning("Redis listener stopped (%s); resubscribing", exc)
+                _outages.failed("Redis listener", "Redis listener stopped (%s); resubscribing",
+                                exc or type(exc).__name__)
             finally:
                 self._pubsub = None
                 self._confirmed.clear()
