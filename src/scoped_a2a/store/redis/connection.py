@@ -345,6 +345,7 @@ class RedisConnection:
                                 on_handover(payload)
                     tg.cancel_scope.cancel()
             except Exception as exc:  # the listener must outlive any Redis trouble
+                log.debug("the Redis listener stopped", exc_info=True)
                 _outages.failed("Redis listener", "Redis listener stopped (%s); resubscribing",
                                 exc or type(exc).__name__)
             finally:
