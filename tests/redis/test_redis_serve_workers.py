@@ -74,7 +74,7 @@ async def test_two_workers_share_the_port_restart_and_drain(
 
     # A killed worker is started again, and serves.
     os.kill(workers[1], signal.SIGKILL)
-    m = await sup.wait_for(r"worker 1 started \(pid (?!%d\))(\d+)\)" % workers[1])
+    m = await sup.wait_for(rf"worker 1 started \(pid (?!{workers[1]}\))(\d+)\)")
     new_pid = int(m.group(1))
     await until(lambda: sup.text().count("serving on") >= 3, sup)
     assert re.search(rf"worker 1 \(pid {workers[1]}\) exited with status -9; starting it "
