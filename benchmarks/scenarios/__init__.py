@@ -22,9 +22,11 @@ from .stored import Stored
 from .stream import Stream
 from .teardown import Teardown
 from .temporal import Temporal
+from .workers import Workers
 
 
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
             Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore(),
-            Adapters(), Resend(), SQLiteStore(), Clients(), Handover()]
+            Adapters(), Resend(), SQLiteStore(), Clients(), Handover(),
+            Workers()]

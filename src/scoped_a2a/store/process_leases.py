@@ -30,8 +30,8 @@ class ProcessLeases(Protocol):
         """Processes whose lease lapsed, each with (some of) its registered tasks that are still
         running, for this caller to record lost now: ``[(process id, [task id, ...])]``.
 
-        A process is handed to one caller at a time for about one lease (if that caller dies,
-        another gets it); a lapsed process none of whose tasks still runs is forgotten.
+        A process is handed to one caller at a time for a while (if that caller dies, another
+        gets it); a lapsed process none of whose tasks still runs is forgotten.
         Raises ServerUnavailable."""
 
     async def retire(self) -> None:

@@ -5,8 +5,9 @@ clock, ms); a set ``<prefix>:proc:<id>`` holds the running tasks its lease cover
 task stored for an interactive run to its process's set (and names the set in the task's hash),
 APPEND removes it when the task ends: no command of its own per run. The heartbeat is one ZADD
 per process and period (:data:`.scripts.HEARTBEAT`); :data:`.scripts.LAPSED` hands a lapsed
-process to one reaper at a time (a ``reaping:<id>`` key for one lease) and forgets it once none
-of its tasks runs.
+process to one reaper at a time (a ``reaping:<id>`` key for half a lease: a reaper that died is
+replaced soon, and a second batch of a large set goes out quickly) and forgets the process once
+none of its tasks runs.
 
 Cancellation: each call is one script run (:meth:`.connection.RedisConnection.run`), applied
 whole or not at all.
@@ -20,7 +21,7 @@ from ..liveness import DEFAULT_LEASE
 from . import scripts
 from .connection import RedisConnection
 
-MAX_TASKS = 500
+MAX_TASKS = 1000
 """Tasks of one lapsed process handed out per check (the next check gets the rest)."""
 
 
@@ -53,7 +54,7 @@ class RedisLeases:
     async def lapsed(self) -> list[tuple[str, list[str]]]:
         raw = await self.conn.run(
             self._lapsed, [self.conn.keys.processes],
-            [self.conn.keys.base, self.process_id, self._lease_ms, MAX_TASKS, 20])
+            [self.conn.keys.base, self.process_id, self._lease_ms // 2, MAX_TASKS, 20])
         out: list[tuple[str, list[str]]] = []
         for i in range(0, len(raw or ()), 2):
             out.append((bytes(raw[i]).decode(), [bytes(t).decode() for t in raw[i + 1]]))
