@@ -129,3 +129,46 @@ async def test_sigkill_a_replica_with_runs_in_flight(
             assert states.count("COMPLETED") == 1, (task_id, states)
             taken_over += any(s["attempt"] == 2 for s in starts)
         assert taken_over >= 1  # some were in flight on A when it was killed
+
+
+async def test_a_lone_server_killed_and_restarted_records_its_runs_and_reruns_a_resend(
+    redis_server: RedisServer, spawn: Callable[..., Proc],
+) -> None:
+    # The first report: one server, SIGKILLed under a stream with a fixed messageId,
+    # restarted; the resend hung and the task stayed working. The restarted process is a new
+    # one: it records the old one's runs lost once their lease lapses.
+    opts = ["--store", redis_server.url, "--port", "0", "--lease", str(LEASE)]
+    first = spawn("serve", *opts)
+    url = await first.url()
+    message = text_message(f"sleep-in {first.pid} 120")
+    ids: list[str] = []
+    async with httpx.AsyncClient(timeout=60) as client:
+
+        async def stream() -> None:
+            req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                   "params": {"message": message}}
+            try:
+                async with client.stream("POST", url, json=req, headers=V1) as resp:
+                    async for _, event in sse_events(resp):
+                        ids.append(event["result"].get("task", {}).get("id", ""))
+            except httpx.HTTPError:
+                pass
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stream)
+            await first.wait_for(r"run start task=\S+ .*mode=interactive")
+            first.kill()
+        second = spawn("serve", *opts)
+        url = await second.url()
+        with anyio.fail_after(LEASE + 5):
+            while True:
+                got = (await rpc(client, url, "GetTask", {"id": ids[0]}))["result"]
+                if got["status"]["state"] not in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"):
+                    break
+                await anyio.sleep(0.1)
+        assert got["status"]["state"] == "TASK_STATE_CANCELED", got
+        assert got["status"]["message"]["metadata"] == {"reason": LOST_REASON}, got
+        again = (await rpc(client, url, "SendMessage", {"message": message}))["result"]
+        assert again["task"]["id"] != ids[0], again
+        assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+        await second.wait_for(r"process \S+ stopped renewing its lease: 1 interactive run")
