@@ -125,8 +125,10 @@ class Handovers:
         holding its run; return the stand-in its caller holds while following the log.
 
         Raises the holder's refusal (e.g. -32004, the run is not waiting for input), or
-        ServerUnavailable when no process answered and the task did not end.
+        ServerUnavailable while this process shuts down, or when no process answered and the
+        task did not end.
         """
+        self.runner.check_accepting()  # shutting down: follow-ups are refused, as here
         hand_id = new_id()
         slot: list[object] = [anyio.Event(), None]
         self._replies[hand_id] = slot
@@ -190,7 +192,10 @@ class Handovers:
             if scope is not None:
                 scope.cancel()
         elif env.kind == HAND and self._tg is not None:
-            self._take(env)
+            try:
+                self._take(env)
+            except Exception:  # a bug here must not stop the store's listener
+                log.exception("taking the hand-over of task %s failed", env.task_id)
 
     def _take(self, env: Envelope) -> None:
         """Deliver a handed follow-up to the run held here, if there is one (synchronously:
