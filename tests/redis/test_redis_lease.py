@@ -172,3 +172,52 @@ async def test_a_lone_server_killed_and_restarted_records_its_runs_and_reruns_a_
         assert again["task"]["id"] != ids[0], again
         assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
         await second.wait_for(r"process \S+ stopped renewing its lease: 1 interactive run")
+
+
+async def test_a_resend_through_another_replica_right_after_a_hang_up_or_a_crash_runs_again(
+    redis_server: RedisServer, spawn: Callable[..., Proc],
+) -> None:
+    # The resend reaches B while A's run is still recorded as working: B asks which process
+    # runs it (runtime/handover.py settle) and waits for what ends it, then runs it again.
+    opts = ["--store", redis_server.url, "--port", "0", "--lease", str(LEASE)]
+    a, b = spawn("serve", *opts), spawn("serve", *opts)
+    url_a, url_b = await a.url(), await b.url()
+    async with httpx.AsyncClient(timeout=60) as client:
+
+        async def started_on_a(message: dict[str, Any]) -> str:
+            """Stream ``message`` to A until its run has started; then hang up."""
+            req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                   "params": {"message": message}}
+            async with client.stream("POST", url_a, json=req, headers=V1) as resp:
+                async for _, event in sse_events(resp):
+                    task_id: str = event["result"]["task"]["id"]
+                    await a.wait_for(rf"run start task={task_id} ")
+                    return task_id
+            raise AssertionError("no event")
+
+        # 1. The caller hung up on A; its resend through B runs the message again.
+        hung_up = text_message(f"sleep-in {a.pid} 60")
+        first = await started_on_a(hung_up)
+        again = (await rpc(client, url_b, "SendMessage", {"message": hung_up}))
+        assert again["result"]["task"]["id"] != first, again
+        assert b.text().count(f"run start task={again['result']['task']['id']} ") == 1
+
+        # 2. A dies with the run; the resend through B (before A's lease lapsed) runs again.
+        lost = text_message(f"sleep-in {a.pid} 120")
+        async with anyio.create_task_group() as tg:
+            async def hold() -> None:
+                req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                       "params": {"message": lost}}
+                try:
+                    async with client.stream("POST", url_a, json=req, headers=V1) as resp:
+                        async for _ in sse_events(resp):
+                            pass
+                except httpx.HTTPError:
+                    pass
+
+            tg.start_soon(hold)
+            await a.wait_for(r"run start task=\S+ .*\n(.*\n)*.*run start task=")
+            a.kill()
+        again = (await rpc(client, url_b, "SendMessage", {"message": lost}))["result"]
+        assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+        assert b.text().count(f"run start task={again['task']['id']} ") == 1

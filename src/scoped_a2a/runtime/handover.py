@@ -44,7 +44,16 @@ from ..protocol.errors import A2AError, ServerUnavailable, UnsupportedOperation,
 from ..protocol.ids import new_id
 from ..protocol.types import Message, Task, TaskState
 from ..store.base import TaskStore
-from ..store.handover import HAND, RELEASE, REPLY, Envelope, HandoverTransport, decode, encode
+from ..store.handover import (
+    HAND,
+    PROBE,
+    RELEASE,
+    REPLY,
+    Envelope,
+    HandoverTransport,
+    decode,
+    encode,
+)
 from ..store.outage_log import OutageLog
 from .run import Run
 from .runner import Runner
@@ -55,6 +64,9 @@ _outages = OutageLog(log)
 
 HANDOVER_WAIT = 3.0
 """Seconds a sender waits for the holder's reply (pub/sub delivers in about a millisecond)."""
+
+PROBE_WAIT = 1.0
+"""Seconds a resend waits to hear whether a process runs its task (``settle``)."""
 
 SETTLE_WAIT = 15.0
 """Seconds past :data:`HANDOVER_WAIT` a sender with no reply waits for the task to end (the
@@ -171,6 +183,45 @@ class Handovers:
         raise ServerUnavailable(
             f"no server process answered for the run of task {task.id!r}; try again")
 
+    # --- a resend whose run is elsewhere (server/resend.py) ----------------------------
+
+    async def settle(self, task: Task, wait_if_cancelled: float) -> Task:
+        """``task`` (not ended, its run not here) once its run's fate is known: at once if a
+        process runs it; once it ended if that process is cancelling it (``wait_if_cancelled``
+        seconds at most, e.g. its caller hung up); once the lease rule recorded it if no process
+        answers for a run a lease covers (its process died: ``settle_wait`` at most). A resend
+        of the task's message then decides on its end whether to run the message again."""
+        leases = self.store.process_leases()
+        if leases is None or not await leases.covers(task.id):
+            return task  # a queued run: the queue's own lease takes care of it
+        reason = await self._probe(task.id)
+        wait = self.settle_wait if reason is None else wait_if_cancelled if reason else 0.0
+        with anyio.move_on_after(wait):
+            while True:
+                task, last = await self.store.get(task.id)
+                if task.status.state.terminal:
+                    break
+                await self.store.wait(task.id, last)
+        return task
+
+    async def _probe(self, task_id: str) -> str | None:
+        """Why the run of ``task_id`` is being cancelled where it runs ("" not at all), or
+        None if no process answered within :data:`PROBE_WAIT`."""
+        probe_id = new_id()
+        slot: list[object] = [anyio.Event(), None]
+        self._replies[probe_id] = slot
+        try:
+            await self.transport.send(None, encode(Envelope(
+                PROBE, probe_id, sender=self.transport.process_id, task_id=task_id)))
+            with anyio.move_on_after(PROBE_WAIT):
+                event = slot[0]
+                assert isinstance(event, anyio.Event)
+                await event.wait()
+        finally:
+            del self._replies[probe_id]
+        reply = slot[1]
+        return reply.text if isinstance(reply, Envelope) else None
+
     # --- the holder -----------------------------------------------------------------------
 
     def _received(self, payload: bytes) -> None:
@@ -191,6 +242,12 @@ class Handovers:
             scope = self._holds.get(env.id)
             if scope is not None:
                 scope.cancel()
+        elif env.kind == PROBE and self._tg is not None:
+            run = self.runner.get(env.task_id)
+            if run is not None:
+                reply = Envelope(REPLY, env.id, sender=self.transport.process_id,
+                                 text=run.cancel_reason or "")
+                self._post(self._send, env.sender, encode(reply))
         elif env.kind == HAND and self._tg is not None:
             try:
                 self._take(env)

@@ -221,7 +221,7 @@ class A2AApp:
                           if transport is not None else None)
         """Follow-ups handed to (and from) the process holding their run, on a shared store
         (:mod:`..runtime.handover`); None when every run executes here."""
-        self.methods.sends.handovers = self.handovers
+        self.methods.sends.handovers = self.methods.sends.resends.handovers = self.handovers
         self.rest = RestBinding(self.methods, max_body_bytes=max_body_bytes,
                                 write_timeout=stream_write_timeout, expose_errors=expose_errors,
                                 observe=self.observe, bodies=self.bodies,

@@ -32,6 +32,7 @@ import msgspec
 from ..protocol.deadline import BUDGET_KEY, DEADLINE_KEY
 from ..protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
 from ..protocol.types import Message, Role, Task, TaskState
+from ..runtime.handover import Handovers
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
@@ -85,6 +86,8 @@ class Resends:
     def __init__(self, store: TaskStore, runner: Runner) -> None:
         self.store = store
         self.runner = runner
+        self.handovers: Handovers | None = None
+        """Tells where a resent task's run is on a shared store (the app sets it)."""
 
     async def claim(
         self, owner: str, msg: Message, fp: bytes, task_id: str, position: int, *,
@@ -143,7 +146,11 @@ class Resends:
             # hang-up ended a later turn: this message's own turn is not what was cut off.
             return False
         run = self.runner.get(task.id)
-        if run is not None and run.cancel_reason in RERUN_REASONS:
+        if run is None and not task.status.state.terminal and self.handovers is not None:
+            # Its run is in another process, or in none any more (that process died): wait
+            # for what ends it, as for a run here below (runtime/handover.py).
+            task = await self.handovers.settle(task, HANGUP_WAIT)
+        elif run is not None and run.cancel_reason in RERUN_REASONS:
             # Its caller just hung up and the run is being cancelled: wait for the end it
             # records, then decide on it (holding the run now would only hear "canceled").
             with anyio.move_on_after(HANGUP_WAIT):

@@ -26,11 +26,13 @@ from ..protocol.types import Message
 HAND = "hand"
 REPLY = "reply"
 RELEASE = "release"
+PROBE = "probe"  # is the run of ``task_id`` alive here? (a resend deciding whether to rerun)
 
 
 class Envelope(msgspec.Struct, omit_defaults=True):
-    """One hand-over message. ``kind``: :data:`HAND`, :data:`REPLY` or :data:`RELEASE`;
-    ``id``: the hand-over's id (a reply and a release name the hand-over they answer)."""
+    """One hand-over message. ``kind``: :data:`HAND`, :data:`REPLY`, :data:`RELEASE` or
+    :data:`PROBE`; ``id``: the hand-over's id (a reply and a release name the one they answer).
+    A probe's reply carries, in ``text``, why the run is being cancelled ("" running)."""
 
     kind: str
     id: str
@@ -40,7 +42,7 @@ class Envelope(msgspec.Struct, omit_defaults=True):
     detach_reason: str | None = None  # HAND: the follow-up asked not to wait
     position: int = 0  # HAND: the log position the sender follows from
     code: int = 0  # REPLY: 0 delivered, else the A2A error code the holder refused it with
-    text: str = ""  # REPLY: the refusal's message
+    text: str = ""  # REPLY: the refusal's message (a probe's: the run's cancel reason)
 
 
 encode = msgspec.json.Encoder().encode

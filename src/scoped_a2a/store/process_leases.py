@@ -34,6 +34,10 @@ class ProcessLeases(Protocol):
         gets it); a lapsed process none of whose tasks still runs is forgotten.
         Raises ServerUnavailable."""
 
+    async def covers(self, task_id: str) -> bool:
+        """Whether the task was stored for an interactive run, covered by some process's lease
+        (a queued run is not). Raises ServerUnavailable."""
+
     async def retire(self) -> None:
         """On a clean exit: forget this process unless it still has runs registered (then its
         lease lapses and they are recorded lost). Raises ServerUnavailable."""

@@ -60,6 +60,10 @@ class RedisLeases:
             out.append((bytes(raw[i]).decode(), [bytes(t).decode() for t in raw[i + 1]]))
         return out
 
+    async def covers(self, task_id: str) -> bool:
+        key = self.conn.keys.task(task_id)
+        return bool(await self.conn.call(lambda: self.conn.client.hexists(key, "proc")))
+
     async def retire(self) -> None:
         await self.conn.run(self._retire, [self.conn.keys.processes, self.runs_key],
                             [self.process_id])
