@@ -128,12 +128,20 @@ async def keep_alive(store: TaskStore, leases: ProcessLeases) -> None:
             await reap(store, leases)
             outages.recovered("liveness")
         except ServerUnavailable as exc:
-            outages.failed("liveness", "liveness lease: %s", exc)
+            if first:
+                # Never reached yet: whoever opened the store says so (serve's start-up check
+                # is one line), and no run depends on this lease before it is first renewed.
+                log.debug("liveness lease: %s", exc)
+            else:
+                outages.failed("liveness", "liveness lease: %s", exc)
         await anyio.sleep(period)
 
 
-async def retire(leases: ProcessLeases) -> None:
-    """:meth:`ProcessLeases.retire`, shielded and bounded (for a store's clean exit)."""
+async def retire(leases: ProcessLeases, *, renewed: bool = True) -> None:
+    """:meth:`ProcessLeases.retire`, shielded and bounded (for a store's clean exit);
+    nothing if the lease was never ``renewed`` (the store was never reached)."""
+    if not renewed:
+        return
     with anyio.move_on_after(2, shield=True):
         try:
             await leases.retire()

@@ -61,7 +61,7 @@ async def open_redis_store(
                 yield store
             finally:
                 tg.cancel_scope.cancel()
-                await retire(store.leases)
+                await retire(store.leases, renewed=store.leases.renewed)
 
 
 __all__ = ["RedisConnection", "RedisTaskStore", "RunQueue", "open_redis_store"]

@@ -42,13 +42,18 @@ class RedisLeases:
         self._first = True
 
     @property
+    def renewed(self) -> bool:
+        """Whether this process's lease was renewed at least once (Redis was reached)."""
+        return not self._first
+
+    @property
     def _lease_ms(self) -> int:
         return max(1, int(self.lease * 1000))
 
     async def beat(self) -> bool:
         args: list[Any] = [self.process_id, self._lease_ms, 1 if self._first else 0]
         ok = await self.conn.run(self._beat, [self.conn.keys.processes], args)
-        self._first = False
+        self._first = False  # renewed at least once: retire() has something to forget
         return bool(ok == 1)
 
     async def lapsed(self) -> list[tuple[str, list[str]]]:
