@@ -127,6 +127,14 @@ AGENTS = {
 }
 
 
+async def ask_agent(ctx: RunContext) -> str:
+    """``ask``: asks one question, answers with the answer (scenario 20, hand-over)."""
+    return f"hi {await ctx.ask('your name?')}"
+
+
+AGENTS["ask"] = ask_agent
+
+
 async def bench_agent(ctx: RunContext) -> str | None:
     """Dispatch on the first word of the message (see the module docstring)."""
     command = ctx.text.split(" ", 1)[0]

@@ -9,6 +9,7 @@ from .chain import Chain
 from .clients import Clients
 from .detached import Detached
 from .fanout import Fanout
+from .handover import Handover
 from .hangup import Hangup
 from .observe import ObserveCost
 from .postgres_store import PostgresStore
@@ -22,9 +23,11 @@ from .stored import Stored
 from .stream import Stream
 from .teardown import Teardown
 from .temporal import Temporal
+from .workers import Workers
 
 
 def all_scenarios() -> list[Scenario]:
     return [Send(), Stream(), Hangup(), Teardown(), Fanout(), Soak(), Detached(), SlowReaders(),
             Temporal(), Auth(), Chain(), ObserveCost(), Stored(), RedisStore(),
-            Adapters(), Resend(), SQLiteStore(), Clients(), PostgresStore()]
+            Adapters(), Resend(), SQLiteStore(), Clients(), PostgresStore(), Handover(),
+            Workers()]

@@ -64,6 +64,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from .parser import build_parser
 
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # serve --workers starts these
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

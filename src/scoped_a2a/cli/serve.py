@@ -103,7 +103,9 @@ def run_serve(args: argparse.Namespace) -> int:
     """Run ``serve``; returns the exit status. Every start-up error is one line and exit 2
     (SystemExit with a message, or from :func:`.startup.run_server`)."""
     from ..agent_loading import load_agent, load_card
+    from .workers import check_workers, run_workers
 
+    check_workers(args)  # --workers N > 1 with a store the processes cannot share: one line
     # Loaded before the event loop starts: a bad --agent is one line, not a traceback.
     loaded = load_agent(args.agent, backend=args.backend)
     loaded.card.update(load_card(args.card))
@@ -117,6 +119,8 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.grpc:
         _check_grpc_extra()
     check_host(args.host, args.port)
+    if args.workers > 1:  # everything checked once here; each worker checks it again
+        return run_workers(args)
     # Imported here, not in the loop: the loop's first step is installing the signal handlers.
     from ..server.app import A2AApp
 

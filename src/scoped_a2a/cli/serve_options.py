@@ -34,6 +34,11 @@ def add_listen_options(parser: argparse.ArgumentParser) -> None:
                    help="the port to listen on; 0 picks a free one")
     g.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
                    help="the async library to run on")
+    g.add_argument("--workers", type=at_least_one, default=1, metavar="N",
+                   help="serve from N processes on the same port (SO_REUSEPORT), over a "
+                        "shared store (--store redis://...); a worker that dies is started "
+                        "again; signals reach every worker (docs/redis.md)")
+    g.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     g.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate chain")
     g.add_argument("--keyfile", metavar="PEM", help="the private key of --certfile")
     g.add_argument("--ca-certs", metavar="PEM",

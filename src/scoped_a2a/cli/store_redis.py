@@ -76,7 +76,8 @@ async def serve(args: argparse.Namespace, make_app: Any, shutdown: anyio.Event) 
     from ..store.redis import open_redis_store
 
     async with open_redis_store(
-        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
+        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks,
+        lease=args.lease,
     ) as store:
         if not await wait_for_redis(store, args.store_wait, shutdown):
             return
@@ -96,12 +97,14 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
     leave the rest in the queue. Raises StartupError when Redis does not answer within
     ``--store-wait``. Cancelled: stops at once (the runs stay queued)."""
     from ..runtime.durable_worker import Worker
+    from ..runtime.handover import Handovers
     from ..runtime.policy import RunPolicy
     from ..runtime.runner import Runner
     from ..store.redis import open_redis_store
 
     async with open_redis_store(
-        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks
+        args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks,
+        lease=args.lease,
     ) as store:
         if not await wait_for_redis(store, args.store_wait, shutdown):
             return
@@ -112,9 +115,11 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
             worker = Worker(store.queue, runner, concurrency=args.concurrency,
                             claim_idle=args.claim_idle)
             nursery.start_soon(worker.run)
-            await shutdown.wait()
-            try:
-                await runner.shutdown(args.grace)
-            finally:
-                runner.cancel_all("shutdown")
-                nursery.cancel_scope.cancel()
+            # A queued run parked in ctx.ask here gets its answer from any server.
+            async with Handovers(runner, store, store.handover).serving(nursery):
+                await shutdown.wait()
+                try:
+                    await runner.shutdown(args.grace)
+                finally:
+                    runner.cancel_all("shutdown")
+            nursery.cancel_scope.cancel()

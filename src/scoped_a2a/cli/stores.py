@@ -21,6 +21,7 @@ import argparse
 import importlib
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from ..store.liveness import DEFAULT_LEASE
 from ..store.memory import DEFAULT_MAX_ENDED_BYTES
 from .arg_types import at_least_one, parse_size, seconds, seconds_or_zero
 
@@ -105,6 +106,10 @@ def add_queue_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
     g.add_argument("--claim-idle", type=seconds, default=30.0, metavar="SECONDS",
                    help="a queued run whose worker is silent this long goes to another "
                         "worker")
+    g.add_argument("--lease", type=seconds, default=DEFAULT_LEASE, metavar="SECONDS",
+                   help="with a Redis store: an interactive run whose process has not renewed "
+                        "its liveness lease for this long is recorded canceled (reason "
+                        "process-lost) by any other process; renewed every third of it")
     g.add_argument("--redis-prefix", default="scoped_a2a",
                    help="prefix of every Redis key (apps sharing one Redis differ here)")
     from .store_postgres import add_postgres_options

@@ -33,10 +33,12 @@ from ..protocol.errors import ServerUnavailable, UnsupportedOperation
 from ..protocol.ids import new_id
 from ..protocol.principal import principal_of_owner
 from ..store.launcher import DurableQueue, Job
+from ..store.outage_log import OutageLog
 from .run import Run
 from .runner import Runner
 
 log = logging.getLogger("scoped_a2a.worker")
+_outages = OutageLog(log)  # one line per few seconds while the store is away, not one per call
 
 
 class Worker:
@@ -95,12 +97,14 @@ class Worker:
                     if not batch:
                         batch = await self.queue.read_new(self.name, free, block_ms)
                 except ServerUnavailable as exc:
-                    log.warning("worker %s: %s (retrying in %.2fs)", self.name, exc, backoff)
+                    _outages.failed("worker", "worker %s: %s (retrying in %.2fs)", self.name,
+                                    exc, backoff)
                     grouped = False  # the store may have lost its group: prepare again
                     await anyio.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
                     continue
                 backoff = 0.05
+                _outages.recovered("worker")
                 for job in batch:
                     self.active += 1
                     jobs.start_soon(self._job, job, name=f"scoped_a2a job {job.task_id}")
@@ -113,7 +117,7 @@ class Worker:
             await self._execute(job, token)
         except ServerUnavailable as exc:
             # The entry stays pending: it is redelivered once its lease and idle time run out.
-            log.warning("run of task %s left queued: %s", job.task_id, exc)
+            _outages.failed("left queued", "run of task %s left queued: %s", job.task_id, exc)
         finally:
             self.active -= 1
             self._freed.set()
@@ -165,7 +169,8 @@ class Worker:
                 try:
                     status = await self.queue.renew(job, self.name, token, self._lease_ms)
                 except ServerUnavailable as exc:
-                    log.warning("could not renew the lease of task %s: %s", job.task_id, exc)
+                    _outages.failed("renew", "could not renew the lease of task %s: %s",
+                                    job.task_id, exc)
             if status is None:
                 if time.monotonic() - last_ok > self.claim_idle * 0.75:
                     log.error("lost the lease of task %s (store unreachable); stopping its run",

@@ -29,10 +29,12 @@ from anyio.abc import TaskGroup
 from ..protocol.errors import ServerUnavailable
 from ..protocol.types import Message, TaskState, TaskStatus, TaskStatusUpdateEvent, utc_timestamp
 from ..store.base import TaskEnded, TaskStore
+from ..store.outage_log import OutageLog
 from .outcome import end_message
 from .run import Run
 
 log = logging.getLogger("scoped_a2a.runs")
+_outages = OutageLog(log)  # one line per few seconds while the store is away, not one per run
 
 REASON_TEXT = {
     "hang-up": "the caller hung up",
@@ -40,6 +42,7 @@ REASON_TEXT = {
     "shutdown": "the server shut down before the run finished",
     "nursery": "the server nursery was cancelled",
     "deadline": "the caller's deadline passed before the run finished",
+    "process-lost": "the server process running it was lost (its liveness lease lapsed)",
 }
 
 RECORD_TIMEOUT = 5.0
@@ -101,8 +104,8 @@ class EndRecorder:
             run.end_error_lasting = exc.lasting
             self._store_error("record_end")
             if not quiet:
-                log.error("could not record the end of task %s (%s): %s", run.task_id,
-                          state.name.lower(), exc)
+                _outages.failed("run end", "could not record the end of task %s (%s): %s",
+                                run.task_id, state.name.lower(), exc, level=logging.ERROR)
             return False
         except Exception as exc:
             run.end_error = f"the task store failed ({type(exc).__name__})"
@@ -141,17 +144,19 @@ class EndRecorder:
         if retry:
             self._retry_later(run, state, text, reason, error_id)
         else:
-            log.error("could not record the end of task %s (%s): %s; its queue runs it again",
-                      run.task_id, state.name.lower(), run.end_error)
+            _outages.failed("run end", "could not record the end of task %s (%s): %s; its "
+                            "queue runs it again", run.task_id, state.name.lower(),
+                            run.end_error, level=logging.ERROR)
 
     def _retry_later(self, run: Run, state: TaskState, text: str | Message | None, reason: str,
                      error_id: str | None) -> None:
         if self._nursery is None or self._stopped or run.task_id in self._retrying:
-            log.error("could not record the end of task %s (%s): %s", run.task_id,
-                      state.name.lower(), run.end_error)
+            _outages.failed("run end", "could not record the end of task %s (%s): %s",
+                            run.task_id, state.name.lower(), run.end_error, level=logging.ERROR)
             return
-        log.error("could not record the end of task %s (%s): %s; retrying in the background",
-                  run.task_id, state.name.lower(), run.end_error)
+        _outages.failed("run end", "could not record the end of task %s (%s): %s; retrying in "
+                        "the background", run.task_id, state.name.lower(), run.end_error,
+                        level=logging.ERROR)
         scope = anyio.CancelScope()
         self._retrying[run.task_id] = scope
         self._nursery.start_soon(self._retry, scope, run, state, text, reason, error_id,
@@ -169,9 +174,9 @@ class EndRecorder:
                         recorded = await self.write(run, state, text, reason,
                                                     error_id=error_id, quiet=True)
                     if recorded:
-                        log.warning("recorded the end of task %s (%s) %.1fs late, attempt %d",
-                                    run.task_id, state.name.lower(),
-                                    time.monotonic() - began, attempt + 1)
+                        _outages.failed("late end", "recorded the end of task %s (%s) %.1fs "
+                                        "late, attempt %d", run.task_id, state.name.lower(),
+                                        time.monotonic() - began, attempt + 1)
                         return
         finally:
             self._retrying.pop(run.task_id, None)

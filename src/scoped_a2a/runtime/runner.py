@@ -32,6 +32,7 @@ from ..protocol.trajectory import LogEvent
 from ..protocol.types import Message, Task, TaskState
 from ..store.base import TaskEnded, TaskStore
 from ..store.launcher import RunLauncher
+from ..store.outage_log import OutageLog
 from .context import Agent, AskFailed, RunContext
 from .ending import REASON_TEXT, RECORD_TIMEOUT, EndRecorder
 from .failures import AgentError, failure_text, new_error_id
@@ -41,6 +42,7 @@ from .policy import RunPolicy
 from .run import ParkedRuns, Run, RunWatch
 
 log = logging.getLogger("scoped_a2a.runs")
+_outages = OutageLog(log)  # store/outage_log.py
 
 REDELIVER_REASONS = frozenset({"shutdown", "nursery", "lease-lost"})
 """Why a run from a durable queue may stop without recording an end: its process is going away
@@ -332,9 +334,13 @@ class Runner:
                     text = failure_text(exc, error_id, expose=self.expose_errors)
                     # An AgentError is a deliberate answer, not a bug: no traceback; nor is
                     # the store's refusal of a write (a full disk: its message says it all).
-                    log.warning("agent failed on task %s (error id %s): %s", run.task_id,
-                                error_id, failure_text(exc, error_id, expose=True),
-                                exc_info=not isinstance(exc, (AgentError, ServerUnavailable)))
+                    if isinstance(exc, ServerUnavailable):  # the store is away: rate-limited
+                        _outages.failed("store", "agent failed on task %s (error id %s): %s",
+                                        run.task_id, error_id, exc)
+                    else:
+                        log.warning("agent failed on task %s (error id %s): %s", run.task_id,
+                                    error_id, failure_text(exc, error_id, expose=True),
+                                    exc_info=not isinstance(exc, AgentError))
                 else:
                     state, text, reason = end_of(reply)
         finally:

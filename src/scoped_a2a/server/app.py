@@ -17,7 +17,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,6 +40,7 @@ from ..protocol.jsonrpc import error_frame
 from ..protocol.rest_errors import rest_error_body
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
+from ..runtime.handover import Handovers
 from ..runtime.limits import CallerLimits
 from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
@@ -210,6 +216,12 @@ class A2AApp:
             push=self.push,
             input_modes=InputModes.from_card(build_card("", fields)),
         )
+        transport = self.store.handover_transport()
+        self.handovers = (Handovers(self.runner, self.store, transport)
+                          if transport is not None else None)
+        """Follow-ups handed to (and from) the process holding their run, on a shared store
+        (:mod:`..runtime.handover`); None when every run executes here."""
+        self.methods.sends.handovers = self.methods.sends.resends.handovers = self.handovers
         self.rest = RestBinding(self.methods, max_body_bytes=max_body_bytes,
                                 write_timeout=stream_write_timeout, expose_errors=expose_errors,
                                 observe=self.observe, bodies=self.bodies,
@@ -271,7 +283,10 @@ class A2AApp:
         """
         if self._detached is not None:
             # Push deliveries drain after the runs (their last states are deliveries too).
-            async with self.push.serving(self._detached, grace=self.push_grace):
+            async with (
+                self.push.serving(self._detached, grace=self.push_grace),
+                self._handing_over(self._detached),
+            ):
                 self.runner.attach(self._detached)
                 self.ready.set()
                 try:
@@ -282,6 +297,7 @@ class A2AApp:
         async with (
             anyio.create_task_group() as nursery,
             self.push.serving(nursery, grace=self.push_grace),
+            self._handing_over(nursery),
         ):
             self.runner.attach(nursery)
             self.ready.set()
@@ -289,6 +305,12 @@ class A2AApp:
                 yield self
             finally:
                 await self.drain()
+
+    def _handing_over(self, nursery: TaskGroup) -> AbstractAsyncContextManager[None]:
+        """Hand-overs served in ``nursery`` (until after the drain), when the store has them."""
+        if self.handovers is None:
+            return nullcontext()
+        return self.handovers.serving(nursery)
 
     @property
     def push_grace(self) -> float:

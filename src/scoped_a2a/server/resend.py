@@ -13,7 +13,8 @@ that claim names, as the first send would have:
   another body), never a second run;
 - the first send of a new task ended ``canceled`` because its caller went away (reason
   ``hang-up``), the server shut down (``shutdown``) or died (``restart``, recorded by the SQLite
-  store on the next start): the resend runs the message again as a new
+  store on the next start; ``process-lost``, recorded on a shared store by another process once
+  the dead one's liveness lease lapsed): the resend runs the message again as a new
   task, since the caller retrying is exactly what running it again means (it was never told an
   outcome it asked for). Every other outcome, a CancelTask included, is the answer.
 
@@ -31,17 +32,22 @@ import msgspec
 from ..protocol.deadline import BUDGET_KEY, DEADLINE_KEY
 from ..protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
 from ..protocol.types import Message, Role, Task, TaskState
+from ..runtime.handover import Handovers
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.claims import PriorSend
+from ..store.liveness import LOST_REASON
+from ..store.outage_log import OutageLog
 
 log = logging.getLogger("scoped_a2a.resend")
+_outages = OutageLog(log)
 
-RERUN_REASONS = frozenset({"hang-up", "shutdown", "restart"})
+RERUN_REASONS = frozenset({"hang-up", "shutdown", "restart", LOST_REASON})
 """End reasons of a new task's run after which a resend of its message runs it again
 (``restart``: a durable store recorded the interactive run the process died in, whose caller
-was never answered)."""
+was never answered; ``process-lost``: another process of a shared store did, once the dead
+process's liveness lease lapsed, store/liveness.py)."""
 
 PENDING_WAIT = 10.0
 """Seconds a resend waits for the first send of its messageId to store its task (a race of two
@@ -80,6 +86,8 @@ class Resends:
     def __init__(self, store: TaskStore, runner: Runner) -> None:
         self.store = store
         self.runner = runner
+        self.handovers: Handovers | None = None
+        """Tells where a resent task's run is on a shared store (the app sets it)."""
 
     async def claim(
         self, owner: str, msg: Message, fp: bytes, task_id: str, position: int, *,
@@ -138,7 +146,11 @@ class Resends:
             # hang-up ended a later turn: this message's own turn is not what was cut off.
             return False
         run = self.runner.get(task.id)
-        if run is not None and run.cancel_reason in RERUN_REASONS:
+        if run is None and not task.status.state.terminal and self.handovers is not None:
+            # Its run is in another process, or in none any more (that process died): wait
+            # for what ends it, as for a run here below (runtime/handover.py).
+            task = await self.handovers.settle(task, HANGUP_WAIT)
+        elif run is not None and run.cancel_reason in RERUN_REASONS:
             # Its caller just hung up and the run is being cancelled: wait for the end it
             # records, then decide on it (holding the run now would only hear "canceled").
             with anyio.move_on_after(HANGUP_WAIT):
@@ -166,6 +178,9 @@ class Resends:
         with anyio.move_on_after(PENDING_WAIT, shield=True):
             try:
                 await self.store.confirm_message(owner, msg.message_id, task_id)
+            except ServerUnavailable as exc:  # the store is away: no traceback, rate-limited
+                _outages.failed("confirm", "could not confirm the claim of message %r to task "
+                                "%s: %s", msg.message_id, task_id, exc)
             except Exception:
                 log.warning("could not confirm the claim of message %r to task %s",
                             msg.message_id, task_id, exc_info=True)

@@ -29,6 +29,7 @@ from ..protocol.types import (
     utc_timestamp,
 )
 from ..push.service import PushService
+from ..runtime.handover import Handovers
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
@@ -52,6 +53,9 @@ class SendSetup:
         """The media types the card accepts in message parts (None: any; input_modes.py)."""
         self.resends = Resends(store, runner)
         """The messageId claims that make a resent message the same send (resend.py)."""
+        self.handovers: Handovers | None = None
+        """Hands follow-ups to the process holding their run, on a shared store (the app
+        sets it; runtime/handover.py). None: a run held elsewhere refuses them."""
 
     async def begin(
         self, req: SendMessageRequest, v1: bool = True, principal: Principal = ANONYMOUS
@@ -154,6 +158,9 @@ class SendSetup:
         run = self.runner.get(task.id)
         if run is not None:
             self.runner.resume(run, msg, reason)
+        elif self.handovers is not None:
+            # Its run is held by another process (or by none): hand the message over.
+            run = await self.handovers.hand(task, msg, reason, pos)
         else:
             run = await self.runner.launch(
                 task, msg, request_metadata=req.metadata, detach_reason=reason, new=False,

@@ -70,7 +70,8 @@ STREAM_SNDBUF = 64 << 10
 """SO_SNDBUF asked for on accepted sockets (the kernel doubles it): what it buffers per client."""
 
 
-def _listen(host: str, port: int, *, stall_timeout: float | None = None) -> socket.socket:
+def _listen(host: str, port: int, *, stall_timeout: float | None = None,
+            reuse_port: bool = False) -> socket.socket:
     """The listening socket, with the options every accepted connection inherits (Linux).
 
     ``stall_timeout`` (the app's ``stream_write_timeout``) becomes ``TCP_USER_TIMEOUT``: the
@@ -89,7 +90,10 @@ def _listen(host: str, port: int, *, stall_timeout: float | None = None) -> sock
     applies).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=1024)
+    # reuse_port: several processes listen on the port; the kernel spreads connections
+    # (serve --workers, cli/workers.py).
+    sock = socket.create_server((host, port), family=family, backlog=1024,
+                                reuse_port=reuse_port)
     if stall_timeout is not None and 0 < stall_timeout < MAX_STALL_TIMEOUT:
         user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
         # Refused options are skipped: the app's own write deadline still applies.
@@ -118,6 +122,7 @@ async def serve(
     gc_tuning: bool = True,
     memory_trim: bool = True,
     handle_signals: bool | None = None,
+    reuse_port: bool = False,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
@@ -153,6 +158,8 @@ async def serve(
         gracefully; a caller that passes ``shutdown`` is taken to handle signals itself. Only
         in the main thread (elsewhere Python delivers no signals); the previous handlers are
         restored when ``serve`` returns.
+    :param reuse_port: listen with ``SO_REUSEPORT``, so that other processes (other workers
+        of ``serve --workers``) listen on the same port and the kernel spreads connections.
     Raises ValueError before listening when the TLS files cannot be loaded.
     """
     backend = sniffio.current_async_library()
@@ -166,7 +173,8 @@ async def serve(
     elif ca_certs is not None:
         raise ValueError("client certificates (ca_certs) need TLS: give certfile and keyfile")
     scheme = "https" if certfile else "http"
-    sock = _listen(host, port, stall_timeout=getattr(app, "stream_write_timeout", None))
+    sock = _listen(host, port, stall_timeout=getattr(app, "stream_write_timeout", None),
+                   reuse_port=reuse_port)
     bound_port: int = sock.getsockname()[1]
     if getattr(app, "public_url", "unset") is None:
         shown = f"[{host}]" if ":" in host else host

@@ -21,7 +21,9 @@ from ..protocol.types import ListTasksRequest, Task, TaskPushNotificationConfig
 from .claims import PriorSend
 
 if TYPE_CHECKING:
+    from .handover import HandoverTransport
     from .launcher import RunLauncher
+    from .process_leases import ProcessLeases
 
 
 def page_bounds(request: ListTasksRequest) -> tuple[int, int | None]:
@@ -214,6 +216,17 @@ class TaskStore(abc.ABC):
         one around recording its end; each such scope costs a request ~5-8 µs on trio.)
         """
         return True
+
+    def process_leases(self) -> ProcessLeases | None:
+        """The liveness lease a shared store keeps for this process's interactive runs
+        (store/liveness.py); None: the store outlives no process, or recovers at its next
+        start (SQLite)."""
+        return None
+
+    def handover_transport(self) -> HandoverTransport | None:
+        """How a follow-up reaching this process is handed to the process that holds its run
+        (store/handover.py); None: every run of the store executes in this process."""
+        return None
 
     def run_launcher(self) -> RunLauncher | None:
         """The durable queue a shared store offers for detached runs (None: run them locally).

@@ -20,6 +20,8 @@ process recovers by itself when Redis returns.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -41,9 +43,12 @@ from coredis.retry import (
 )
 
 from ...protocol.errors import ServerUnavailable
+from ...protocol.ids import new_id
+from ..outage_log import OutageLog
 from .local import LocalView
 
 log = logging.getLogger("scoped_a2a.redis")
+_outages = OutageLog(log)  # one line per few seconds while Redis is away, not one per attempt
 
 T = TypeVar("T")
 
@@ -80,6 +85,13 @@ class Keys:
         return f"{self.prefix}:claims:{task_id}"
 
     @property
+    def processes(self) -> str:  # zset: process id -> its lease's expiry, ms (store/liveness.py)
+        return f"{self.prefix}:procs"
+
+    def process(self, process_id: str) -> str:  # set: the running tasks a process's lease covers
+        return f"{self.prefix}:proc:{process_id}"
+
+    @property
     def tasks(self) -> str:  # zset: task id by creation order (ListTasks)
         return f"{self.prefix}:tasks"
 
@@ -101,6 +113,13 @@ class Keys:
     @property
     def cancel(self) -> str:  # channel: a task id whose run must stop now
         return f"{self.prefix}:cancel"
+
+    @property
+    def handover(self) -> str:  # channel: hand-over requests, to every process (.handover)
+        return f"{self.prefix}:handover"
+
+    def handover_to(self, process_id: str) -> str:  # channel: hand-over messages to one process
+        return f"{self.prefix}:handover:{process_id}"
 
 
 class _Waiters:
@@ -153,6 +172,10 @@ class RedisConnection:
         self.waiters = _Waiters()
         self.cancel_handlers: list[Callable[[str], None]] = []
         """Called with a task id when any process asks for that task's run to stop."""
+        self.process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
+        """This process's id among those sharing the Redis (liveness leases, hand-over)."""
+        self.handover_handlers: list[Callable[[bytes], None]] = []
+        """Called with each hand-over message for this process (:mod:`.handover`)."""
         self.listening = anyio.Event()
         """Set once the listener is subscribed (tests wait for it; waiters also poll)."""
         self._pubsub: PubSub[bytes] | None = None
@@ -227,7 +250,8 @@ class RedisConnection:
         try:
             await self.call(lambda: self.client.publish(self.keys.cancel, task_id))
         except ServerUnavailable as exc:
-            log.warning("could not publish the cancellation of task %s: %s", task_id, exc)
+            _outages.failed("publish", "could not publish the cancellation of task %s: %s",
+                            task_id, exc)
 
     # --- the listener ---------------------------------------------------------------------
 
@@ -285,14 +309,18 @@ class RedisConnection:
         )
         cancel = self.keys.cancel.encode()
         appended = self.keys.appended("").encode()
+        handover = {self.keys.handover.encode(),
+                    self.keys.handover_to(self.process_id).encode()}
         while True:
             try:
                 async with self.client.pubsub(
-                    channels=[self.keys.cancel], ignore_subscribe_messages=True,
+                    channels=[self.keys.cancel, *(c.decode() for c in handover)],
+                    ignore_subscribe_messages=True,
                     retry_policy=retry, max_idle_seconds=5,
                 ) as pubsub, anyio.create_task_group() as tg:
                     self._pubsub = pubsub
                     self.listening.set()
+                    _outages.recovered("Redis listener")
                     tg.start_soon(self._forget_idle_channels, pubsub)
                     async for message in pubsub:
                         channel, data = message["channel"], message["data"]
@@ -311,9 +339,15 @@ class RedisConnection:
                             task_id = data.decode() if isinstance(data, bytes) else str(data)
                             for handler in list(self.cancel_handlers):
                                 handler(task_id)
+                        elif channel in handover:
+                            payload = data if isinstance(data, bytes) else str(data).encode()
+                            for on_handover in list(self.handover_handlers):
+                                on_handover(payload)
                     tg.cancel_scope.cancel()
             except Exception as exc:  # the listener must outlive any Redis trouble
-                log.warning("Redis listener stopped (%s); resubscribing", exc)
+                log.debug("the Redis listener stopped", exc_info=True)
+                _outages.failed("Redis listener", "Redis listener stopped (%s); resubscribing",
+                                exc or type(exc).__name__)
             finally:
                 self._pubsub = None
                 self._confirmed.clear()

@@ -46,8 +46,11 @@ class QueueStore(Protocol):
     A Protocol rather than an import: the store creates its queue, so the queue sits below it.
     """
 
-    def create_args(self, task: Task, op: str, owner: str = "") -> tuple[list[str], list[Any]]:
-        """Keys and arguments of the CREATE script for ``task`` (the queue adds its own)."""
+    def create_args(
+        self, task: Task, op: str, owner: str = "", *, leased: bool = False
+    ) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of the CREATE script for ``task`` (the queue adds its own);
+        ``leased``: covered by this process's liveness lease (a queued run is not)."""
 
     def check_created(self, task_id: str, code: Any) -> None:
         """Raise for a CREATE that did not store the task (its id exists, its claim is lost)."""

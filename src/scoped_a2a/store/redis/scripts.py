@@ -24,7 +24,8 @@ _TERMINAL = (
 CREATE = """
 -- KEYS: task hash, tasks zset, seq counter, [run queue stream]
 -- ARGV: id, snapshot, state, context id, timestamp, op, owner, claim key ('' none), the
---       task's claims set, [message, request metadata, reason]
+--       task's claims set, the runs set of the process whose lease covers the run ('' none:
+--       a queued run), [message, request metadata, reason]
 -- Returns 1 created (or a retry of this create), 0 the task exists, -5 the claim is not
 -- this task's any more (it expired while pending and another send took it).
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -42,9 +43,14 @@ local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[1], 'snap', ARGV[2], 'last', 0, 'state', ARGV[3], 'ctx', ARGV[4],
            'ts', ARGV[5], 'seq', seq, 'op', ARGV[6], 'attempts', 0, 'owner', ARGV[7])
 redis.call('ZADD', KEYS[2], seq, ARGV[1])
+if ARGV[10] ~= '' then
+  -- an interactive run: its process's lease covers it (store/liveness.py) until it ends
+  redis.call('HSET', KEYS[1], 'proc', ARGV[10])
+  redis.call('SADD', ARGV[10], ARGV[1])
+end
 if #KEYS >= 4 then
-  redis.call('XADD', KEYS[4], '*', 'task', ARGV[1], 'msg', ARGV[10], 'meta', ARGV[11],
-             'why', ARGV[12], 'who', ARGV[7])
+  redis.call('XADD', KEYS[4], '*', 'task', ARGV[1], 'msg', ARGV[11], 'meta', ARGV[12],
+             'why', ARGV[13], 'who', ARGV[7])
 end
 return 1
 """
@@ -56,7 +62,7 @@ APPEND = _TERMINAL + """
 --       the task's wake-up channel (gets the new position), key prefix, claim keep ms
 -- Returns {code, position}: 1 appended, 2 already appended (retry), -1 no such task,
 -- -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is not ours.
-local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op')
+local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op', 'proc')
 if not cur[1] then return {-1, 0} end
 local last = tonumber(cur[1])
 if cur[3] == ARGV[2] then return {2, last} end
@@ -83,6 +89,8 @@ if TERMINAL[ARGV[6]] then
     redis.call('PEXPIRE', claim, ARGV[16])
   end
   redis.call('PEXPIRE', claims, ttl)
+  -- its process's lease covers it no more (store/liveness.py)
+  if cur[4] then redis.call('SREM', cur[4], ARGV[12]) end
   redis.call('ZADD', KEYS[4], now, ARGV[12])
   -- forget ended tasks whose keys expired on their own
   local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - ttl, 'LIMIT', 0, 100)
@@ -256,4 +264,63 @@ RELEASE = """
 -- KEYS: lease.  ARGV: token
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+
+# --- liveness leases of interactive runs (store/liveness.py, store/redis/leases.py) ---------
+# Times are Redis' own (TIME), so the clocks of the processes' machines do not matter.
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+HEARTBEAT = _NOW + """
+-- KEYS: processes zset (process id -> lease expiry, ms).  ARGV: process id, lease ms, first
+-- Returns 1 renewed, 0 renewed but it had lapsed (its runs may have been recorded lost).
+local prev = redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+if ARGV[3] == '1' or (prev and tonumber(prev) >= now) then return 1 end
+return 0
+"""
+
+LAPSED = _TERMINAL + _NOW + """
+-- KEYS: processes zset.  ARGV: key prefix, reaper id, hand-out ms, max tasks, max processes
+-- Returns {process id, {task id, ...}, ...}: lapsed processes handed to this caller (for
+-- hand-out ms) with running tasks; forgets lapsed processes with none (and ended task ids).
+local out = {}
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+for _, p in ipairs(dead) do
+  local set = ARGV[1] .. 'proc:' .. p
+  local ids = redis.call('SRANDMEMBER', set, tonumber(ARGV[4]))
+  local running = {}
+  for _, id in ipairs(ids) do
+    local state = redis.call('HGET', ARGV[1] .. 'task:' .. id, 'state')
+    if state and not TERMINAL[state] then
+      table.insert(running, id)
+    else
+      redis.call('SREM', set, id)  -- ended (or expired) without its set hearing of it
+    end
+  end
+  if #running == 0 and redis.call('SCARD', set) == 0 then
+    redis.call('ZREM', KEYS[1], p)
+    redis.call('DEL', set, ARGV[1] .. 'reaping:' .. p)
+  elseif #running > 0 and redis.call('SET', ARGV[1] .. 'reaping:' .. p, ARGV[2], 'NX', 'PX',
+                                      ARGV[3]) then
+    table.insert(out, p)
+    table.insert(out, running)
+    for _, id in ipairs(running) do
+      -- a process that is alive after all (a partition) stops the run at once
+      redis.call('PUBLISH', ARGV[1] .. 'cancel', id)
+    end
+  end
+end
+return out
+"""
+
+RETIRE_PROCESS = """
+-- KEYS: processes zset, the process's runs set.  ARGV: process id
+-- Forgets the process unless runs are still registered to it (then its lease lapses).
+if redis.call('SCARD', KEYS[2]) > 0 then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return 1
 """

@@ -53,11 +53,15 @@ from ...protocol.types import (
 )
 from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
 from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend
+from ..handover import HandoverTransport
 from ..launcher import RunLauncher
+from ..liveness import DEFAULT_LEASE, ProcessLeases
 from ..snapshot import apply_event
 from . import scripts
 from .claims import RedisClaims
 from .connection import RedisConnection
+from .handover import RedisHandover
+from .leases import RedisLeases
 from .queue import RunQueue
 
 _encode = msgspec.json.Encoder().encode
@@ -96,6 +100,7 @@ class RedisTaskStore(TaskStore):
         poll_interval: float = 5.0,
         durable_runs: bool = True,
         claim_window: float = DEFAULT_CLAIM_WINDOW,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
         if max_events_per_task < 1 or max_ended_tasks < 1 or ended_ttl <= 0:
             raise ValueError("store bounds must be positive")
@@ -119,6 +124,10 @@ class RedisTaskStore(TaskStore):
         self._push_set = conn.script(scripts.PUSH_SET)
         self._push_list = conn.script(scripts.PUSH_LIST)
         self._push_delete = conn.script(scripts.PUSH_DELETE)
+        self.leases = RedisLeases(conn, lease)
+        """This process's liveness lease over its interactive runs (store/liveness.py)."""
+        self.handover = RedisHandover(conn)
+        """Carries follow-ups to the process holding their run (store/handover.py)."""
         self.claims = RedisClaims(conn, self.claim_keep_ms)
         """The message claims (docs/exactly-once.md)."""
         self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
@@ -128,6 +137,14 @@ class RedisTaskStore(TaskStore):
     def run_launcher(self) -> RunLauncher | None:
         """The run queue: detached runs are queued durably and executed by any worker."""
         return self.queue if self.durable_runs else None
+
+    def handover_transport(self) -> HandoverTransport | None:
+        """Pub/sub channels between the processes of this Redis (:mod:`.handover`)."""
+        return self.handover
+
+    def process_leases(self) -> ProcessLeases | None:
+        """This process's liveness lease (its opener keeps it alive: ``open_redis_store``)."""
+        return self.leases
 
     # --- fencing (used by workers) --------------------------------------------------------
 
@@ -146,13 +163,17 @@ class RedisTaskStore(TaskStore):
 
     # --- tasks ----------------------------------------------------------------------------
 
-    def create_args(self, task: Task, op: str, owner: str = "") -> tuple[list[str], list[Any]]:
-        """Keys and arguments of the CREATE script for ``task`` (the run queue adds its own)."""
+    def create_args(
+        self, task: Task, op: str, owner: str = "", *, leased: bool = False
+    ) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of the CREATE script for ``task`` (the run queue adds its own).
+
+        ``leased``: the task's run executes here, covered by this process's liveness lease."""
         keys = [self.keys.task(task.id), self.keys.tasks, self.keys.seq]
         args: list[Any] = [
             task.id, _encode(task), task.status.state.value, task.context_id,
             task.status.timestamp or "", op, owner, self.claims.take_pending(task.id),
-            self.keys.claims(task.id),
+            self.keys.claims(task.id), self.leases.runs_key if leased else "",
         ]
         return keys, args
 
@@ -169,7 +190,9 @@ class RedisTaskStore(TaskStore):
         # Subscribed first: whoever created a task here follows it here (a blocking send, a
         # stream), and a position seen after the subscription needs no check later (.local).
         await self.conn.watch(task.id)
-        keys, args = self.create_args(task, new_id(), owner)
+        # Its run executes here (queued runs are stored by the queue's submit): this
+        # process's liveness lease covers it until it ends (store/liveness.py).
+        keys, args = self.create_args(task, new_id(), owner, leased=True)
         tick = self.conn.tick()
         self.check_created(task.id, await self.conn.run(self._create, keys, args))
         self.local.snapshot_is(task.id, args[1])

@@ -24,17 +24,9 @@ import anyio
 import msgspec
 
 from ...protocol.errors import ServerUnavailable
-from ...protocol.ids import new_id
-from ...protocol.types import (
-    Message,
-    Part,
-    Role,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-    utc_timestamp,
-)
+from ...protocol.types import TaskState
 from ..base import LogEntry, TaskEnded
+from ..liveness import lost_event
 from ..snapshot import apply_event
 from .queue import SQLiteRunQueue, job_of
 from .records import DECODERS, Record, copy_task, decode_task
@@ -122,13 +114,7 @@ async def recover(store: SQLiteTaskStore, queue: SQLiteRunQueue) -> tuple[int, i
         # A parked run's caller was answered (input-required): its answer, not a resend, is
         # what it would send next, and there is no run left to take it.
         text = PARKED_TEXT if rec.work.status.state.interrupted else RESTART_TEXT
-        message = Message(message_id=new_id(), role=Role.AGENT, parts=[Part(text=text)],
-                          task_id=rec.id, context_id=rec.context_id,
-                          metadata={"reason": "restart"})
-        event = TaskStatusUpdateEvent(
-            task_id=rec.id, context_id=rec.context_id, metadata={"reason": "restart"},
-            status=TaskStatus(state=TaskState.CANCELED, message=message,
-                              timestamp=utc_timestamp()))
+        event = lost_event(rec.id, rec.context_id, TaskState.CANCELED, "restart", text)
         try:
             with contextlib.suppress(TaskEnded):
                 await store.append(rec.id, event)
