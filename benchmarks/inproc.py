@@ -254,9 +254,6 @@ def main() -> None:
     anyio.run(_run, args, backend=args.backend)
 
 
-if __name__ == "__main__":
-    main()
-
 
 _RESULT = re.compile(r"([0-9.]+) µs CPU/request")
 
@@ -285,3 +282,7 @@ def _compare(args: argparse.Namespace) -> None:
           f"this {this:7.1f} µs  other {that:7.1f} µs  ratio {this / that:5.2f}   "
           f"(runs: this {', '.join(f'{x:.0f}' for x in results['this'])}; "
           f"other {', '.join(f'{x:.0f}' for x in results['other'])})")
+
+
+if __name__ == "__main__":
+    main()

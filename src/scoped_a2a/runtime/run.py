@@ -103,6 +103,10 @@ class Run:
         self._parked_runs = parked_runs if parked_runs is not None else ParkedRuns(math.inf)
         self.started = time.monotonic()
         self._holders = 0
+        # The log position of the last interrupted status this run appended (0: none), and
+        # the scopes of callers waiting for it to settle (``wake_when_settled``).
+        self.settled_at = 0
+        self._settle_waiters: list[anyio.CancelScope] | None = None
         # Made by the first ctx.ask: most runs never ask, and a stream pair costs a send.
         self._inbox_pair: (
             tuple[MemoryObjectSendStream[Message], MemoryObjectReceiveStream[Message]] | None
@@ -189,6 +193,37 @@ class Run:
     def _release_check(self) -> None:
         if self._holders == 0 and not self.detached and not self.parked and not self.done.is_set():
             self.cancel("hang-up")
+
+    # --- waiting for the run to settle ----------------------------------------------------
+    # A blocking send answers when its run *settles*: it appends an interrupted status (asks
+    # for input) or ends. A caller in the request's own task waits for that inside a cancel
+    # scope (while it reads its connection for a hang-up); the run cancels that scope as it
+    # settles, so no task of its own has to watch the run.
+
+    def wake_when_settled(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` when the run next settles (appends an interrupted status, or ends
+        with its end recorded or given up on): at once if it has already ended."""
+        if self.done.is_set():
+            scope.cancel()
+            return
+        if self._settle_waiters is None:
+            self._settle_waiters = []
+        self._settle_waiters.append(scope)
+
+    def stop_waking(self, scope: anyio.CancelScope) -> None:
+        """Forget ``scope`` (its caller stopped waiting some other way: a hang-up)."""
+        if self._settle_waiters is not None and scope in self._settle_waiters:
+            self._settle_waiters.remove(scope)
+
+    def settled(self, position: int | None) -> None:
+        """The runner's call: the run appended an interrupted status at ``position``, or
+        (None) ended. Cancels the scope of every caller waiting for that (synchronously)."""
+        if position is not None:
+            self.settled_at = position
+        waiters, self._settle_waiters = self._settle_waiters, None
+        if waiters is not None:
+            for scope in waiters:
+                scope.cancel()
 
     # --- ctx.ask support ------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from ..protocol.deadline import budget_from
 from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent
-from ..protocol.types import Message, Task, TaskState
+from ..protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
 from ..store.base import TaskEnded, TaskStore
 from ..store.launcher import RunLauncher
 from .context import Agent, AskFailed, RunContext
@@ -293,6 +293,8 @@ class Runner:
             raise
         if run.watch is not None:
             run.watch.appended(run, event, position)
+        if type(event) is TaskStatusUpdateEvent and event.status.state.interrupted:
+            run.settled(position)  # a blocking send waiting on the run answers now
         return position
 
     # --- executing ------------------------------------------------------------------------
@@ -358,6 +360,7 @@ class Runner:
             run.done.set()
             if run.end_error_lasting:  # its followers re-check and answer (server/end_lost.py)
                 self.store.wake(run.task_id)
+            run.settled(None)  # blocking sends waiting in their own task answer now
             if not self._runs:
                 self._idle.set()
             self.observe.run_ended(run, state.name.lower(), reason, time.monotonic() - run.started)

@@ -25,7 +25,14 @@ from ..protocol.errors import (
     UnsupportedOperation,
 )
 from ..protocol.jsonrpc import decode_params
-from ..protocol.method import BAD_LAST_EVENT_ID, MAX_EVENT_ID_DIGITS, Call, Method, Output
+from ..protocol.method import (
+    BAD_LAST_EVENT_ID,
+    MAX_EVENT_ID_DIGITS,
+    Call,
+    Method,
+    Output,
+    watches_hangup,
+)
 from ..protocol.principal import ANONYMOUS, owner_key
 from ..protocol.trajectory import (
     TRAJECTORY_EXTENSION_URI,
@@ -131,6 +138,7 @@ class Methods:
 
     # --- sending --------------------------------------------------------------------------
 
+    @watches_hangup
     async def send_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         history = req.configuration.history_length if req.configuration else None
@@ -151,10 +159,52 @@ class Methods:
 
         out.answer_on_hangup(answer)
         with run.hold("send"):
-            # Answered at once, retryable, if the run ends and its end cannot be stored.
-            await tail(self.store, task_id, pos, stop=lambda: _lost(run))
-        task, _ = await self.store.get(task.id)
-        await out.result(send_answer(call.dialect, task, history))
+            final: Task | None = None
+            if self.runner.get(task_id) is run and run.settled_at <= pos:
+                # The run is here and has not settled since ``pos``: wait for it to settle in
+                # this task, reading the connection meanwhile (no watcher task).
+                hung_up, final = await self._until_settled(out, run, task_id)
+                if hung_up:
+                    return  # the hold's release cancels the run; the binding answers
+            if final is None:
+                # Anything else (a run in another process, a resent message, an end the
+                # store has not taken yet) follows the log, beside a hang-up watcher.
+                async with out.watching() as watching:
+                    # Answered at once, retryable, if the run ends and its end cannot be
+                    # stored.
+                    await tail(self.store, task_id, pos, stop=lambda: _lost(run))
+                if watching.hung_up:
+                    return
+        if final is None:
+            final, _ = await self.store.get(task_id)
+        await out.result(send_answer(dialect, final, history))
+
+    async def _until_settled(
+        self, out: Output, run: Run, task_id: str
+    ) -> tuple[bool, Task | None]:
+        """Wait for ``run`` to settle (ask for input, or end) while reading the caller's
+        connection: (False, the settled task); (True, None) when the caller hung up first;
+        (False, None) when the store does not hold the end yet (the caller then follows the
+        log: a background retry is storing it).
+
+        The run cancels this wait's scope as it settles (``Run.wake_when_settled``); the task
+        is pinned meanwhile, so the store keeps it readable once ended (as ``wait`` does).
+        Raises :func:`end_not_stored` for a run whose end the store refused for good.
+        """
+        wake = anyio.CancelScope()
+        run.wake_when_settled(wake)
+        self.store.pin(task_id)
+        try:
+            if await out.until_hangup(wake):
+                run.stop_waking(wake)
+                return True, None
+            if (lost := _lost(run)) is not None:
+                raise lost
+            task, _ = await self.store.get(task_id)
+        finally:
+            self.store.unpin(task_id)
+        state = task.status.state
+        return False, (task if state.terminal or state.interrupted else None)
 
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)

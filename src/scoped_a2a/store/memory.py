@@ -360,6 +360,16 @@ class MemoryTaskStore(TaskStore):
         if rec is not None:
             rec.wake()
 
+    def pin(self, task_id: str) -> None:
+        rec = self._tasks.get(task_id)
+        if rec is not None:
+            rec.pins += 1
+
+    def unpin(self, task_id: str) -> None:
+        rec = self._tasks.get(task_id)
+        if rec is not None:
+            rec.pins -= 1
+
     async def wait(self, task_id: str, after: int) -> None:
         rec = self._record(task_id)
         if rec.last > after:
