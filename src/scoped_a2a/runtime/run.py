@@ -106,6 +106,7 @@ class Run:
         # The log position of the last interrupted status this run appended (0: none), and
         # the scopes of callers waiting for it to settle (``wake_when_settled``).
         self.settled_at = 0
+        self.began = False  # the runner has begun executing it (its task's first step)
         self._settle_waiters: list[anyio.CancelScope] | None = None
         # Made by the first ctx.ask: most runs never ask, and a stream pair costs a send.
         self._inbox_pair: (

@@ -303,6 +303,7 @@ class Runner:
         self, run: Run, ctx: RunContext, continuing: bool, redeliverable: bool = False,
         principal_id: str = "",
     ) -> None:
+        run.began = True
         mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
         log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
         state: TaskState | None = None

@@ -11,8 +11,7 @@ scope entered later, to at most ``closing_seconds`` away.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 import anyio
 
@@ -30,20 +29,11 @@ class ClosingDeadlines:
         self._open: set[anyio.CancelScope] = set()
         self._none_open: anyio.Event | None = None  # made by wait_none_open
 
-    @contextmanager
-    def scope(self, seconds: float, *, shield: bool = False) -> Iterator[anyio.CancelScope]:
+    def scope(self, seconds: float, *, shield: bool = False) -> ClosingScope:
         """A cancel scope ending ``seconds`` from now, or ``closing_seconds`` after shutdown
-        began (after entering, for a scope entered once it had), whichever is first."""
-        with anyio.move_on_after(seconds, shield=shield) as scope:
-            if self.closing:
-                self._cut(scope)
-            self._open.add(scope)
-            try:
-                yield scope
-            finally:
-                self._open.discard(scope)
-                if not self._open and self._none_open is not None:
-                    self._none_open.set()
+        began (after entering, for a scope entered once it had), whichever is first.
+        Use once, with ``with``; it gives the :class:`anyio.CancelScope`."""
+        return ClosingScope(self, seconds, shield)
 
     def close(self) -> None:
         """Shutdown: cut every open scope's deadline, and every later one's, to at most
@@ -69,3 +59,30 @@ class ClosingDeadlines:
 
     def _cut(self, scope: anyio.CancelScope) -> None:
         scope.deadline = min(scope.deadline, anyio.current_time() + self.closing_seconds)
+
+
+class ClosingScope:
+    """One scope of :meth:`ClosingDeadlines.scope` (a plain class, not a generator-based
+    context manager: one is entered for every request's body and final answer)."""
+
+    __slots__ = ("_deadlines", "_scope")
+
+    def __init__(self, deadlines: ClosingDeadlines, seconds: float, shield: bool) -> None:
+        self._deadlines = deadlines
+        self._scope = anyio.CancelScope(deadline=anyio.current_time() + seconds, shield=shield)
+
+    def __enter__(self) -> anyio.CancelScope:
+        scope = self._scope.__enter__()
+        deadlines = self._deadlines
+        if deadlines.closing:
+            deadlines._cut(scope)
+        deadlines._open.add(scope)
+        return scope
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                 exc_tb: TracebackType | None) -> bool:
+        deadlines, scope = self._deadlines, self._scope
+        deadlines._open.discard(scope)
+        if not deadlines._open and deadlines._none_open is not None:
+            deadlines._none_open.set()
+        return bool(scope.__exit__(exc_type, exc_val, exc_tb))

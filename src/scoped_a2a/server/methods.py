@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from ..protocol.dialect import Dialect
@@ -191,13 +192,24 @@ class Methods:
         is pinned meanwhile, so the store keeps it readable once ended (as ``wait`` does).
         Raises :func:`end_not_stored` for a run whose end the store refused for good.
         """
-        wake = anyio.CancelScope()
-        run.wake_when_settled(wake)
         self.store.pin(task_id)
         try:
-            if await out.until_hangup(wake):
-                run.stop_waking(wake)
-                return True, None
+            settled_at = run.settled_at
+            # First let the run take its first step (the run's task was started just now, so
+            # it comes before this task's next step: on asyncio at the first checkpoint, on
+            # trio, which may reverse a batch, at the second). A run that needs no waiting
+            # (a quick answer) then ends before this task starts watching: no wake-up to pay
+            # for, no cancel scope. A hang-up meanwhile is read a tick later.
+            for _ in range(2):
+                if run.began:
+                    break
+                await anyio.lowlevel.checkpoint()
+            if not run.done.is_set() and run.settled_at == settled_at:
+                wake = anyio.CancelScope()
+                run.wake_when_settled(wake)
+                if await out.until_hangup(wake):
+                    run.stop_waking(wake)
+                    return True, None
             if (lost := _lost(run)) is not None:
                 raise lost
             task, _ = await self.store.get(task_id)
