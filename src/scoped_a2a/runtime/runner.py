@@ -70,8 +70,8 @@ class Runner:
         self._parked = ParkedRuns(policy.max_parked_runs)
         self.callers = CallerRuns(caller_limits)
         """Runs by principal, checked against the per-caller limits when a task is new."""
-        self._idle = anyio.Event()
-        self._idle.set()
+        # Made by the first wait for the runs to end (shutdown), set when none is left.
+        self._idle: anyio.Event | None = None
         self.observe: Observer = NOOP
         """Traces and metrics of runs (the app sets it; observe/)."""
         self.watch: RunWatch | None = None
@@ -159,7 +159,6 @@ class Runner:
         )
         self._runs[task.id] = run
         self.callers.add(principal.id, run)
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
         if run.watch is not None:
             run.watch.started(run)
         if self.observe is NOOP:  # why: one coroutine frame less per run when nobody observes
@@ -362,7 +361,7 @@ class Runner:
             if run.end_error_lasting:  # its followers re-check and answer (server/end_lost.py)
                 self.store.wake(run.task_id)
             run.settled(None)  # blocking sends waiting in their own task answer now
-            if not self._runs:
+            if not self._runs and self._idle is not None:
                 self._idle.set()
             self.observe.run_ended(run, state.name.lower(), reason, time.monotonic() - run.started)
             if run.watch is not None:
@@ -423,6 +422,14 @@ class Runner:
             )
         return task
 
+    async def _until_idle(self) -> None:
+        """Return once no run is executing (the caller bounds the wait)."""
+        if not self._runs:
+            return
+        if self._idle is None or self._idle.is_set():
+            self._idle = anyio.Event()
+        await self._idle.wait()
+
     def cancel_all(self, reason: str) -> None:
         """Cancel every run now (synchronously); each records its end with ``reason``."""
         for run in list(self._runs.values()):
@@ -456,10 +463,10 @@ class Runner:
             if run.parked:
                 run.cancel("shutdown")
         with anyio.move_on_after(max(grace, 0.0) if math.isfinite(grace) else math.inf):
-            await self._idle.wait()
+            await self._until_idle()
         self.cancel_all("shutdown")
         with anyio.move_on_after(RECORD_TIMEOUT):
-            await self._idle.wait()
+            await self._until_idle()
         self.ending.stop()
         for run in self._runs.values():
             log.error("run of task %s ignored cancellation during shutdown", run.task_id)
