@@ -152,6 +152,7 @@ class Run:
         # the scopes of callers waiting for it to settle (``wake_when_settled``).
         self.settled_at = 0
         self.began = False  # the runner has begun executing it (its task's first step)
+        self.end_reason: str | None = None  # why it ended (set by the runner as it records it)
         self._settle_waiters: list[anyio.CancelScope] | None = None
         # Made by the first ctx.ask: most runs never ask, and a stream pair costs a send.
         self._inbox_pair: (

@@ -347,6 +347,7 @@ class Runner:
                 state, text = TaskState.CANCELED, f"Canceled: {REASON_TEXT.get(reason, reason)}"
                 if run.canceled_by is not None and reason == run.cancel_reason:
                     text += f" (by {run.canceled_by})"
+            run.end_reason = reason
             if redeliverable and state is TaskState.CANCELED and reason in REDELIVER_REASONS:
                 # Not an outcome: the durable queue runs it again on another worker.
                 log.warning("run of task %s stopped (%s); left for redelivery",

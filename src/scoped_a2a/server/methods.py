@@ -50,7 +50,7 @@ from ..protocol.types import (
 )
 from ..push.rpc import PushRpc
 from ..push.service import PushService
-from ..runtime.outcome import direct_reply
+from ..runtime.outcome import DIRECT_REPLY, direct_reply
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..runtime.tail import ends_stream, tail
@@ -160,14 +160,15 @@ class Methods:
 
         out.answer_on_hangup(answer)
         with run.hold("send"):
-            final: Task | None = None
+            answered: bytes | None = None
             if self.runner.get(task_id) is run and run.settled_at <= pos:
                 # The run is here and has not settled since ``pos``: wait for it to settle in
                 # this task, reading the connection meanwhile (no watcher task).
-                hung_up, final = await self._until_settled(out, run, task_id)
+                hung_up, answered = await self._until_settled(out, run, task_id, dialect,
+                                                              history)
                 if hung_up:
                     return  # the hold's release cancels the run; the binding answers
-            if final is None:
+            if answered is None:
                 # Anything else (a run in another process, a resent message, an end the
                 # store has not taken yet) follows the log, beside a hang-up watcher.
                 async with out.watching() as watching:
@@ -176,17 +177,17 @@ class Methods:
                     await tail(self.store, task_id, pos, stop=lambda: _lost(run))
                 if watching.hung_up:
                     return
-        if final is None:
-            final, _ = await self.store.get(task_id)
-        await out.result(send_answer(dialect, final, history))
+                final, _ = await self.store.get(task_id)
+                answered = send_answer(dialect, final, history)
+        await out.result(answered)
 
     async def _until_settled(
-        self, out: Output, run: Run, task_id: str
-    ) -> tuple[bool, Task | None]:
+        self, out: Output, run: Run, task_id: str, dialect: Dialect, history: int | None
+    ) -> tuple[bool, bytes | None]:
         """Wait for ``run`` to settle (ask for input, or end) while reading the caller's
-        connection: (False, the settled task); (True, None) when the caller hung up first;
-        (False, None) when the store does not hold the end yet (the caller then follows the
-        log: a background retry is storing it).
+        connection: (False, the answer); (True, None) when the caller hung up first; (False,
+        None) when the store does not hold the end yet (the caller then follows the log: a
+        background retry is storing it).
 
         The run cancels this wait's scope as it settles (``Run.wake_when_settled``); the task
         is pinned meanwhile, so the store keeps it readable once ended (as ``wait`` does).
@@ -212,11 +213,18 @@ class Methods:
                     return True, None
             if (lost := _lost(run)) is not None:
                 raise lost
+            if (run.end_reason not in (None, DIRECT_REPLY) and history is None and dialect.v1
+                    and (ended := self.store.ended_json(task_id)) is not None):
+                # The ended task as the store keeps it, sent on as it is (no decode, no
+                # encode): what send_answer gives for a 1.0 task with its whole history.
+                return False, b'{"task":' + ended + b"}"
             task, _ = await self.store.get(task_id)
         finally:
             self.store.unpin(task_id)
         state = task.status.state
-        return False, (task if state.terminal or state.interrupted else None)
+        if not (state.terminal or state.interrupted):
+            return False, None
+        return False, send_answer(dialect, task, history)
 
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
