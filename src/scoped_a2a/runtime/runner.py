@@ -47,6 +47,10 @@ REDELIVER_REASONS = frozenset({"shutdown", "nursery", "lease-lost"})
 (or lost the run's lease), and the queue redelivers the run to another worker."""
 
 
+_OUTCOME = {state: state.name.lower() for state in TaskState}
+"""A run's outcome as logged and observed: its end state's name in lower case."""
+
+
 class Runner:
     """Starts and tracks the runs of one app. Not thread-safe; lives on one event loop."""
 
@@ -303,8 +307,10 @@ class Runner:
         principal_id: str = "",
     ) -> None:
         run.began = True
-        mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
-        log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
+        if log.isEnabledFor(logging.INFO):
+            mode = "interactive" if run.detach_reason is None else \
+                f"detached ({run.detach_reason})"
+            log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
         state: TaskState | None = None
         text: str | Message | None = None
         error_id: str | None = None
@@ -364,13 +370,12 @@ class Runner:
             run.settled(None)  # blocking sends waiting in their own task answer now
             if not self._runs and self._idle is not None:
                 self._idle.set()
-            self.observe.run_ended(run, state.name.lower(), reason, time.monotonic() - run.started)
+            outcome, seconds = _OUTCOME[state], time.monotonic() - run.started
+            self.observe.run_ended(run, outcome, reason, seconds)
             if run.watch is not None:
-                run.watch.ended(run, state.name.lower(), reason, time.monotonic() - run.started)
-            log.info(
-                "run end task=%s outcome=%s duration_ms=%.1f reason=%s",
-                run.task_id, state.name.lower(), (time.monotonic() - run.started) * 1000, reason,
-            )
+                run.watch.ended(run, outcome, reason, seconds)
+            log.info("run end task=%s outcome=%s duration_ms=%.1f reason=%s",
+                     run.task_id, outcome, seconds * 1000, reason)
 
     # --- cancelling -----------------------------------------------------------------------
 
