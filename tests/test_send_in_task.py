@@ -227,3 +227,62 @@ async def test_the_answer_from_the_stored_json_matches_the_decoded_one() -> None
             else:
                 assert result["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", result
                 await app.runner.cancel_task(result["task"]["id"])
+
+
+async def test_bounded_arms_its_deadline_only_for_an_await_that_waits() -> None:
+    """server/eager.py: an await that finishes at once never arms its scope; one that waits
+    has its deadline and shield before its first wait (a deadline ends it; a shield keeps out
+    an outer cancellation); scopes the awaitable opens before waiting nest inside (trio's
+    sleep opens one: entering ours after it would corrupt the scope stack); its result or
+    error comes back as from a plain await."""
+    from scoped_a2a.server.closing import ClosingDeadlines, LazyDeadline
+    from scoped_a2a.server.eager import bounded
+
+    armed: list[LazyDeadline] = []
+
+    class Watched(LazyDeadline):
+        def arm(self) -> None:
+            armed.append(self)
+            super().arm()
+
+    async def at_once() -> str:
+        return "now"
+
+    async def after(seconds: float) -> str:
+        await anyio.sleep(seconds)
+        return "later"
+
+    async def in_own_scope() -> str:
+        with anyio.CancelScope():
+            await anyio.sleep(0.01)
+        return "nested"
+
+    async def fails() -> str:
+        await anyio.lowlevel.checkpoint()
+        raise ValueError("bad")
+
+    assert await bounded(at_once(), Watched(60)) == "now" and armed == []
+    assert await bounded(after(0), Watched(60)) == "later" and len(armed) == 1
+    assert await bounded(in_own_scope(), Watched(60)) == "nested"
+    with pytest.raises(ValueError, match="bad"):
+        await bounded(fails(), Watched(60))
+    # A deadline that passes while it waits ends it: None, the awaitable cancelled.
+    assert await bounded(after(60), Watched(0.05)) is None
+    # A shield in place before the first wait: the outer cancellation does not cut it.
+    with anyio.CancelScope() as outer:
+        outer.cancel()
+        assert await bounded(after(0.01), Watched(60, shield=True)) == "later"
+    # The closing kind: tracked (and cut short by close()) only once armed.
+    closing = ClosingDeadlines(0.05)
+    assert await bounded(at_once(), closing.scope(60, lazy=True)) == "now"
+    assert closing.open == 0
+
+    async def close_soon() -> None:
+        await anyio.sleep(0.01)
+        assert closing.open == 1  # the waiting one, armed
+        closing.close()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(close_soon)
+        assert await bounded(after(60), closing.scope(60, lazy=True)) is None
+    assert closing.open == 0

@@ -10,8 +10,7 @@ cancelled with reason ``hang-up``; a detached one carries on in the server nurse
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 
@@ -29,7 +28,7 @@ from ..protocol.method import (
 )
 from ..runtime.failures import failure_text, new_error_id
 from .asgi import Receive, Scope, header
-from .closing import ClosingDeadlines
+from .closing import ClosingDeadlines, LazyDeadline
 from .disconnect import DisconnectWatcher
 from .eager import bounded
 from .sse import SlowConsumer, SSEWriter
@@ -110,18 +109,15 @@ class Responder(Output):
     def rest(self, seconds: float) -> None:
         self._sse.rest(seconds)
 
-    async def final_write(self, write: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    async def final_write(self, write: Callable[[], Awaitable[None]]) -> None:
         """Run ``write`` (the final answer's sends) shielded, within ``write_timeout``, and
         within :data:`FINAL_WRITE_CLOSING` once the server shuts down (``closing``): a client
         that stopped reading would otherwise hold the process for the whole timeout."""
         # The scope is made only if the write waits (eager.py): a whole answer that the
         # server takes at once needs no deadline and no shield.
-        await bounded(write(), self._final_scope)
-
-    def _final_scope(self) -> AbstractContextManager[anyio.CancelScope]:
-        if self.closing is None:
-            return anyio.move_on_after(self.write_timeout, shield=True)
-        return self.closing.scope(self.write_timeout, shield=True)
+        await bounded(write(), LazyDeadline(self.write_timeout, shield=True)
+                      if self.closing is None
+                      else self.closing.scope(self.write_timeout, shield=True, lazy=True))
 
     def answer_on_hangup(self, answer: Callable[[float], Awaitable[bytes]]) -> None:
         self._on_hangup = answer

@@ -1,74 +1,87 @@
-"""Bounding an await only if it waits: run it up to its first suspension, then enter the scope.
+"""Bounding an await with a deadline only if it waits: the timer is armed at its first suspension.
 
 A request's body is read, and its answer written, each within a deadline (a cancel scope with a
-timer). Usually neither waits: the server has the body queued before the app runs, and an
-answer fits the socket's buffer. A deadline scope then costs more than the work it bounds
-(making the scope, arming and cancelling its timer: ~10 µs, a visible share of a small send).
-:func:`bounded` first runs the awaitable alone; if it finishes without suspending, no scope is
-made at all. Only if it suspends is the scope entered, *before* control goes back to the event
-loop, and the awaitable is resumed inside it, exactly as a plain ``await`` would resume it. So
-nothing can wait unbounded: a deadline or a shield is in place before the first wait, and no
-cancellation can land before it, since cancellation is only delivered at a suspension.
+timer; the final answer's is shielded too). Usually neither waits: the server has the body
+queued before the app runs, and an answer fits the socket's buffer. Arming a timer (and
+cancelling it) then costs more than the work it bounds, a visible share of a small send.
+
+:func:`bounded` enters a plain cancel scope (no deadline, no shield) and runs the awaitable's
+first step inside it. If that step finishes the awaitable, no timer was ever armed. If it
+suspends, the scope gets its deadline and shield (``arm``) *before* the suspension reaches the
+event loop, and the awaitable is resumed exactly as a plain ``await`` would resume it. Since a
+cancellation is only delivered at a suspension, the work is bounded (and shielded) from its
+first wait on, as with a scope armed in advance. The scope is entered first, so scopes the
+awaitable opens itself (trio's ``sleep``, a server's shielded send, a middleware's task group)
+nest inside it as they must.
 
 Cancellation and errors pass through unchanged: an exception raised in the first step
-propagates as it would; one thrown in while suspended (a deadline's cancellation) is thrown into
-the awaitable, which handles or raises it, and the scope's exit then does what it always does.
+propagates as it would; one thrown in while suspended (the deadline's cancellation) goes into
+the awaitable, which handles or raises it, and the scope's exit does what it always does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Generator
-from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Generator
+from types import TracebackType
+from typing import Any, Protocol, TypeVar, cast
 
 T = TypeVar("T")
 
 
-async def bounded(coro: Coroutine[Any, Any, T],
-                  scope: Callable[[], AbstractContextManager[Any]]) -> T | None:
-    """Await ``coro``; if it suspends, the rest of it runs inside ``scope()`` (entered once,
-    before the first suspension reaches the event loop). ``coro`` must not have started.
+class LazyScope(Protocol):
+    """A cancel scope given its deadline (and shield) by :meth:`arm`, not when entered."""
 
-    Returns what ``coro`` returns, or None when ``scope`` swallowed a cancellation (a
-    ``move_on_after``-style deadline passed: ``coro`` was cancelled)."""
-    try:
-        first = coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    except BaseException:
-        coro.close()
-        raise
-    with scope():
-        return await _Resumed(coro, first)  # type: ignore[no-any-return]
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                 exc_tb: TracebackType | None) -> bool: ...
+
+    def arm(self) -> None: ...
+
+
+async def bounded(awaitable: Awaitable[T], scope: LazyScope) -> T | None:
+    """Await ``awaitable`` inside ``scope``, armed only if it suspends (see the module).
+
+    ``awaitable`` must not have started (a coroutine just made, such as ASGI's ``receive()``).
+    Returns what it returns, or None when the scope swallowed a cancellation (its deadline
+    passed while it waited: the awaitable was cancelled)."""
+    with scope:
+        steps = awaitable.__await__()
+        try:
+            first = steps.send(None)
+        except StopIteration as done:
+            return cast(T, done.value)
+        scope.arm()
+        return cast(T, await _Resumed(steps, first))
     return None
 
 
 class _Resumed:
-    """An awaitable that goes on with a coroutine already suspended once (yielding ``first``),
+    """An awaitable that goes on with one already suspended once (yielding ``first``),
     delegating as ``await`` (``yield from``) does: what the event loop sends or throws in goes
-    to the coroutine, what it yields goes to the event loop."""
+    to it, what it yields goes to the event loop."""
 
-    __slots__ = ("_coro", "_first")
+    __slots__ = ("_first", "_steps")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
-        self._coro, self._first = coro, first
+    def __init__(self, steps: Generator[Any, Any, Any], first: Any) -> None:
+        self._steps, self._first = steps, first
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, yielded = self._coro, self._first
+        steps, yielded = self._steps, self._first
         self._first = None
         while True:
             try:
                 sent = yield yielded
             except GeneratorExit:
-                coro.close()
+                steps.close()
                 raise
             except BaseException as exc:
                 try:
-                    yielded = coro.throw(exc)
+                    yielded = steps.throw(exc)
                 except StopIteration as done:
                     return done.value
             else:
                 try:
-                    yielded = coro.send(sent)
+                    yielded = steps.send(sent)
                 except StopIteration as done:
                     return done.value
