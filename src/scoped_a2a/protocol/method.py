@@ -8,8 +8,9 @@ that each of them can import it without importing the others.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from .dialect import Dialect, Frame
 from .jsonrpc import RpcRequest
@@ -19,6 +20,8 @@ BAD_LAST_EVENT_ID = -1
 """``Call.last_event_id`` when the ``Last-Event-ID`` header is present but not a position."""
 MAX_EVENT_ID_DIGITS = 18
 """A ``Last-Event-ID`` longer than this is refused (positions fit in 64 bits)."""
+
+M = TypeVar("M", bound=Callable[..., Any])
 
 
 @dataclass(slots=True)
@@ -80,6 +83,41 @@ class Output:
         reference cycle would keep the request's task and body alive until the cyclic GC runs).
         """
         raise NotImplementedError
+
+
+    # --- a method that watches for the hang-up itself (a blocking send) ------------------
+    # Most methods run beside a watcher task that cancels them when the caller hangs up. A
+    # method marked with :func:`watches_hangup` runs alone in the request's task, and waits
+    # for what it needs while reading the caller's connection itself: one task and one task
+    # group less per request.
+
+    async def until_hangup(self, wake: Any) -> bool:
+        """Read the caller's connection inside the cancel scope ``wake`` (not yet entered):
+        True once the caller hung up, False when ``wake`` was cancelled first (whatever the
+        method waited for happened). For methods marked :func:`watches_hangup` only."""
+        raise NotImplementedError
+
+    def watching(self) -> AbstractAsyncContextManager[Watching]:
+        """For a method marked :func:`watches_hangup`: watch for the hang-up in a task of its
+        own while the ``async with`` body runs; a hang-up cancels the body, and then the
+        block ends quietly with ``hung_up`` set (the method returns without answering)."""
+        raise NotImplementedError
+
+
+class Watching:
+    """What :meth:`Output.watching` yields: whether the caller hung up during the block."""
+
+    __slots__ = ("hung_up",)
+
+    def __init__(self) -> None:
+        self.hung_up = False
+
+
+def watches_hangup(method: M) -> M:
+    """Mark ``method`` as one that watches for its caller's hang-up itself (see
+    :meth:`Output.until_hangup`); the binding then starts no watcher task for it."""
+    method.watches_hangup = True  # type: ignore[attr-defined]
+    return method
 
 
 Method = Callable[[Call, Output], Awaitable[None]]

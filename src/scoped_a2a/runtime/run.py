@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Protocol
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..protocol.trajectory import LogEvent
@@ -55,6 +56,50 @@ class RunWatch(Protocol):
         they do not hold the server's graceful shutdown open)."""
 
 
+class Done:
+    """Whether a run has ended: an :class:`anyio.Event` made only when someone waits.
+
+    Every run has one and most are never waited on (a blocking send reads ``is_set``), so the
+    event itself is made by the first :meth:`wait`."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: anyio.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        if self._set:
+            await anyio.lowlevel.checkpoint()  # as anyio.Event.wait: always a checkpoint
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
+
+
+class Hold:
+    """``with run.hold(kind):`` (a plain class: every blocking send and stream takes one)."""
+
+    __slots__ = ("_kind", "_run")
+
+    def __init__(self, run: Run, kind: str) -> None:
+        self._run, self._kind = run, kind
+
+    def __enter__(self) -> None:
+        self._run._held(self._kind, 1)
+
+    def __exit__(self, *exc: object) -> None:
+        self._run._held(self._kind, -1)
+
+
 class ParkedRuns:
     """How many of one runner's runs wait in ``ctx.ask`` now, and how many may.
 
@@ -88,7 +133,7 @@ class Run:
         self.context_id = context_id
         self.detach_reason = detach_reason
         self.scope = anyio.CancelScope()
-        self.done = anyio.Event()
+        self.done = Done()
         self._cancel_reason: str | None = None
         self.cancelled_at: float | None = None  # monotonic time of the first cancel (metrics)
         self.canceled_by: str | None = None  # who asked for the first cancel (the console)
@@ -103,6 +148,12 @@ class Run:
         self._parked_runs = parked_runs if parked_runs is not None else ParkedRuns(math.inf)
         self.started = time.monotonic()
         self._holders = 0
+        # The log position of the last interrupted status this run appended (0: none), and
+        # the scopes of callers waiting for it to settle (``wake_when_settled``).
+        self.settled_at = 0
+        self.began = False  # the runner has begun executing it (its task's first step)
+        self.end_reason: str | None = None  # why it ended (set by the runner as it records it)
+        self._settle_waiters: list[anyio.CancelScope] | None = None
         # Made by the first ctx.ask: most runs never ask, and a stream pair costs a send.
         self._inbox_pair: (
             tuple[MemoryObjectSendStream[Message], MemoryObjectReceiveStream[Message]] | None
@@ -166,8 +217,7 @@ class Run:
             return None
         return max(self.scope.deadline - anyio.current_time(), 0.0)
 
-    @contextmanager
-    def hold(self, kind: str = "send") -> Iterator[None]:
+    def hold(self, kind: str = "send") -> Hold:
         """Keep an interactive run alive while the ``with`` body runs.
 
         Leaving the body by any route (return, error, cancellation of the caller) releases the
@@ -175,20 +225,49 @@ class Run:
         cancels it with reason ``hang-up``. Entering and leaving never checkpoint. ``kind``
         says who holds (``send``, ``stream``, ``subscribe``), for the run's watch only.
         """
-        self._holders += 1
+        return Hold(self, kind)
+
+    def _held(self, kind: str, delta: int) -> None:
+        self._holders += delta
         if self.watch is not None:
-            self.watch.held(self, kind, 1)
-        try:
-            yield
-        finally:
-            self._holders -= 1
-            if self.watch is not None:
-                self.watch.held(self, kind, -1)
+            self.watch.held(self, kind, delta)
+        if delta < 0:
             self._release_check()
 
     def _release_check(self) -> None:
         if self._holders == 0 and not self.detached and not self.parked and not self.done.is_set():
             self.cancel("hang-up")
+
+    # --- waiting for the run to settle ----------------------------------------------------
+    # A blocking send answers when its run *settles*: it appends an interrupted status (asks
+    # for input) or ends. A caller in the request's own task waits for that inside a cancel
+    # scope (while it reads its connection for a hang-up); the run cancels that scope as it
+    # settles, so no task of its own has to watch the run.
+
+    def wake_when_settled(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` when the run next settles (appends an interrupted status, or ends
+        with its end recorded or given up on): at once if it has already ended."""
+        if self.done.is_set():
+            scope.cancel()
+            return
+        if self._settle_waiters is None:
+            self._settle_waiters = []
+        self._settle_waiters.append(scope)
+
+    def stop_waking(self, scope: anyio.CancelScope) -> None:
+        """Forget ``scope`` (its caller stopped waiting some other way: a hang-up)."""
+        if self._settle_waiters is not None and scope in self._settle_waiters:
+            self._settle_waiters.remove(scope)
+
+    def settled(self, position: int | None) -> None:
+        """The runner's call: the run appended an interrupted status at ``position``, or
+        (None) ended. Cancels the scope of every caller waiting for that (synchronously)."""
+        if position is not None:
+            self.settled_at = position
+        waiters, self._settle_waiters = self._settle_waiters, None
+        if waiters is not None:
+            for scope in waiters:
+                scope.cancel()
 
     # --- ctx.ask support ------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from ..protocol.deadline import budget_from
 from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent
-from ..protocol.types import Message, Task, TaskState
+from ..protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
 from ..store.base import TaskEnded, TaskStore
 from ..store.launcher import RunLauncher
 from ..store.outage_log import OutageLog
@@ -47,6 +47,10 @@ _outages = OutageLog(log)  # store/outage_log.py
 REDELIVER_REASONS = frozenset({"shutdown", "nursery", "lease-lost"})
 """Why a run from a durable queue may stop without recording an end: its process is going away
 (or lost the run's lease), and the queue redelivers the run to another worker."""
+
+
+_OUTCOME = {state: state.name.lower() for state in TaskState}
+"""A run's outcome as logged and observed: its end state's name in lower case."""
 
 
 class Runner:
@@ -72,8 +76,8 @@ class Runner:
         self._parked = ParkedRuns(policy.max_parked_runs)
         self.callers = CallerRuns(caller_limits)
         """Runs by principal, checked against the per-caller limits when a task is new."""
-        self._idle = anyio.Event()
-        self._idle.set()
+        # Made by the first wait for the runs to end (shutdown), set when none is left.
+        self._idle: anyio.Event | None = None
         self.observe: Observer = NOOP
         """Traces and metrics of runs (the app sets it; observe/)."""
         self.watch: RunWatch | None = None
@@ -161,7 +165,6 @@ class Runner:
         )
         self._runs[task.id] = run
         self.callers.add(principal.id, run)
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
         if run.watch is not None:
             run.watch.started(run)
         if self.observe is NOOP:  # why: one coroutine frame less per run when nobody observes
@@ -295,6 +298,8 @@ class Runner:
             raise
         if run.watch is not None:
             run.watch.appended(run, event, position)
+        if type(event) is TaskStatusUpdateEvent and event.status.state.interrupted:
+            run.settled(position)  # a blocking send waiting on the run answers now
         return position
 
     # --- executing ------------------------------------------------------------------------
@@ -303,8 +308,11 @@ class Runner:
         self, run: Run, ctx: RunContext, continuing: bool, redeliverable: bool = False,
         principal_id: str = "",
     ) -> None:
-        mode = f"detached ({run.detach_reason})" if run.detached else "interactive"
-        log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
+        run.began = True
+        if log.isEnabledFor(logging.INFO):
+            mode = "interactive" if run.detach_reason is None else \
+                f"detached ({run.detach_reason})"
+            log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
         state: TaskState | None = None
         text: str | Message | None = None
         error_id: str | None = None
@@ -351,6 +359,7 @@ class Runner:
                 state, text = TaskState.CANCELED, f"Canceled: {REASON_TEXT.get(reason, reason)}"
                 if run.canceled_by is not None and reason == run.cancel_reason:
                     text += f" (by {run.canceled_by})"
+            run.end_reason = reason
             if redeliverable and state is TaskState.CANCELED and reason in REDELIVER_REASONS:
                 # Not an outcome: the durable queue runs it again on another worker.
                 log.warning("run of task %s stopped (%s); left for redelivery",
@@ -364,15 +373,15 @@ class Runner:
             run.done.set()
             if run.end_error_lasting:  # its followers re-check and answer (server/end_lost.py)
                 self.store.wake(run.task_id)
-            if not self._runs:
+            run.settled(None)  # blocking sends waiting in their own task answer now
+            if not self._runs and self._idle is not None:
                 self._idle.set()
-            self.observe.run_ended(run, state.name.lower(), reason, time.monotonic() - run.started)
+            outcome, seconds = _OUTCOME[state], time.monotonic() - run.started
+            self.observe.run_ended(run, outcome, reason, seconds)
             if run.watch is not None:
-                run.watch.ended(run, state.name.lower(), reason, time.monotonic() - run.started)
-            log.info(
-                "run end task=%s outcome=%s duration_ms=%.1f reason=%s",
-                run.task_id, state.name.lower(), (time.monotonic() - run.started) * 1000, reason,
-            )
+                run.watch.ended(run, outcome, reason, seconds)
+            log.info("run end task=%s outcome=%s duration_ms=%.1f reason=%s",
+                     run.task_id, outcome, seconds * 1000, reason)
 
     # --- cancelling -----------------------------------------------------------------------
 
@@ -425,6 +434,14 @@ class Runner:
             )
         return task
 
+    async def _until_idle(self) -> None:
+        """Return once no run is executing (the caller bounds the wait)."""
+        if not self._runs:
+            return
+        if self._idle is None or self._idle.is_set():
+            self._idle = anyio.Event()
+        await self._idle.wait()
+
     def cancel_all(self, reason: str) -> None:
         """Cancel every run now (synchronously); each records its end with ``reason``."""
         for run in list(self._runs.values()):
@@ -458,10 +475,10 @@ class Runner:
             if run.parked:
                 run.cancel("shutdown")
         with anyio.move_on_after(max(grace, 0.0) if math.isfinite(grace) else math.inf):
-            await self._idle.wait()
+            await self._until_idle()
         self.cancel_all("shutdown")
         with anyio.move_on_after(RECORD_TIMEOUT):
-            await self._idle.wait()
+            await self._until_idle()
         self.ending.stop()
         for run in self._runs.values():
             log.error("run of task %s ignored cancellation during shutdown", run.task_id)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
+    AbstractContextManager,
     asynccontextmanager,
-    contextmanager,
     nullcontext,
 )
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -458,15 +459,9 @@ class A2AApp:
         with self._in_flight(scope):
             await self.jsonrpc(scope, receive, send, principal)
 
-    @contextmanager
-    def _in_flight(self, scope: Scope) -> Iterator[None]:
+    def _in_flight(self, scope: Scope) -> _InFlight:
         """Around one A2A request: counted in ``open_requests`` and observed (span, metrics)."""
-        self.open_requests += 1
-        try:
-            with self.observe.request(scope):
-                yield
-        finally:
-            self.open_requests -= 1
+        return _InFlight(self, self.observe.request(scope))
 
     # --- cards ----------------------------------------------------------------------------
 
@@ -483,6 +478,30 @@ class A2AApp:
     def card_overrides(self) -> dict[str, Any]:
         """The card fields this app sets over the generated card (a copy)."""
         return dict(self.cards.fields)
+
+
+class _InFlight:
+    """``A2AApp._in_flight`` (a plain class: one per request)."""
+
+    __slots__ = ("_app", "_observed")
+
+    def __init__(self, app: A2AApp, observed: AbstractContextManager[None]) -> None:
+        self._app, self._observed = app, observed
+
+    def __enter__(self) -> None:
+        self._app.open_requests += 1
+        try:
+            self._observed.__enter__()
+        except BaseException:
+            self._app.open_requests -= 1
+            raise
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                 exc_tb: TracebackType | None) -> bool | None:
+        try:
+            return self._observed.__exit__(exc_type, exc_val, exc_tb)
+        finally:
+            self._app.open_requests -= 1
 
 
 async def _plain(send: Send, status: int, text: str) -> None:

@@ -8,13 +8,14 @@ told: an HTTP status, the A2A error, headers, and a text saying what to fix.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 
 import anyio
 
 from ..protocol.errors import A2AError, InvalidRequest, ServerUnavailable
 from .asgi import Receive, Scope, header
-from .closing import ClosingDeadlines
+from .closing import ClosingDeadlines, ClosingScope
+from .eager import bounded
 
 
 class BodyRefused(Exception):
@@ -210,9 +211,10 @@ class BodyBudget:
                 await self._reading.wait_none_open()
                 await anyio.sleep(0.05)  # the refusals' answers are sent in the readers' tasks
 
-    def deadline(self) -> AbstractContextManager[anyio.CancelScope]:
-        """The cancel scope a body is read in: ``timeout``, shortened at :meth:`close`."""
-        return self._reading.scope(self.timeout)
+    def deadline(self, *, lazy: bool = False) -> ClosingScope:
+        """The cancel scope a body is read in: ``timeout``, shortened at :meth:`close`
+        (``lazy``: from when it is armed; see :meth:`.ClosingDeadlines.scope`)."""
+        return self._reading.scope(self.timeout, lazy=lazy)
 
 
 class ClientGone(Exception):
@@ -250,12 +252,29 @@ async def _read(scope: Scope, receive: Receive, limit: int, max_messages: int | 
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(limit=limit)
+    if budget is not None:
+        # Most bodies are queued whole before the app runs: the first piece is taken with no
+        # deadline scope if it is there at once (eager.py); if it has to be waited for, the
+        # deadline is in place before the wait.
+        head = await bounded(receive(), budget.deadline(lazy=True))
+        if head is None:  # the deadline passed while waiting for it
+            raise ServerClosing if budget.closing else BodyTooSlow(budget.timeout)
+        if head["type"] == "http.request" and not head.get("more_body", False):
+            chunk = head.get("body", b"")
+            if len(chunk) > limit:
+                raise BodyTooLarge(more_body=False, limit=limit)
+            return bytes(chunk)
+    else:
+        head = None
     body = bytearray()
     pieces = counted = counted_first = 0
     try:
         with budget.deadline() if budget is not None else nullcontext():
             while True:
-                message = await receive()
+                if head is not None:
+                    message, head = head, None
+                else:
+                    message = await receive()
                 if message["type"] == "http.disconnect":
                     raise ClientGone
                 more = bool(message.get("more_body", False))

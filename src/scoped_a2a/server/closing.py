@@ -11,8 +11,7 @@ scope entered later, to at most ``closing_seconds`` away.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 import anyio
 
@@ -30,20 +29,15 @@ class ClosingDeadlines:
         self._open: set[anyio.CancelScope] = set()
         self._none_open: anyio.Event | None = None  # made by wait_none_open
 
-    @contextmanager
-    def scope(self, seconds: float, *, shield: bool = False) -> Iterator[anyio.CancelScope]:
+    def scope(self, seconds: float, *, shield: bool = False, lazy: bool = False
+              ) -> ClosingScope:
         """A cancel scope ending ``seconds`` from now, or ``closing_seconds`` after shutdown
-        began (after entering, for a scope entered once it had), whichever is first."""
-        with anyio.move_on_after(seconds, shield=shield) as scope:
-            if self.closing:
-                self._cut(scope)
-            self._open.add(scope)
-            try:
-                yield scope
-            finally:
-                self._open.discard(scope)
-                if not self._open and self._none_open is not None:
-                    self._none_open.set()
+        began (after entering, for a scope entered once it had), whichever is first.
+        Use once, with ``with``; it gives the :class:`anyio.CancelScope`.
+
+        ``lazy``: the scope has no deadline and no shield until :meth:`ClosingScope.arm` gives
+        them (``seconds`` from then): for work that usually ends without waiting (eager.py)."""
+        return ClosingScope(self, seconds, shield, lazy)
 
     def close(self) -> None:
         """Shutdown: cut every open scope's deadline, and every later one's, to at most
@@ -69,3 +63,70 @@ class ClosingDeadlines:
 
     def _cut(self, scope: anyio.CancelScope) -> None:
         scope.deadline = min(scope.deadline, anyio.current_time() + self.closing_seconds)
+
+
+class ClosingScope:
+    """One scope of :meth:`ClosingDeadlines.scope` (a plain class, not a generator-based
+    context manager: one is entered for every request's body and final answer)."""
+
+    __slots__ = ("_armed", "_deadlines", "_scope", "_seconds", "_shield")
+
+    def __init__(self, deadlines: ClosingDeadlines, seconds: float, shield: bool,
+                 lazy: bool = False) -> None:
+        self._deadlines = deadlines
+        self._seconds, self._shield = seconds, shield
+        self._armed = not lazy
+        self._scope = (anyio.CancelScope() if lazy else anyio.CancelScope(
+            deadline=anyio.current_time() + seconds, shield=shield))
+
+    def __enter__(self) -> anyio.CancelScope:
+        scope = self._scope.__enter__()
+        if self._armed:
+            self._track()
+        return scope
+
+    def arm(self) -> None:
+        """Give a lazy scope its deadline (``seconds`` from now) and shield (synchronous;
+        call it inside the block, before the work first waits)."""
+        if not self._armed:
+            self._armed = True
+            self._scope.deadline = anyio.current_time() + self._seconds
+            self._scope.shield = self._shield
+            self._track()
+
+    def _track(self) -> None:
+        deadlines = self._deadlines
+        if deadlines.closing:
+            deadlines._cut(self._scope)
+        deadlines._open.add(self._scope)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                 exc_tb: TracebackType | None) -> bool:
+        deadlines, scope = self._deadlines, self._scope
+        if self._armed:
+            deadlines._open.discard(scope)
+            if not deadlines._open and deadlines._none_open is not None:
+                deadlines._none_open.set()
+        return bool(scope.__exit__(exc_type, exc_val, exc_tb))
+
+
+class LazyDeadline:
+    """A lazy scope as :meth:`ClosingDeadlines.scope` gives, for work no shutdown cuts short:
+    no deadline and no shield until :meth:`arm`."""
+
+    __slots__ = ("_scope", "_seconds", "_shield")
+
+    def __init__(self, seconds: float, *, shield: bool = False) -> None:
+        self._seconds, self._shield = seconds, shield
+        self._scope = anyio.CancelScope()
+
+    def __enter__(self) -> anyio.CancelScope:
+        return self._scope.__enter__()
+
+    def arm(self) -> None:
+        self._scope.deadline = anyio.current_time() + self._seconds
+        self._scope.shield = self._shield
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
+                 exc_tb: TracebackType | None) -> bool:
+        return bool(self._scope.__exit__(exc_type, exc_val, exc_tb))

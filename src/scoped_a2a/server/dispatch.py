@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
+from types import TracebackType
 
 import anyio
 
@@ -23,11 +24,13 @@ from ..protocol.method import (
     Call,
     Method,
     Output,
+    Watching,
 )
 from ..runtime.failures import failure_text, new_error_id
 from .asgi import Receive, Scope, header
-from .closing import ClosingDeadlines
+from .closing import ClosingDeadlines, LazyDeadline
 from .disconnect import DisconnectWatcher
+from .eager import bounded
 from .sse import SlowConsumer, SSEWriter
 
 log = logging.getLogger("scoped_a2a.server")
@@ -110,9 +113,11 @@ class Responder(Output):
         """Run ``write`` (the final answer's sends) shielded, within ``write_timeout``, and
         within :data:`FINAL_WRITE_CLOSING` once the server shuts down (``closing``): a client
         that stopped reading would otherwise hold the process for the whole timeout."""
-        with (anyio.move_on_after(self.write_timeout, shield=True) if self.closing is None
-              else self.closing.scope(self.write_timeout, shield=True)):
-            await write()
+        # The scope is made only if the write waits (eager.py): a whole answer that the
+        # server takes at once needs no deadline and no shield.
+        await bounded(write(), LazyDeadline(self.write_timeout, shield=True)
+                      if self.closing is None
+                      else self.closing.scope(self.write_timeout, shield=True, lazy=True))
 
     def answer_on_hangup(self, answer: Callable[[float], Awaitable[bytes]]) -> None:
         self._on_hangup = answer
@@ -137,6 +142,57 @@ class Responder(Output):
                 log.exception("answering a caller that hung up failed")
 
 
+    # --- methods that watch for the hang-up themselves (protocol/method.py) ---------------
+
+    _receive: Receive | None = None  # set by run_method for such a method
+
+    async def until_hangup(self, wake: anyio.CancelScope) -> bool:
+        assert self._receive is not None, "only for a method marked watches_hangup"
+        with wake:
+            while True:
+                if (await self._receive())["type"] == "http.disconnect":
+                    return True
+        return False
+
+    def watching(self) -> _Watching:
+        assert self._receive is not None, "only for a method marked watches_hangup"
+        return _Watching(self._receive)
+
+
+class _Watching:
+    """``async with``: a task group whose disconnect watcher cancels the body on a hang-up;
+    the block then ends quietly, with ``hung_up`` set on what it yields."""
+
+    __slots__ = ("_group", "_receive", "_watcher", "_watching")
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._group = anyio.create_task_group()
+        self._watching = Watching()
+        self._watcher: DisconnectWatcher | None = None
+
+    async def __aenter__(self) -> Watching:
+        group = await self._group.__aenter__()
+        self._watcher = DisconnectWatcher(self._receive, group.cancel_scope)
+        group.start_soon(self._watcher.run)
+        return self._watching
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc_val: BaseException | None, exc_tb: TracebackType | None) -> bool:
+        assert self._watcher is not None
+        self._watcher.stop()
+        if exc_val is not None and not isinstance(exc_val, anyio.get_cancelled_exc_class()):
+            # The body's error (an A2AError is the caller's answer): end the group without
+            # it, so that it goes on unwrapped (a task group would wrap it in a group).
+            await self._group.__aexit__(None, None, None)
+            return False
+        try:
+            return bool(await self._group.__aexit__(exc_type, exc_val, exc_tb))
+        finally:
+            # The watcher cancels the group's scope only on a hang-up.
+            self._watching.hung_up = self._group.cancel_scope.cancel_called
+
+
 async def run_method(handler: Method, call: Call, out: Responder, receive: Receive,
                      label: str, *, expose_errors: bool = False) -> None:
     """Run ``handler(call, out)`` in the request's task group with the disconnect watcher.
@@ -150,26 +206,38 @@ async def run_method(handler: Method, call: Call, out: Responder, receive: Recei
     task under a short shielded deadline, since a half-closed client looks like a hang-up until
     we write. Returns once the answer is complete (the watcher is then cancelled).
     """
-    async with anyio.create_task_group() as request:
-        watcher = DisconnectWatcher(receive, request.cancel_scope)
-        request.start_soon(watcher.run)
-        try:
-            await handler(call, out)
-        except A2AError as exc:
-            await out.error(exc)
-        except SlowConsumer:
-            log.warning("closed a stream whose client stopped reading (task stream %s)", label)
-        except Exception as exc:
-            # The text may hold internals: the caller gets the type and an id that finds
-            # this log line (failures.py), unless the app exposes errors.
-            error_id = new_error_id()
-            log.exception("%s failed (error id %s)", label, error_id)
-            text = failure_text(exc, error_id, expose=expose_errors)
-            await out.error(A2AError(f"internal error: {text}"))
-        else:
-            await out.finish()
-        watcher.stop()
+    if getattr(handler, "watches_hangup", False):
+        # The method reads the connection itself while it waits (a blocking send): no
+        # watcher task, no task group (protocol/method.py, watches_hangup).
+        out._receive = receive
+        await _call(handler, call, out, label, expose_errors)
+    else:
+        async with anyio.create_task_group() as request:
+            watcher = DisconnectWatcher(receive, request.cancel_scope)
+            request.start_soon(watcher.run)
+            await _call(handler, call, out, label, expose_errors)
+            watcher.stop()
     await out.answer_after_hangup()
+
+
+async def _call(handler: Method, call: Call, out: Responder, label: str,
+                expose_errors: bool) -> None:
+    """``handler(call, out)``, its errors answered (see :func:`run_method`)."""
+    try:
+        await handler(call, out)
+    except A2AError as exc:
+        await out.error(exc)
+    except SlowConsumer:
+        log.warning("closed a stream whose client stopped reading (task stream %s)", label)
+    except Exception as exc:
+        # The text may hold internals: the caller gets the type and an id that finds
+        # this log line (failures.py), unless the app exposes errors.
+        error_id = new_error_id()
+        log.exception("%s failed (error id %s)", label, error_id)
+        text = failure_text(exc, error_id, expose=expose_errors)
+        await out.error(A2AError(f"internal error: {text}"))
+    else:
+        await out.finish()
 
 
 def extensions(scope: Scope) -> frozenset[str]:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from ..protocol.dialect import Dialect
@@ -25,7 +26,14 @@ from ..protocol.errors import (
     UnsupportedOperation,
 )
 from ..protocol.jsonrpc import decode_params
-from ..protocol.method import BAD_LAST_EVENT_ID, MAX_EVENT_ID_DIGITS, Call, Method, Output
+from ..protocol.method import (
+    BAD_LAST_EVENT_ID,
+    MAX_EVENT_ID_DIGITS,
+    Call,
+    Method,
+    Output,
+    watches_hangup,
+)
 from ..protocol.principal import ANONYMOUS, owner_key
 from ..protocol.trajectory import (
     TRAJECTORY_EXTENSION_URI,
@@ -42,7 +50,7 @@ from ..protocol.types import (
 )
 from ..push.rpc import PushRpc
 from ..push.service import PushService
-from ..runtime.outcome import direct_reply
+from ..runtime.outcome import DIRECT_REPLY, direct_reply
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..runtime.tail import ends_stream, tail
@@ -131,6 +139,7 @@ class Methods:
 
     # --- sending --------------------------------------------------------------------------
 
+    @watches_hangup
     async def send_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         history = req.configuration.history_length if req.configuration else None
@@ -151,10 +160,71 @@ class Methods:
 
         out.answer_on_hangup(answer)
         with run.hold("send"):
-            # Answered at once, retryable, if the run ends and its end cannot be stored.
-            await tail(self.store, task_id, pos, stop=lambda: _lost(run))
-        task, _ = await self.store.get(task.id)
-        await out.result(send_answer(call.dialect, task, history))
+            answered: bytes | None = None
+            if self.runner.get(task_id) is run and run.settled_at <= pos:
+                # The run is here and has not settled since ``pos``: wait for it to settle in
+                # this task, reading the connection meanwhile (no watcher task).
+                hung_up, answered = await self._until_settled(out, run, task_id, dialect,
+                                                              history)
+                if hung_up:
+                    return  # the hold's release cancels the run; the binding answers
+            if answered is None:
+                # Anything else (a run in another process, a resent message, an end the
+                # store has not taken yet) follows the log, beside a hang-up watcher.
+                async with out.watching() as watching:
+                    # Answered at once, retryable, if the run ends and its end cannot be
+                    # stored.
+                    await tail(self.store, task_id, pos, stop=lambda: _lost(run))
+                if watching.hung_up:
+                    return
+                final, _ = await self.store.get(task_id)
+                answered = send_answer(dialect, final, history)
+        await out.result(answered)
+
+    async def _until_settled(
+        self, out: Output, run: Run, task_id: str, dialect: Dialect, history: int | None
+    ) -> tuple[bool, bytes | None]:
+        """Wait for ``run`` to settle (ask for input, or end) while reading the caller's
+        connection: (False, the answer); (True, None) when the caller hung up first; (False,
+        None) when the store does not hold the end yet (the caller then follows the log: a
+        background retry is storing it).
+
+        The run cancels this wait's scope as it settles (``Run.wake_when_settled``); the task
+        is pinned meanwhile, so the store keeps it readable once ended (as ``wait`` does).
+        Raises :func:`end_not_stored` for a run whose end the store refused for good.
+        """
+        self.store.pin(task_id)
+        try:
+            settled_at = run.settled_at
+            # First let the run take its first step (the run's task was started just now, so
+            # it comes before this task's next step: on asyncio at the first checkpoint, on
+            # trio, which may reverse a batch, at the second). A run that needs no waiting
+            # (a quick answer) then ends before this task starts watching: no wake-up to pay
+            # for, no cancel scope. A hang-up meanwhile is read a tick later.
+            for _ in range(2):
+                if run.began:
+                    break
+                await anyio.lowlevel.checkpoint()
+            if not run.done.is_set() and run.settled_at == settled_at:
+                wake = anyio.CancelScope()
+                run.wake_when_settled(wake)
+                if await out.until_hangup(wake):
+                    run.stop_waking(wake)
+                    return True, None
+            if (lost := _lost(run)) is not None:
+                raise lost
+            if (run.end_reason not in (None, DIRECT_REPLY) and history is None and dialect.v1
+                    and (ended := self.store.ended_json(task_id)) is not None):
+                # The ended task as the store keeps it, sent on as it is (no decode, no
+                # encode): what send_answer gives for a 1.0 task with its whole history.
+                return False, b'{"task":' + ended + b"}"
+            task, _ = await self.store.get(task_id)
+        finally:
+            self.store.unpin(task_id)
+        state = task.status.state
+        if not (state.terminal or state.interrupted):
+            return False, None
+        return False, send_answer(dialect, task, history)
 
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)

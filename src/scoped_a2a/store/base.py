@@ -134,6 +134,20 @@ class TaskStore(abc.ABC):
         they follow (a run whose end cannot be stored). Default: nothing (a polling store's
         waiters come back by themselves)."""
 
+    def ended_json(self, task_id: str) -> bytes | None:
+        """The snapshot of ``task_id`` as JSON, if the task has ended and the store keeps it
+        encoded (so a caller that only sends it on need not decode and encode it again);
+        None otherwise (then read it with :meth:`get`). Synchronous. Default: None."""
+        return None
+
+    def pin(self, task_id: str) -> None:  # noqa: B027  # a store that evicts ended tasks has it
+        """Keep ``task_id`` readable once it ends, until :meth:`unpin`: a caller waiting for
+        its end elsewhere than in :meth:`wait` (which pins by itself) reads it right after.
+        Synchronous; an unknown task is ignored. Default: nothing (nothing is evicted early)."""
+
+    def unpin(self, task_id: str) -> None:  # noqa: B027  # see pin
+        """Undo one :meth:`pin` (a task no longer known is ignored)."""
+
     @abc.abstractmethod
     async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
         """Tasks newest first, filtered and paged as ``ListTasks`` asks.

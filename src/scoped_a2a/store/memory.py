@@ -360,6 +360,22 @@ class MemoryTaskStore(TaskStore):
         if rec is not None:
             rec.wake()
 
+    def ended_json(self, task_id: str) -> bytes | None:
+        rec = self._tasks.get(task_id)
+        if rec is None or rec.ended is None:
+            return None
+        return rec.ended.snapshot_json()
+
+    def pin(self, task_id: str) -> None:
+        rec = self._tasks.get(task_id)
+        if rec is not None:
+            rec.pins += 1
+
+    def unpin(self, task_id: str) -> None:
+        rec = self._tasks.get(task_id)
+        if rec is not None:
+            rec.pins -= 1
+
     async def wait(self, task_id: str, after: int) -> None:
         rec = self._record(task_id)
         if rec.last > after:
