@@ -331,10 +331,13 @@ class Runner:
                     error_id = new_error_id()
                     text = failure_text(exc, error_id, expose=self.expose_errors)
                     # An AgentError is a deliberate answer, not a bug: no traceback; nor is
-                    # the store's refusal of a write (a full disk: its message says it all).
-                    log.warning("agent failed on task %s (error id %s): %s", run.task_id,
-                                error_id, failure_text(exc, error_id, expose=True),
-                                exc_info=not isinstance(exc, (AgentError, ServerUnavailable)))
+                    # the store's refusal of a write (a full disk: its message says it all,
+                    # at INFO: the end's own line, which follows, is the one warning of it).
+                    refused = isinstance(exc, ServerUnavailable)
+                    log.log(logging.INFO if refused else logging.WARNING,
+                            "agent failed on task %s (error id %s): %s", run.task_id,
+                            error_id, failure_text(exc, error_id, expose=True),
+                            exc_info=not (refused or isinstance(exc, AgentError)))
                 else:
                     state, text, reason = end_of(reply)
         finally:

@@ -132,6 +132,13 @@ class TaskStore(abc.ABC):
         they follow (a run whose end cannot be stored). Default: nothing (a polling store's
         waiters come back by themselves)."""
 
+    def lost_events(self, task_id: str) -> str | None:
+        """Why some events appended to ``task_id`` were not stored after all (a store that
+        acknowledges an append before its commit, and whose commit then failed); None when
+        every acknowledged event is stored. The run's end must not say it completed then.
+        Default: None (each append is stored before it returns)."""
+        return None
+
     @abc.abstractmethod
     async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
         """Tasks newest first, filtered and paged as ``ListTasks`` asks.
