@@ -15,7 +15,8 @@ ContentTypeNotSupportedError, 500 for InvalidAgentResponseError (1.0.0's table s
 that refuses new work. A body whose own ``Content-Type`` is wrong is HTTP's 415 (server/rest.py),
 not this table's. Clients pick the error class by the ErrorInfo reason, so either works.
 The ``reason`` is the same ErrorInfo reason JSON-RPC 1.0 puts in ``error.data``, so a client
-maps a REST error back to the same :class:`A2AError` subclass it would get over JSON-RPC (:func:`error_from_rest`).
+maps a REST error back to the same :class:`A2AError` subclass it would get over JSON-RPC
+(:func:`error_from_rest`).
 """
 
 from __future__ import annotations
