@@ -20,9 +20,10 @@
 # (scripts/tck10_unique_ids; the kit reuses them, docs/conformance.md); files end -unique-ids.
 #
 # The test environment, not the server: the served process resolves example.com through a stub
-# (scripts/tck10_resolver, no DNS here); the card names the URL without a trailing slash (the
-# kit appends "/message:send" to it as a string); the card is 1.0-only (--card-1-0-only: the
-# kit's card schema refuses the 0.3 fields). docs/conformance.md says why for each.
+# (scripts/tck10_resolver, no DNS here); the card is 1.0-only (--card-1-0-only: the kit's card
+# schema refuses the 0.3 fields); the kit's own webhook on localhost is allowed. PLAIN=1 drops
+# all three: `serve --agent ... --grpc` as a user starts it (files end -plain).
+# docs/conformance.md says why for each.
 set -u
 OUT=$1; KIT=${2:-/work/tck10}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,8 +33,13 @@ LEVELS=${LEVELS:-must should}; PORT=${PORT:-8871}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 SUFFIX=""; KIT_PATH="${PYTHONPATH:-}"; KIT_ARGS=""
+ENV_ARGS="--card-1-0-only --allow-webhook-host localhost"
+SERVE_PATH="$ROOT/scripts/tck10_resolver:$ROOT/src"
+if [ "${PLAIN:-0}" = 1 ]; then  # serve as a user starts it: no setting for the kit
+    SUFFIX="-plain"; ENV_ARGS=""; SERVE_PATH="$ROOT/src"
+fi
 if [ "${UNIQUE_IDS:-0}" = 1 ]; then  # the diagnostic variant: one messageId per message
-    SUFFIX="-unique-ids"; KIT_ARGS="-p tck_unique_ids"
+    SUFFIX="$SUFFIX-unique-ids"; KIT_ARGS="-p tck_unique_ids"
     KIT_PATH="$ROOT/scripts/tck10_unique_ids${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
@@ -61,11 +67,10 @@ run_kit() {  # NAME PORT
 stop() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 
 for backend in $BACKENDS; do
-    PYTHONPATH="$ROOT/scripts/tck10_resolver:$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" \
+    PYTHONPATH="$SERVE_PATH${PYTHONPATH:+:$PYTHONPATH}" \
         "$PYTHON" -m scoped_a2a serve --backend "$backend" --host 127.0.0.1 --port "$PORT" \
-        --agent scoped_a2a.agents.tck:tck_agent --public-url "http://127.0.0.1:$PORT" \
-        --card-1-0-only --allow-webhook-host localhost --grpc ${SERVE_ARGS:-} \
-        >"$OUT/scoped-$backend.server.log" 2>&1 &
+        --agent scoped_a2a.agents.tck:tck_agent $ENV_ARGS --grpc ${SERVE_ARGS:-} \
+        >"$OUT/scoped-$backend$SUFFIX.server.log" 2>&1 &
     SERVER=$!
     wait_card "$PORT" && run_kit "scoped-$backend" "$PORT"
     stop $SERVER
@@ -73,7 +78,8 @@ for backend in $BACKENDS; do
 done
 
 if [ "${SDK:-1}" != 0 ]; then
-    "$PYTHON" "$ROOT/scripts/tck10_sdk_server.py" --port "$PORT" >"$OUT/a2a-sdk.server.log" 2>&1 &
+    "$PYTHON" "$ROOT/scripts/tck10_sdk_server.py" --port "$PORT" \
+        >"$OUT/a2a-sdk$SUFFIX.server.log" 2>&1 &
     SERVER=$!
     # Its card lists no gRPC interface: the kit would find no transport to test there.
     TRANSPORTS=$(for t in $TRANSPORTS; do case $t in *grpc*) ;; *) printf '%s ' "$t";; esac; done)

@@ -29,7 +29,7 @@ from .push_receiver import Receiver, eventually, receiving
 pytestmark = pytest.mark.anyio
 
 # ErrorInfo reason -> A2A code, and the HTTP status the REST binding must answer it with.
-REASONS = {"TASK_NOT_FOUND": (-32001, 404), "TASK_NOT_CANCELABLE": (-32002, 409),
+REASONS = {"TASK_NOT_FOUND": (-32001, 404), "TASK_NOT_CANCELABLE": (-32002, 400),
            "UNSUPPORTED_OPERATION": (-32004, 400), "VERSION_NOT_SUPPORTED": (-32009, 400),
            "INVALID_PARAMS": (-32602, 400), "INVALID_REQUEST": (-32600, 400),
            "PUSH_NOTIFICATION_NOT_SUPPORTED": (-32003, 400)}

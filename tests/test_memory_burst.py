@@ -71,9 +71,10 @@ def test_memory_goes_back_within_30_s_of_a_burst(backend: str) -> None:
         print(f"{backend}: RSS {figures} MB, back after {time.monotonic() - ended:.1f} s")
         # Wanted: within 150 MB of the start, and so it is on a quiet machine (both backends)
         # and on trio under load. On asyncio under load (-n 2 beside other tests) 170-440 MB
-        # stayed that malloc counts in use, no garbage and no connection left (cause not
-        # found, docs/memory.md); this bound still fails without the trim (the whole burst
-        # stays) and holds with it, measured in every run.
+        # stayed that malloc counts in use: hypercorn's ended connections are reference
+        # cycles, collected before each trim now, but in some runs what stays in use is held
+        # elsewhere (cause not found, docs/memory.md); this bound still fails without the trim
+        # (the whole burst stays) and holds with it, measured in every run.
         grown, burst_growth = figures["after"] - figures["start"], figures["peak"] - \
             figures["start"]
         assert grown <= max(150, burst_growth // 2), figures

@@ -63,7 +63,7 @@ async def test_error_statuses_and_body() -> None:
         assert_error(await http.get("/tasks/nope/pushNotificationConfigs/x"), 404,
                      "TASK_NOT_FOUND", "NOT_FOUND")
         done = (await http.post("/message:send", json=send_body("hi"))).json()["task"]
-        assert_error(await http.post(f"/tasks/{done['id']}:cancel"), 409,  # spec §5.4
+        assert_error(await http.post(f"/tasks/{done['id']}:cancel"), 400,  # 1.0.1 §5.4
                      "TASK_NOT_CANCELABLE", "FAILED_PRECONDITION")
         assert_error(await http.post(f"/tasks/{done['id']}:subscribe"), 400,
                      "UNSUPPORTED_OPERATION", "FAILED_PRECONDITION")

@@ -48,7 +48,7 @@ async def test_answered_with_the_media_type_the_request_used() -> None:
             assert bad.json()["error"]["status"] == "INVALID_ARGUMENT"
             cancel = await http.post(f"/tasks/{task['id']}:cancel", content=b"{}",
                                      headers={"content-type": sent})
-            assert cancel.status_code == 409 and cancel.headers["content-type"] == want
+            assert cancel.status_code == 400 and cancel.headers["content-type"] == want
             nothing = await http.post("/tasks/x:nothing", content=b"{}",
                                       headers={"content-type": sent})
             assert nothing.status_code == 404 and nothing.headers["content-type"] == want

@@ -67,7 +67,9 @@ async def test_a_part_the_card_does_not_accept_is_refused_before_any_task() -> N
                 assert "does not accept" in body["error"]["message"]
         msg = text_message("look", parts=[pdf])
         r = await http.post(url + "message:send", json={"message": msg}, headers=V1)
-        assert r.status_code == 415 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
+        # 1.0.1 §5.4: ContentTypeNotSupportedError is 400 (1.0.0 said 415).
+        assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
+        assert r.json()["error"]["details"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"
         listed = await rpc(http, url, "ListTasks", {})
     assert len(listed["result"]["tasks"]) == 1  # only the accepted send made a task
 

@@ -91,8 +91,10 @@ def agent_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 async def _attempt(workflow_id: str, *, number: int = 1, timeout: float = 20) -> Attempt:
-    """The attempt of ``workflow_id`` run in this process, once its follower has read events."""
-    with anyio.fail_after(timeout):
+    """The attempt of ``workflow_id`` run in this process, once its follower has read events.
+    Fails saying what each attempt of it had got to (a second attempt means the first missed
+    its heartbeat timeout: the load kept its event loop away that long)."""
+    with anyio.move_on_after(timeout):
         while True:
             attempts = ATTEMPTS.get(workflow_id, [])
             if len(attempts) >= number:
@@ -101,6 +103,16 @@ async def _attempt(workflow_id: str, *, number: int = 1, timeout: float = 20) ->
                         and step.turns[0].follower.cursor > 0:
                     return attempts[number - 1]
             await anyio.sleep(0.02)
+    seen = []
+    for i, a in enumerate(ATTEMPTS.get(workflow_id, []), 1):
+        turns = a.step.turns if a.step is not None else ()
+        follower = turns[0].follower if turns else None
+        seen.append(f"attempt {i}: step {'started' if a.step else 'not started'}, "
+                    f"{len(turns)} turns, follower "
+                    f"{'none' if follower is None else (follower.cursor, follower.state)}, "
+                    f"{len(a.reads)} reads, outcome {a.outcome}")
+    pytest.fail(f"{workflow_id}: attempt {number}'s follower had not read within {timeout} s; "
+                f"{'; '.join(seen) or 'no attempt ran here'}", pytrace=False)
 
 
 async def _activity_canceled(handle: WorkflowHandle[Any, Any]) -> bool:

@@ -9,6 +9,13 @@ chunks); it talks to any OpenAI-compatible chat-completions endpoint with httpx:
     export OPENAI_API_KEY=...                    # if the endpoint wants one
     python -m scoped_a2a serve --backend asyncio --agent examples.a2a_sdk_agent.agent:executor
 
+Offline, with no model and no key: serve the fake endpoint of ``scoped_a2a.testing.fake_llm``
+(it answers "(fake model) you said: ...") in another terminal, and point ``MODEL_URL`` at it::
+
+    python -m scoped_a2a.testing.fake_llm --port 8001
+    MODEL_URL=http://127.0.0.1:8001/v1 MODEL_NAME=fake python -m scoped_a2a serve \\
+        --backend asyncio --agent examples.a2a_sdk_agent.agent:executor
+
 ``serve`` recognises the executor and this module's ``agent_card``. On a2a-sdk's own server a
 caller that hangs up leaves the model call running; here an interactive run is cancelled, the
 executor's ``cancel`` is called and the model's HTTP request is closed, while a fire-and-forget

@@ -8,6 +8,14 @@ Serve it (from the repository's root; the model's URL and key from the environme
 or as a script, with flags: ``python examples/adk_agent/agent.py --model-url URL --model NAME``.
 The key, if the endpoint wants one, is read from ``MODEL_API_KEY`` (or ``OPENAI_API_KEY``).
 
+Offline, with no model and no key: serve the fake endpoint of ``scoped_a2a.testing.fake_llm``
+(it answers "(fake model) you said: ..."; ``--tool get_weather --args '{"city": "Oslo"}'``
+has it call the tool first) in another terminal, and point ``MODEL_URL`` at it::
+
+    python -m scoped_a2a.testing.fake_llm --port 8001
+    MODEL_URL=http://127.0.0.1:8001/v1 MODEL_NAME=fake python -m scoped_a2a serve \\
+        --backend asyncio --agent examples.adk_agent.agent:agent
+
 ``root_agent`` is a plain ADK ``LlmAgent`` (``adk web`` finds it under that name too); ``agent``
 is the same agent adapted by ``from_adk``: nothing in the agent changes to serve it here.
 

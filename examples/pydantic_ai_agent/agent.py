@@ -11,6 +11,15 @@ or run this file, with flags instead of the environment:
 
     python examples/pydantic_ai_agent/agent.py --model-url http://127.0.0.1:11434/v1 --port 8000
 
+Offline, with no model and no key: serve the fake endpoint of ``scoped_a2a.testing.fake_llm``
+(it answers "(fake model) you said: ..."; ``--tool get_order_status --args
+'{"order_id": "A-1001"}'`` has it call the tool first) in another terminal, and point
+``MODEL_URL`` at it::
+
+    python -m scoped_a2a.testing.fake_llm --port 8001
+    MODEL_URL=http://127.0.0.1:8001/v1 MODEL_NAME=fake python -m scoped_a2a serve \\
+        --backend asyncio --agent examples.pydantic_ai_agent.agent:agent
+
 The agent is plain pydantic-ai: nothing in ``assistant`` knows about A2A. ``agent`` is that
 agent adapted (``from_pydantic_ai``): the model's streamed text becomes artifact chunks, the
 tool calls show on the task's live trajectory, a follow-up in the same context continues the

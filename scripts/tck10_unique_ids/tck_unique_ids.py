@@ -8,8 +8,8 @@ every transport), although a messageId is "the unique identifier (e.g. UUID) of 
 (a2a.proto, ``Message.message_id``). A server that deduplicates sends by messageId, as the
 specification allows ("Agents may utilize the messageId to detect duplicate messages"),
 answers those with the first send's task or refuses them. This plugin appends a counter to each
-messageId the kit's JSON-RPC and HTTP+JSON clients send (the scenario prefix stays, so the
-scenario agent still routes on it), which shows what the kit reports once its messages are
+messageId the kit's JSON-RPC, HTTP+JSON and gRPC clients send (the scenario prefix stays, so
+the scenario agent still routes on it), which shows what the kit reports once its messages are
 unique. It changes nothing else; the raw-HTTP tests that build their own payloads are
 unaffected.
 """
@@ -35,7 +35,7 @@ def _unique(build: Any) -> Any:
 
 
 def pytest_configure(config: Any) -> None:
-    from tck.transport import http_json_client, jsonrpc_client
+    from tck.transport import grpc_client, http_json_client, jsonrpc_client
 
-    for module in (jsonrpc_client, http_json_client):
+    for module in (jsonrpc_client, http_json_client, grpc_client):
         module._build_params = _unique(module._build_params)

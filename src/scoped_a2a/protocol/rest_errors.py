@@ -8,13 +8,15 @@ An :class:`A2AError` is answered on REST as an HTTP status plus the JSON form of
                             "reason": "TASK_NOT_FOUND", "domain": "a2a-protocol.org",
                             "metadata": {}}]}}
 
-The statuses are the specification's table (§5.4, "MUST be mapped"): 409 for
-TaskNotCancelableError, 415 for ContentTypeNotSupportedError and 502 for InvalidAgentResponseError,
-where the official a2a-sdk 1.3 answers 400, 400 and 500 (its REST client, like ours, picks the
-error class by the ErrorInfo reason, so either works with it); plus 503 for a server that
-refuses new work. The ``reason`` is the same ErrorInfo reason
-JSON-RPC 1.0 puts in ``error.data``, so a client maps a REST error back to the same
-:class:`A2AError` subclass it would get over JSON-RPC (:func:`error_from_rest`).
+The statuses are the specification's table (1.0.1 §5.4, "MUST be mapped", each the HTTP
+status of its ``google.rpc.Code``): 400 for TaskNotCancelableError and
+ContentTypeNotSupportedError, 500 for InvalidAgentResponseError (1.0.0's table said 409, 415 and
+502; A2A commit 757f0ec6, #1627, changed them, as the a2a-sdk 1.3 answers); plus 503 for a server
+that refuses new work. A body whose own ``Content-Type`` is wrong is HTTP's 415 (server/rest.py),
+not this table's. Clients pick the error class by the ErrorInfo reason, so either works.
+The ``reason`` is the same ErrorInfo reason JSON-RPC 1.0 puts in ``error.data``, so a client
+maps a REST error back to the same :class:`A2AError` subclass it would get over JSON-RPC
+(:func:`error_from_rest`).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ DOMAIN = "a2a-protocol.org"
 REST_STATUS: dict[int, tuple[int, str]] = {
     TASK_NOT_FOUND: (404, "NOT_FOUND"),
     METHOD_NOT_FOUND: (404, "NOT_FOUND"),
-    TASK_NOT_CANCELABLE: (409, "FAILED_PRECONDITION"),
+    TASK_NOT_CANCELABLE: (400, "FAILED_PRECONDITION"),
     PUSH_NOT_SUPPORTED: (400, "FAILED_PRECONDITION"),
     UNSUPPORTED_OPERATION: (400, "FAILED_PRECONDITION"),
     EXTENDED_CARD_NOT_CONFIGURED: (400, "FAILED_PRECONDITION"),
@@ -62,8 +64,8 @@ REST_STATUS: dict[int, tuple[int, str]] = {
     INVALID_PARAMS: (400, "INVALID_ARGUMENT"),
     INVALID_REQUEST: (400, "INVALID_ARGUMENT"),
     PARSE_ERROR: (400, "INVALID_ARGUMENT"),
-    CONTENT_TYPE_NOT_SUPPORTED: (415, "INVALID_ARGUMENT"),
-    INVALID_AGENT_RESPONSE: (502, "INTERNAL"),
+    CONTENT_TYPE_NOT_SUPPORTED: (400, "INVALID_ARGUMENT"),
+    INVALID_AGENT_RESPONSE: (500, "INTERNAL"),
     INTERNAL_ERROR: (500, "INTERNAL"),
     SERVER_UNAVAILABLE: (503, "UNAVAILABLE"),
     UNAUTHENTICATED: (401, "UNAUTHENTICATED"),

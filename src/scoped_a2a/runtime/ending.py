@@ -45,6 +45,9 @@ REASON_TEXT = {
     "process-lost": "the server process running it was lost (its liveness lease lapsed)",
 }
 
+_NOT_CLAIMING = frozenset({TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED})
+"""Ends that do not claim the task's answer is whole: recorded as they are after lost events."""
+
 RECORD_TIMEOUT = 5.0
 """Seconds a run's end may take to record (shielded) before it is retried in the background."""
 
@@ -63,7 +66,7 @@ class EndRecorder:
         self.store = store
         self._store_error = store_error
         self._nursery: TaskGroup | None = None
-        self._retrying: dict[str, anyio.CancelScope] = {}
+        self._retrying: dict[str, tuple[anyio.CancelScope, Run]] = {}
         self._stopped = False
 
     def attach(self, nursery: TaskGroup) -> None:
@@ -75,13 +78,27 @@ class EndRecorder:
         """How many ends wait for their retry now."""
         return len(self._retrying)
 
+    def retrying_run(self, task_id: str) -> Run | None:
+        """The ended run whose end of ``task_id`` waits for its background retry, if any (a
+        reader that finds the task ``working`` with no live run checks why: server/end_lost.py)."""
+        held = self._retrying.get(task_id)
+        return held[1] if held is not None else None
+
     async def write(
         self, run: Run, state: TaskState, text: str | Message | None, reason: str, *,
         error_id: str | None = None, quiet: bool = False,
-    ) -> bool:
-        """One attempt at appending the end; True once the task has ended (this end, or one
-        recorded first: terminal states never change). A store failure is logged (unless
-        ``quiet``) and counted, and gives False. Not bounded: callers bound it."""
+    ) -> TaskState | None:
+        """One attempt at appending the end; the state recorded once the task has ended (this
+        end, or one recorded first: terminal states never change). A store failure is logged
+        (unless ``quiet``) and counted, and gives None. Not bounded: callers bound it.
+
+        An end that would say the task completed (or waits for input) is recorded ``failed``
+        instead when the store lost events the run had appended (``TaskStore.lost_events``:
+        a commit that failed after the append returned): the task's answer is incomplete."""
+        lost = self.store.lost_events(run.task_id)
+        if lost is not None and state not in _NOT_CLAIMING:
+            state, reason, error_id = TaskState.FAILED, "events-lost", None
+            text = f"{lost}. The answer is incomplete: send the message again"
         msg = end_message(state, text, reason, task_id=run.task_id, context_id=run.context_id,
                           error_id=error_id)
         metadata = {"reason": reason}
@@ -97,7 +114,7 @@ class EndRecorder:
             await self.store.append(run.task_id, event)
         except TaskEnded:
             run.end_error, run.end_error_lasting = None, False
-            return True
+            return state
         except ServerUnavailable as exc:  # the store's own, readable refusal: no traceback
             # Its first clause is the cause; the rest is advice for a refused new write.
             run.end_error = str(exc).split(";")[0].strip()
@@ -106,16 +123,21 @@ class EndRecorder:
             if not quiet:
                 _outages.failed("run end", "could not record the end of task %s (%s): %s",
                                 run.task_id, state.name.lower(), exc, level=logging.ERROR)
-            return False
+            return None
         except Exception as exc:
             run.end_error = f"the task store failed ({type(exc).__name__})"
             run.end_error_lasting = False
             self._store_error("record_end")
             if not quiet:
                 log.exception("recording the end of task %s failed", run.task_id)
-            return False
+            return None
         run.end_error, run.end_error_lasting = None, False
-        return True
+        if lost is not None:
+            # The one warning of it when the end is stored at once (the agent's own failure
+            # on the refused write is logged at INFO by the runner).
+            log.warning("task %s: %s; its end is recorded %s", run.task_id, lost,
+                        state.name.lower())
+        return state
 
     async def record(
         self, run: Run, state: TaskState, text: str | Message | None, reason: str, *,
@@ -132,7 +154,7 @@ class EndRecorder:
             # The store's append cannot wait (or fail for a while): nothing to guard or retry.
             await self.write(run, state, text, reason, error_id=error_id)
             return
-        recorded = False
+        recorded: TaskState | None = None
         with anyio.move_on_after(RECORD_TIMEOUT, shield=True):
             # Quiet: the one line for this failure is logged below, with what comes next.
             recorded = await self.write(run, state, text, reason, error_id=error_id,
@@ -158,14 +180,14 @@ class EndRecorder:
                         "the background", run.task_id, state.name.lower(), run.end_error,
                         level=logging.ERROR)
         scope = anyio.CancelScope()
-        self._retrying[run.task_id] = scope
+        self._retrying[run.task_id] = (scope, run)
         self._nursery.start_soon(self._retry, scope, run, state, text, reason, error_id,
                                  name=f"scoped_a2a record end {run.task_id}")
 
     async def _retry(self, scope: anyio.CancelScope, run: Run, state: TaskState,
                      text: str | Message | None, reason: str, error_id: str | None) -> None:
         began = time.monotonic()
-        recorded = False
+        recorded: TaskState | None = None
         try:
             with scope:
                 for attempt in itertools.count(1):
@@ -175,7 +197,7 @@ class EndRecorder:
                                                     error_id=error_id, quiet=True)
                     if recorded:
                         _outages.failed("late end", "recorded the end of task %s (%s) %.1fs "
-                                        "late, attempt %d", run.task_id, state.name.lower(),
+                                        "late, attempt %d", run.task_id, recorded.name.lower(),
                                         time.monotonic() - began, attempt + 1)
                         return
         finally:
@@ -188,5 +210,5 @@ class EndRecorder:
         """Stop every background retry (shutdown), and start no more: each one left is logged
         as given up."""
         self._stopped = True
-        for scope in list(self._retrying.values()):
+        for scope, _ in list(self._retrying.values()):
             scope.cancel()

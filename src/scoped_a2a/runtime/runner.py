@@ -341,10 +341,12 @@ class Runner:
                     error_id = new_error_id()
                     text = failure_text(exc, error_id, expose=self.expose_errors)
                     # An AgentError is a deliberate answer, not a bug: no traceback; nor is
-                    # the store's refusal of a write (a full disk: its message says it all).
-                    if isinstance(exc, ServerUnavailable):  # the store is away: rate-limited
+                    # the store's refusal of a write (a full disk, Redis away: its message says
+                    # it all). That one is rate-limited by class and at INFO: the end's own
+                    # line, which follows, is the warning of it.
+                    if isinstance(exc, ServerUnavailable):
                         _outages.failed("store", "agent failed on task %s (error id %s): %s",
-                                        run.task_id, error_id, exc)
+                                        run.task_id, error_id, exc, level=logging.INFO)
                     else:
                         log.warning("agent failed on task %s (error id %s): %s", run.task_id,
                                     error_id, failure_text(exc, error_id, expose=True),

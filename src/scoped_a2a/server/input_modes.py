@@ -2,7 +2,7 @@
 
 The specification (§3.1.1 and §3.3.2, ``ContentTypeNotSupportedError``): "A Media Type provided
 in the request's message parts ... is not supported by the agent or the specific skill being
-invoked" (JSON-RPC -32005, HTTP 415, §5.4). What the agent supports is what its
+invoked" (JSON-RPC -32005, HTTP 400, 1.0.1 §5.4). What the agent supports is what its
 card declares: ``defaultInputModes``, and each skill's ``inputModes`` (a skill may accept more
 than the defaults). A part's media type is its ``mediaType``; without one, a text part is
 ``text/plain`` and a data part ``application/json``; a file part without one is not checked (it
@@ -70,7 +70,7 @@ class InputModes:
         return self.any or base in self.exact or base.split("/", 1)[0] in self.majors
 
     def check(self, message: Message) -> None:
-        """Raise :class:`ContentTypeNotSupported` (-32005, HTTP 415) for a part the agent
+        """Raise :class:`ContentTypeNotSupported` (-32005, HTTP 400) for a part the agent
         does not accept, naming its type and what the agent accepts."""
         if self.any:
             return

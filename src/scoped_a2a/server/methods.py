@@ -239,10 +239,15 @@ class Methods:
             # which the store changes in place as events are appended, so it is not certain to
             # be exactly "the task as of pos" that others could share. One stream, one copy.
             await out.event(call.dialect.stream_task_frame(task), pos)
-            await self._stream(call, out, task.id, pos)
+            await self._stream(call, out, task.id, pos, run)
 
-    async def _stream(self, call: Call, out: Output, task_id: str, after: int) -> None:
+    async def _stream(self, call: Call, out: Output, task_id: str, after: int,
+                      run: Run | None) -> None:
         """Write the log after ``after`` as SSE events until the task ends or is interrupted.
+
+        ``run``: the task's run; if it ends and its end cannot be stored until an operator acts
+        (a full disk), the stream ends at once with a retryable error event saying so
+        (server/end_lost.py) rather than waiting with no word.
 
         Stops after the first terminal or interrupted status (the one :func:`tail` stops at).
         Keep-alives follow the bytes actually written: one goes out whenever this stream has
@@ -282,6 +287,8 @@ class Methods:
                             continue
                     elif page.task.status.state.terminal:
                         return  # ended before our cursor: nothing more will ever come
+                    elif run is not None and (lost := _lost(run)) is not None:
+                        raise lost  # nothing more until an operator acts: say so now
                     out.rest(self.keepalive_every)
                     await self.store.wait(task_id, cursor)
             # Nothing written for keepalive_every seconds (the cursor is where it was: events
@@ -329,6 +336,10 @@ class Methods:
             )
         run = self.runner.get(task.id)
         hold = run.hold("subscribe") if run is not None else _no_hold()
+        if run is None:  # ended, its end perhaps waiting for room in the store
+            run = self.runner.ending.retrying_run(task.id)
+            if run is not None and (lost := _lost(run)) is not None:
+                raise lost
         with hold:
             if resume is None:
                 await out.event(self.frames.task(call.dialect, task, pos), pos)
@@ -337,7 +348,7 @@ class Methods:
                 # Headers now: the next event may be a long way off (resuming at the log's end).
                 await out.start_stream()
                 after = max(0, min(resume, pos))
-            await self._stream(call, out, task.id, after)
+            await self._stream(call, out, task.id, after, run)
 
     async def cancel_task(self, call: Call, out: Output) -> None:
         req = call.dialect.cancel_params(call.rpc.params)

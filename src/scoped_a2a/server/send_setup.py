@@ -99,7 +99,7 @@ class SendSetup:
         if not msg.parts:
             raise InvalidParams("the message has no parts")
         if self.input_modes is not None:
-            self.input_modes.check(msg)  # -32005 / 415 before any task exists
+            self.input_modes.check(msg)  # -32005 / 400 before any task exists
         cfg = req.configuration
         if cfg is not None and cfg.history_length is not None and cfg.history_length < 0:
             # Checked here, not when the answer is trimmed: by then the task would exist.

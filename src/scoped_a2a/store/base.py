@@ -148,6 +148,13 @@ class TaskStore(abc.ABC):
     def unpin(self, task_id: str) -> None:  # noqa: B027  # see pin
         """Undo one :meth:`pin` (a task no longer known is ignored)."""
 
+    def lost_events(self, task_id: str) -> str | None:
+        """Why some events appended to ``task_id`` were not stored after all (a store that
+        acknowledges an append before its commit, and whose commit then failed); None when
+        every acknowledged event is stored. The run's end must not say it completed then.
+        Default: None (each append is stored before it returns)."""
+        return None
+
     @abc.abstractmethod
     async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
         """Tasks newest first, filtered and paged as ``ListTasks`` asks.

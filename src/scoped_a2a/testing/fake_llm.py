@@ -16,11 +16,18 @@ model call in flight to cancel). Each connection is a :class:`Connection`, whose
         ...   # point the model client at llm.url (".../v1"); llm.in_flight is set mid-reply
         await llm.connections[0].closed_by_client.wait()
 
+To run an example agent offline, serve it from a shell (a fixed reply that echoes the user's
+last message; ``--tool NAME --args JSON`` calls a tool first) and point ``MODEL_URL`` at it::
+
+    python -m scoped_a2a.testing.fake_llm --port 8001        # prints its URL; Ctrl-C stops it
+    MODEL_URL=http://127.0.0.1:8001/v1 MODEL_NAME=fake python -m scoped_a2a serve ...
+
 Runs on asyncio and trio. Never bind it anywhere but loopback.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -165,10 +172,12 @@ class FakeChatModel:
 
 @asynccontextmanager
 async def fake_chat_model(respond: Respond, *, delay: float = 0.0, hold: bool = False,
-                          model: str = "fake-model") -> AsyncIterator[FakeChatModel]:
-    """Serve a :class:`FakeChatModel` on a free loopback port for the ``async with`` body."""
+                          model: str = "fake-model", port: int = 0
+                          ) -> AsyncIterator[FakeChatModel]:
+    """Serve a :class:`FakeChatModel` on loopback (``port``; 0: a free one) for the ``async
+    with`` body. Raises OSError if the port is taken."""
     fake = FakeChatModel(respond, delay=delay, hold=hold, model=model)
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
     fake.url = f"http://127.0.0.1:{listener.extra(SocketAttribute.local_port)}/v1"
     async with listener, anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, fake.handle)
@@ -215,3 +224,59 @@ async def _read_request(stream: SocketStream, conn: Connection) -> bool:
     conn.head = head.decode("latin-1")
     conn.body = json.loads(rest[:length] or b"{}")
     return True
+
+
+def echo(body: dict[str, Any]) -> list[Chunk]:
+    """A reply that repeats the user's last message, word by word (the command line's)."""
+    said = ""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            said = content if isinstance(content, str) else " ".join(
+                str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+            break
+    words = f"(fake model) you said: {said}".split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m scoped_a2a.testing.fake_llm``: serve :func:`echo` (or a tool call first,
+    then it) until interrupted, for trying an example agent with no model and no key."""
+    parser = argparse.ArgumentParser(
+        prog="python -m scoped_a2a.testing.fake_llm",
+        description="A fake OpenAI-compatible chat-completions endpoint on 127.0.0.1, for "
+                    "running the model examples offline (MODEL_URL=http://127.0.0.1:PORT/v1).")
+    parser.add_argument("--port", type=int, default=8001, help="the port (default 8001)")
+    parser.add_argument("--delay", type=float, default=0.05,
+                        help="seconds between streamed chunks (default 0.05)")
+    parser.add_argument("--tool", help="call this tool first (once its result is in, reply)")
+    parser.add_argument("--args", default="{}", help="the tool call's arguments, as JSON")
+    opts = parser.parse_args(argv)
+    try:
+        args = json.loads(opts.args)
+    except ValueError as exc:
+        parser.error(f"--args is not JSON: {exc}")
+    if not isinstance(args, dict):
+        parser.error("--args must be a JSON object")
+
+    def respond(body: dict[str, Any]) -> list[Chunk]:
+        if opts.tool is not None and last_role(body) != "tool":
+            return [ToolCall(opts.tool, args)]
+        return echo(body)
+
+    async def serve() -> None:
+        async with fake_chat_model(respond, delay=opts.delay, port=opts.port) as fake:
+            print(f"fake model on {fake.url} (set MODEL_URL={fake.url}); Ctrl-C stops it",
+                  flush=True)
+            await anyio.sleep_forever()
+
+    try:
+        anyio.run(serve)
+    except OSError as exc:
+        raise SystemExit(f"cannot listen on 127.0.0.1:{opts.port}: {exc.strerror}") from None
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

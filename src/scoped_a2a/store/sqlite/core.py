@@ -280,6 +280,10 @@ class SQLiteCore(TaskStore):
         except sqlite3.IntegrityError:
             raise InvalidParams("a task with this id already exists") from None
 
+    def lost_events(self, task_id: str) -> str | None:
+        rec = self.live.get(task_id)
+        return rec.lost if rec is not None else None
+
     @contextmanager
     def fenced(self, task_id: str, token: str) -> Iterator[None]:
         """While in the body, appends to ``task_id`` need the run queue's lease ``token``."""

@@ -160,7 +160,7 @@ class SQLiteRunQueue:
         self._leases[job.task_id] = (token, time.monotonic() + lease_ms / 1000)
         # A new attempt starts from what is committed: events an earlier attempt lost in a
         # failed commit are not this run's to answer for.
-        rec.poisoned = None
+        rec.poisoned = rec.lost = None
         return attempt, copy_task(rec.view)
 
     async def renew(self, job: Job, consumer: str, token: str, lease_ms: int) -> int:

@@ -41,9 +41,9 @@ class Record:
     to the writer (ahead of the file while they wait for their commit); ``view``/``last``/
     ``events``/``snap_pos``: as committed, which is all readers ever see."""
 
-    __slots__ = ("changed", "context_id", "cost", "ended", "events", "id", "last", "owner",
-                 "poisoned", "seq", "size", "snap_len", "snap_pos", "view", "wlast", "work",
-                 "wsnap_pos")
+    __slots__ = ("changed", "context_id", "cost", "ended", "events", "id", "last", "lost",
+                 "owner", "poisoned", "seq", "size", "snap_len", "snap_pos", "view", "wlast",
+                 "work", "wsnap_pos")
 
     def __init__(self, seq: int, task_id: str, owner: str, context_id: str, work: Task,
                  view: Task, last: int, snap_pos: int, size: int) -> None:
@@ -55,6 +55,7 @@ class Record:
         self.changed: anyio.Event | None = None
         self.ended = False
         self.poisoned: str | None = None  # queued events of it were lost (a failed commit)
+        self.lost: str | None = None  # the same, kept until its end (which cannot complete it)
         self.snap_len = 0  # the length of its last snapshot's JSON (what it costs in memory)
         self.cost = 0  # the bytes counted for it while it is among the recently ended
 
@@ -67,7 +68,12 @@ class Record:
             self.changed.set()
             self.changed = None
 
-    def undo(self) -> None:
-        """Back to what is committed (a batch failed); the run learns at its next append."""
+    def undo(self, why: str) -> None:
+        """Back to what is committed (a batch failed because ``why``); the run learns at its
+        next append (``poisoned``). If artifacts were among what is lost, its end cannot say
+        it completed (``lost``, kept until then): lost status updates leave the answer whole."""
+        cause = why.split(";")[0].strip().rstrip(".")  # the cause; the rest is other advice
+        if self.work.artifacts != self.view.artifacts:
+            self.lost = f"the task store could not write some of this task's artifacts: {cause}"
         self.work, self.wlast, self.wsnap_pos = copy_task(self.view), self.last, self.snap_pos
-        self.poisoned = "the task store could not write this task's latest events"
+        self.poisoned = f"the task store could not write this task's latest events: {cause}"

@@ -62,7 +62,7 @@ class Work:
 
     run: Callable[[sqlite3.Connection], Any] | None
     done: Callable[[Any], Any] | None = None
-    undo: Callable[[], None] | None = None
+    undo: Callable[[str], None] | None = None  # given why it did not commit
     refusable: bool = True  # False: ``run`` never refuses (no savepoint needed around it)
     append: Appended | None = None  # an appended event: written with the batch's others
 
@@ -219,7 +219,7 @@ class Writer:
             work = item.work
             if isinstance(result, Refused):
                 if work.undo is not None:
-                    work.undo()
+                    work.undo(str(result.error))
                 item.error = result.error
             else:
                 try:
@@ -235,7 +235,7 @@ class Writer:
     def _fail(items: list[_Item], error: ServerUnavailable) -> None:
         for item in reversed(items):  # newest first: each undo goes back to the one before
             if item.work.undo is not None:
-                item.work.undo()
+                item.work.undo(str(error))
             item.error = error
             if item.finished is not None:
                 item.finished.set()
