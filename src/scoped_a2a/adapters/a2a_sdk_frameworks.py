@@ -8,8 +8,9 @@
   ``public_agent_card`` (the agent's name and description, its tools as skills);
 - a **CrewAI** ``Agent``: CrewAI ships no executor class, only the helpers
   ``crewai.a2a.utils.task.execute`` / ``cancel`` that its own server calls, so the agent is
-  served through :func:`crewai_executor`, an executor made of exactly those two calls, and its
-  card is the one CrewAI makes for it (``role`` as the name, its tools as skills), with the
+  served through :func:`.crewai_runs.crewai_executor`, an executor made of CrewAI's ``execute``
+  (one copy of the agent per run, its model calls closed when the run ends), and its card is
+  the one CrewAI makes for it (``role`` as the name, its tools as skills), with the
   ``goal`` alone as the description (CrewAI adds the ``backstory``: a prompt, kept private).
 
 Cards of a bare executor: BeeAI's executors carry their ``agent_card``; a Strands executor's
@@ -20,7 +21,6 @@ generated card stands.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import logging
 from typing import Any
@@ -55,6 +55,8 @@ def unwrap(obj: Any) -> tuple[Any, Any]:
     if (executor := _strands_server_executor(obj)) is not None:
         return executor, _card(lambda: obj.public_agent_card)
     if is_crewai_agent(obj):
+        from .crewai_runs import crewai_executor
+
         return crewai_executor(obj), _card(lambda: _crewai_card(obj))
     return obj, executor_card(obj)
 
@@ -98,45 +100,3 @@ def _crewai_card(agent: Any) -> dict[str, Any]:
     # public card does not publish by default (pass card= to say more).
     card["description"] = agent.goal
     return card
-
-
-@functools.cache
-def _crewai_executor_type() -> type:
-    """The executor class for CrewAI agents (made on first use: it imports CrewAI)."""
-    from a2a.server.agent_execution import AgentExecutor
-
-    task = importlib.import_module("crewai.a2a.utils.task")
-    # CrewAI's ``execute`` goes through its ``cancellable`` decorator, which runs the work as a
-    # new asyncio task and waits for it: cancelling the caller leaves that task (and its model
-    # call) running, unowned; only CrewAI's cache flag, set by its ``cancel``, stops it, and
-    # only while the caller still waits. The undecorated work (``functools.wraps`` keeps it as
-    # ``__wrapped__``) runs in the caller's task instead, so the run's cancellation reaches
-    # the model call itself. Without it (another CrewAI), the decorated ``execute``.
-    work = getattr(getattr(task, "_execute_impl", None), "__wrapped__", None)
-
-    class CrewAIExecutor(AgentExecutor):
-        """A CrewAI agent as an a2a-sdk executor: CrewAI's own task helpers."""
-
-        def __init__(self, agent: Any) -> None:
-            self.agent = agent
-
-        async def execute(self, context: Any, event_queue: Any) -> None:
-            if work is None:
-                await task.execute(self.agent, context, event_queue)
-            else:
-                await work(self.agent, context, event_queue, None, None)
-
-        async def cancel(self, context: Any, event_queue: Any) -> None:
-            if work is None:  # the decorated execute stops on CrewAI's flag only
-                await task.cancel(context, event_queue)
-            # Otherwise execute was cancelled already; CrewAI's cancel would only set a flag
-            # nobody reads (kept an hour in its cache) and enqueue a canceled the runtime
-            # records itself.
-
-    return CrewAIExecutor
-
-
-def crewai_executor(agent: Any) -> Any:
-    """An a2a-sdk (0.3) ``AgentExecutor`` running the CrewAI ``agent`` with CrewAI's helpers;
-    the four lines a CrewAI user would write, so ``serve --agent`` takes the bare agent."""
-    return _crewai_executor_type()(agent)
