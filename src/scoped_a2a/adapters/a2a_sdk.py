@@ -13,6 +13,11 @@ current task, the related tasks of ``referenceTaskIds``, the call context with t
 user, tenant and requested extensions, the request metadata) and an event queue mapped onto the
 run (:mod:`.a2a_sdk_events`). ``TaskUpdater`` works as usual on that queue.
 
+The start. The runtime leaves a new task ``submitted`` (``reports_start``): the executor's first
+``working``, with its message if it has one, is the run's start, as on a2a-sdk's own server (no
+extra bare ``working`` before it); an executor silent for ``START_HOLD`` seconds, or whose first
+event is something else, gets a bare ``working`` first (:mod:`.a2a_sdk_events`).
+
 Interrupted tasks. When ``execute`` returns after ``input-required`` (or ``auth-required``),
 the run waits for the caller's next message, as ``ctx.ask`` does (parked: not cancelled when its
 callers leave, bounded by the input timeout and the cap on waiting runs), then calls ``execute``
@@ -38,7 +43,7 @@ import functools
 import logging
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -48,6 +53,9 @@ from ..protocol.types import Message, Task
 from ..runtime.context import RunContext
 from ..runtime.outcome import Outcome
 from .base import AdaptedAgent
+
+if TYPE_CHECKING:
+    from .a2a_sdk_events import RunEventQueue
 
 log = logging.getLogger("scoped_a2a.adapters")
 
@@ -146,6 +154,9 @@ class ExecutorAgent(AdaptedAgent):
     """An a2a-sdk ``AgentExecutor`` served here (see the module docstring)."""
 
     framework = "a2a-sdk's AgentExecutor"
+    reports_start = True
+    """A new task is left ``submitted`` by the runtime: the executor's first ``working``
+    (which may carry a message) is its start (:mod:`.a2a_sdk_events`)."""
 
     def __init__(
         self, executor: Any, *, card: Any = None, cancel_timeout: float = CANCEL_TIMEOUT,
@@ -173,10 +184,29 @@ class ExecutorAgent(AdaptedAgent):
         return dict(self._card)
 
     async def run(self, ctx: RunContext) -> str | Outcome | Message | None:
-        from .a2a_sdk_events import RunEventQueue
+        from .a2a_sdk_events import START_HOLD, RunEventQueue
 
         known = not ctx.new_task or not self._convert.TASK_BEFORE_STATUS
         queue = RunEventQueue(ctx, self._convert.to_event, known_task=known)
+        if not ctx.start_pending:
+            return await self._run(ctx, queue)
+        reply: str | Outcome | Message | None = None
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(queue.start_after, START_HOLD)  # a silent executor's task: working
+            try:
+                reply = await self._run(ctx, queue)
+            except Exception as exc:  # raised as is below, not in the task group's group
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return reply
+
+    async def _run(
+        self, ctx: RunContext, queue: RunEventQueue,
+    ) -> str | Outcome | Message | None:
         current = None if ctx.new_task else await ctx.read_task(ctx.task_id)
         request = await self._request_context(ctx, current)
         try:
