@@ -151,6 +151,30 @@ async def test_a_hang_up_closes_the_model_call_and_records_canceled(
 
 
 @by_name
+async def test_after_a_hang_up_and_a_cancel_task_the_next_send_completes(
+        fw: Framework, model_env: Any) -> None:
+    """One served object outlives its cancelled runs (BeeAI's own cancel() would abort every
+    later run of its executor: the adapter does not call it)."""
+    async with fake_chat_model(replying(fw, TOKENS), delay=0.01) as fake:
+        os.environ["MODEL_URL"] = fake.url
+        app = A2AApp(from_executor(fw.make()))
+        async with served(app) as url, httpx.AsyncClient(timeout=20) as c:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rpc, c, url, "SendMessage", {"message": text_message("one")})
+                await _model(fake)
+                tg.cancel_scope.cancel()
+            second = await rpc(c, url, "SendMessage", {
+                "message": text_message("two"), "configuration": {"returnImmediately": True}})
+            await _model(fake)
+            await rpc(c, url, "CancelTask", {"id": second["result"]["task"]["id"]})
+            fake.delay = 0.0
+            third = (await rpc(c, url, "SendMessage", {"message": text_message("three")}))
+    task = third["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task["status"]
+    assert answer_text(task) == "".join(TOKENS)
+
+
+@by_name
 async def test_a_detached_send_completes_after_its_caller_hangs_up(
         fw: Framework, model_env: Any) -> None:
     async with fake_chat_model(replying(fw, TOKENS), delay=0.002) as fake:

@@ -25,7 +25,9 @@ again with that message and the current task.
 
 Cancellation. A hang-up of an interactive run, CancelTask, the caller's deadline or shutdown
 cancel the run's scope: ``execute`` is cancelled, then ``executor.cancel(context, queue)`` is
-called (shielded, at most ``cancel_timeout`` seconds) as a2a-sdk's contract says; what either
+called (shielded, at most ``cancel_timeout`` seconds) as a2a-sdk's contract says (not BeeAI's,
+whose ``cancel`` would abort all its runs for good: :func:`.a2a_sdk_frameworks.cancel_is_per_run`);
+what either
 enqueues from then on (typically its own ``canceled``) is dropped, counted and logged at DEBUG
 (expected, not a warning), and the task is recorded ``canceled`` with the
 run's reason. ``execute`` runs as a task of the server nursery so that an executor that ignores
@@ -166,7 +168,7 @@ class ExecutorAgent(AdaptedAgent):
         self.generation: str = self._convert.GENERATION
         from a2a.server.agent_execution import AgentExecutor
 
-        from .a2a_sdk_frameworks import unwrap
+        from .a2a_sdk_frameworks import cancel_is_per_run, unwrap
 
         executor, known_card = unwrap(executor)
         if card is None:
@@ -175,6 +177,7 @@ class ExecutorAgent(AdaptedAgent):
             raise TypeError(f"from_executor() takes an a2a-sdk AgentExecutor, not "
                             f"{type(executor).__name__}")
         self.executor = executor
+        self.calls_cancel = cancel_is_per_run(executor)
         self.cancel_timeout = cancel_timeout
         self.cancel_grace = cancel_grace
         self._card = self._card_dict(card)
@@ -235,7 +238,8 @@ class ExecutorAgent(AdaptedAgent):
             # Whether execute was running or the run waited for an answer: a2a-sdk's contract
             # is execute cancelled, then cancel() called with the request being served.
             queue.stop()
-            await self._cancel(ctx, request, queue)
+            if self.calls_cancel:
+                await self._cancel(ctx, request, queue)
             raise
         finally:
             if queue.dropped:

@@ -13,6 +13,8 @@
   the one CrewAI makes for it (``role`` as the name, its tools as skills), with the
   ``goal`` alone as the description (CrewAI adds the ``backstory``: a prompt, kept private).
 
+BeeAI's executors' ``cancel`` is not called (:func:`cancel_is_per_run`).
+
 Cards of a bare executor: BeeAI's executors carry their ``agent_card``; a Strands executor's
 card is made as Strands' ``A2AServer`` makes it. Errors: a framework's card that cannot be made
 (Strands refuses an agent without a description) is left out, logged at DEBUG: the server's
@@ -47,6 +49,17 @@ def _strands_server_executor(obj: object) -> Any:
     if not _from(obj, "strands"):
         return None
     return getattr(getattr(obj, "request_handler", None), "agent_executor", None)
+
+
+def cancel_is_per_run(executor: Any) -> bool:
+    """Whether ``executor.cancel()`` stops only the run it is called for.
+
+    Not BeeAI's (``beeai_framework``'s A2A executors, 0.1.85): their ``cancel`` aborts the one
+    ``AbortController`` the executor holds for all its runs, and nothing renews it, so one call
+    aborts every run in flight and every later one (each fails at once, its model never called).
+    Their runs stop by cancellation alone (``execute`` is cancelled first), so ``cancel`` is not
+    called for them."""
+    return not _from(executor, "beeai_framework")
 
 
 def unwrap(obj: Any) -> tuple[Any, Any]:
