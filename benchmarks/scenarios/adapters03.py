@@ -38,8 +38,8 @@ from ..systems import REPO, ServerProcess, System
 from .adapters import (
     FRAMEWORKS,
     HOLD_CHUNKS,
-    HOLD_KEY,
     HOLD_IDS,
+    HOLD_KEY,
     REPLY_CHUNKS,
     SERVER,
     Served,
