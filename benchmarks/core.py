@@ -112,6 +112,9 @@ class Scenario:
     notes: ClassVar[str] = ""
     tables: ClassVar[Sequence[tuple[str, Sequence[str]]]] = ()
     """Split the metrics over several tables: (subtitle, metric keys) each; default one table."""
+    min_budget: ClassVar[float] = 0.0
+    """Seconds this scenario may take at least, whatever the run's budget per scenario (the
+    adapters scenario starts framework servers that take tens of seconds to import)."""
     pairs: ClassVar[Mapping[str, str]] = {}
     """Peer system name -> the subject system its ratios are taken against (on the same server);
     default: the one subject on the peer's server."""
@@ -209,7 +212,9 @@ class Bench:
 
 
 async def run_scenario(bench: Bench, scenario: Scenario, timeout: float) -> None:
-    """Run one scenario within ``timeout`` seconds; an error or overrun is a failure."""
+    """Run one scenario within ``timeout`` seconds (or its ``min_budget``); an error or overrun
+    is a failure."""
+    timeout = max(timeout, scenario.min_budget)
     bench.scenario = scenario.name
     bench.progress(f"scenario {scenario.number}: {scenario.title}")
     before = len(bench.rows)
