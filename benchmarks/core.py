@@ -168,11 +168,13 @@ class Bench:
     # --- servers --------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def servers(self, systems: Sequence[System], *, detach_rule: str | None = None
+    async def servers(self, systems: Sequence[System], *, detach_rule: str | None = None,
+                      ready_timeout: float = 60.0,
                       ) -> AsyncIterator[dict[System, ServerProcess]]:
         """Start ``systems`` (in parallel), yield the ones that came up; always stop them all.
 
-        A system that does not come up is reported with ``fail`` and left out.
+        A system that does not come up within ``ready_timeout`` seconds is reported with
+        ``fail`` and left out.
         """
         env = server_env(self.signal_port, self.workdir)
         systems = [s for s in systems if self.wants(s.label) or s.kind == "faulty"]
@@ -180,7 +182,7 @@ class Bench:
         ready: dict[System, ServerProcess] = {}
         profilers: list[subprocess.Popen[bytes]] = []
         try:
-            results = await asyncio.gather(*(p.wait_ready() for p in procs),
+            results = await asyncio.gather(*(p.wait_ready(ready_timeout) for p in procs),
                                            return_exceptions=True)
             for proc, result in zip(procs, results, strict=True):
                 if isinstance(result, BaseException):
