@@ -27,6 +27,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from scoped_a2a.testing.fake_llm import Chunk, ToolCall, fake_chat_model
@@ -81,17 +82,21 @@ def completed(status: int, body: bytes) -> bool:
     return status == 200 and b'"completed"' in body and b'"error"' not in body
 
 
-def respond(body: dict[str, Any]) -> list[Chunk]:
-    """The fake model's answer: HOLD_CHUNKS for a hang-up run, else a short one; BeeAI's
-    RequirementAgent then wants its ``final_answer`` tool called with the text."""
-    text = HOLD_CHUNKS if HOLD_KEY in json.dumps(body.get("messages")) else REPLY_CHUNKS
-    if "final_answer" in json.dumps(body.get("tools") or []):
-        return [*text, ToolCall("final_answer", {"response": "".join(text)})]
-    return list(text)
+def respond(framework: str) -> Callable[[dict[str, Any]], list[Chunk]]:
+    """The fake model's answers for ``framework``: HOLD_CHUNKS for a hang-up run, else a short
+    one; BeeAI's RequirementAgent then wants its ``final_answer`` tool called with the text
+    (without it, it asks the model three times more)."""
+    def answer(body: dict[str, Any]) -> list[Chunk]:
+        text = HOLD_CHUNKS if HOLD_KEY in json.dumps(body.get("messages")) else REPLY_CHUNKS
+        if framework == "beeai":
+            return [*text, ToolCall("final_answer", {"response": "".join(text)})]
+        return list(text)
+
+    return answer
 
 
 async def measure(bench: Bench, only: list[str]) -> None:
-    async with fake_chat_model(respond) as fake:
+    async with fake_chat_model(respond("")) as fake:
         os.environ["MODEL_URL"] = fake.url  # the servers' environment: their agents' model
         for framework in FRAMEWORKS:
             if only and framework not in only:
@@ -99,6 +104,7 @@ async def measure(bench: Bench, only: list[str]) -> None:
             # One framework's pair at a time: each server takes seconds of CPU to import its
             # framework, and the pair is measured without the others' servers beside it.
             pair = [s for s in SYSTEMS if framework in " ".join((*s.options, s.target))]
+            fake.respond = respond(framework)
             async with bench.servers(pair, ready_timeout=READY_TIMEOUT) as running:
                 for system, proc in running.items():
                     await one(bench, system, proc, fake, f"{framework}-{system.kind}")
