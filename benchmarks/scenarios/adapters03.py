@@ -25,9 +25,9 @@ import os
 import secrets
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from scoped_a2a.testing.fake_llm import Chunk, ToolCall, fake_chat_model
