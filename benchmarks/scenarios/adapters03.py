@@ -61,7 +61,7 @@ SYSTEMS = tuple(
 
 READY_TIMEOUT = 180.0
 """Seconds a framework's server may take to start (importing CrewAI takes seconds of CPU)."""
-FRAMEWORK_WINDOW = 5.0
+FRAMEWORK_WINDOW = 10.0
 """Seconds of each framework's sends/s window (a run takes a framework hundreds of ms)."""
 
 

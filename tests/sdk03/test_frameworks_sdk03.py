@@ -153,8 +153,8 @@ async def test_a_hang_up_closes_the_model_call_and_records_canceled(
 @by_name
 async def test_after_a_hang_up_and_a_cancel_task_the_next_send_completes(
         fw: Framework, model_env: Any) -> None:
-    """One served object outlives its cancelled runs (BeeAI's own cancel() would abort every
-    later run of its executor: the adapter does not call it)."""
+    """One served object outlives its cancelled runs (BeeAI's cancel() aborts every later run
+    of its executor: the adapter calls it on a copy per run)."""
     async with fake_chat_model(replying(fw, TOKENS), delay=0.01) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
@@ -172,6 +172,30 @@ async def test_after_a_hang_up_and_a_cancel_task_the_next_send_completes(
     task = third["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED", task["status"]
     assert answer_text(task) == "".join(TOKENS)
+
+
+@by_name
+async def test_a_hang_up_leaves_a_concurrent_run_of_the_same_agent_to_complete(
+        fw: Framework, model_env: Any) -> None:
+    async with fake_chat_model(replying(fw, TOKENS), delay=0.01) as fake:
+        os.environ["MODEL_URL"] = fake.url
+        app = A2AApp(from_executor(fw.make()))
+        async with served(app) as url, httpx.AsyncClient(timeout=20) as c:
+            other = await rpc(c, url, "SendMessage", {
+                "message": text_message("other"), "configuration": {"returnImmediately": True}})
+            await _model(fake)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rpc, c, url, "SendMessage", {"message": text_message("one")})
+                with anyio.fail_after(10):
+                    while len(fake.connections) < 2 or fake.connections[1].chunks_sent < 3:
+                        await anyio.sleep(0.002)
+                tg.cancel_scope.cancel()
+            with anyio.fail_after(15):
+                while (task := await get(c, url, other["result"]["task"]["id"]))["status"][
+                        "state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"):
+                    await anyio.sleep(0.05)
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task["status"]
+    assert fake.connections[1].closed_by_client.is_set()
 
 
 @by_name

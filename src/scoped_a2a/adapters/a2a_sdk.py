@@ -25,9 +25,9 @@ again with that message and the current task.
 
 Cancellation. A hang-up of an interactive run, CancelTask, the caller's deadline or shutdown
 cancel the run's scope: ``execute`` is cancelled, then ``executor.cancel(context, queue)`` is
-called (shielded, at most ``cancel_timeout`` seconds) as a2a-sdk's contract says (not BeeAI's,
-whose ``cancel`` would abort all its runs for good: :func:`.a2a_sdk_frameworks.cancel_is_per_run`);
-what either
+called (shielded, at most ``cancel_timeout`` seconds) as a2a-sdk's contract says (BeeAI's on
+a copy of the executor per run, as its ``cancel`` would otherwise abort all its runs for good:
+:func:`.a2a_sdk_frameworks.for_one_run`); what either
 enqueues from then on (typically its own ``canceled``) is dropped, counted and logged at DEBUG
 (expected, not a warning), and the task is recorded ``canceled`` with the
 run's reason. ``execute`` runs as a task of the server nursery so that an executor that ignores
@@ -168,7 +168,7 @@ class ExecutorAgent(AdaptedAgent):
         self.generation: str = self._convert.GENERATION
         from a2a.server.agent_execution import AgentExecutor
 
-        from .a2a_sdk_frameworks import cancel_is_per_run, unwrap
+        from .a2a_sdk_frameworks import for_one_run, unwrap
 
         executor, known_card = unwrap(executor)
         if card is None:
@@ -177,7 +177,7 @@ class ExecutorAgent(AdaptedAgent):
             raise TypeError(f"from_executor() takes an a2a-sdk AgentExecutor, not "
                             f"{type(executor).__name__}")
         self.executor = executor
-        self.calls_cancel = cancel_is_per_run(executor)
+        self._for_one_run = for_one_run
         self.cancel_timeout = cancel_timeout
         self.cancel_grace = cancel_grace
         self._card = self._card_dict(card)
@@ -210,13 +210,14 @@ class ExecutorAgent(AdaptedAgent):
     async def _run(
         self, ctx: RunContext, queue: RunEventQueue,
     ) -> str | Outcome | Message | None:
+        executor = self._for_one_run(self.executor)
         current = None if ctx.new_task else await ctx.read_task(ctx.task_id)
         request = await self._request_context(ctx, current)
         try:
             while True:  # one execute per message: the first, then each answer to a question
                 try:
                     await ctx.run_abandonable(
-                        functools.partial(self.executor.execute, request, queue),
+                        functools.partial(executor.execute, request, queue),
                         cancel_grace=self.cancel_grace,
                         name=f"{self.__name__}.execute for task {ctx.task_id}")
                 except Exception:
@@ -238,8 +239,7 @@ class ExecutorAgent(AdaptedAgent):
             # Whether execute was running or the run waited for an answer: a2a-sdk's contract
             # is execute cancelled, then cancel() called with the request being served.
             queue.stop()
-            if self.calls_cancel:
-                await self._cancel(ctx, request, queue)
+            await self._cancel(executor, ctx, request, queue)
             raise
         finally:
             if queue.dropped:
@@ -250,7 +250,7 @@ class ExecutorAgent(AdaptedAgent):
                 log.debug("task %s: %d events enqueued after the run was stopped were "
                           "dropped", ctx.task_id, queue.dropped_after_stop)
 
-    async def _cancel(self, ctx: RunContext, request: Any, queue: Any) -> None:
+    async def _cancel(self, executor: Any, ctx: RunContext, request: Any, queue: Any) -> None:
         """Call ``executor.cancel`` (shielded, bounded); its failure is logged, not raised.
 
         It gets the request with the task as stored now as ``current_task``, as a2a-sdk's own
@@ -264,7 +264,7 @@ class ExecutorAgent(AdaptedAgent):
                           ctx.task_id, exc_info=True)
             try:
                 await ctx.run_abandonable(
-                    functools.partial(self.executor.cancel, request, queue),
+                    functools.partial(executor.cancel, request, queue),
                     cancel_grace=self.cancel_grace,
                     name=f"{self.__name__}.cancel for task {ctx.task_id}")
             except Exception:

@@ -13,7 +13,7 @@
   the one CrewAI makes for it (``role`` as the name, its tools as skills), with the
   ``goal`` alone as the description (CrewAI adds the ``backstory``: a prompt, kept private).
 
-BeeAI's executors' ``cancel`` is not called (:func:`cancel_is_per_run`).
+BeeAI's executors run on a copy per run (:func:`for_one_run`).
 
 Cards of a bare executor: BeeAI's executors carry their ``agent_card``; a Strands executor's
 card is made as Strands' ``A2AServer`` makes it. Errors: a framework's card that cannot be made
@@ -23,6 +23,7 @@ generated card stands.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 from typing import Any
@@ -51,15 +52,22 @@ def _strands_server_executor(obj: object) -> Any:
     return getattr(getattr(obj, "request_handler", None), "agent_executor", None)
 
 
-def cancel_is_per_run(executor: Any) -> bool:
-    """Whether ``executor.cancel()`` stops only the run it is called for.
+def for_one_run(executor: Any) -> Any:
+    """The executor to run one run with: ``executor`` itself, or for BeeAI a shallow copy with
+    an ``AbortController`` of its own.
 
-    Not BeeAI's (``beeai_framework``'s A2A executors, 0.1.85): their ``cancel`` aborts the one
-    ``AbortController`` the executor holds for all its runs, and nothing renews it, so one call
-    aborts every run in flight and every later one (each fails at once, its model never called).
-    Their runs stop by cancellation alone (``execute`` is cancelled first), so ``cancel`` is not
-    called for them."""
-    return not _from(executor, "beeai_framework")
+    BeeAI's A2A executors (0.1.85) hold one ``AbortController`` for all their runs, and their
+    ``cancel`` aborts it, never renewed: one call would abort every run in flight and every
+    later one. Their model call runs in a task of BeeAI's own that cancelling ``execute`` does
+    not always reach, so ``cancel`` is needed to stop it; on a copy per run (sharing the agent,
+    which BeeAI clones per run anyway, the memory manager and the card) it stops that run only.
+    """
+    controller = getattr(executor, "_abort_controller", None)
+    if not _from(executor, "beeai_framework") or controller is None:
+        return executor
+    run = copy.copy(executor)
+    run._abort_controller = type(controller)()
+    return run
 
 
 def unwrap(obj: Any) -> tuple[Any, Any]:
