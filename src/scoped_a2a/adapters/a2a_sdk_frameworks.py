@@ -58,9 +58,10 @@ def for_one_run(executor: Any) -> Any:
 
     BeeAI's A2A executors (0.1.85) hold one ``AbortController`` for all their runs, and their
     ``cancel`` aborts it, never renewed: one call would abort every run in flight and every
-    later one. Their model call runs in a task of BeeAI's own that cancelling ``execute`` does
-    not always reach, so ``cancel`` is needed to stop it; on a copy per run (sharing the agent,
-    which BeeAI clones per run anyway, the memory manager and the card) it stops that run only.
+    later one. On a copy per run (sharing the agent, which BeeAI clones per run anyway, the
+    memory manager and the card) ``cancel`` is called as a2a-sdk's contract says and aborts
+    that run only. (Known, not fixed: neither it nor cancelling ``execute`` always closes the
+    model stream BeeAI's LiteLLM backend opened; it is abandoned, not closed.)
     """
     controller = getattr(executor, "_abort_controller", None)
     if not _from(executor, "beeai_framework") or controller is None:
