@@ -3,8 +3,8 @@
 a2a-sdk 0.3 (what these frameworks pin) and 1.x cannot share an environment, so this part runs
 in a child process in the 0.3 one: ``python -m benchmarks`` (1.x) finds its Python
 (``$BENCH_SDK03_PYTHON``, else ``.venv-sdk03/bin/python`` in the checkout, which
-``scripts/test`` makes) and runs ``python -m benchmarks.scenarios.adapters03 --out ROWS.json``
-there (:func:`run_in_sdk03_environment`); without one the part is skipped and the table says so.
+``scripts/test`` makes; with ``--quick`` only the former) and runs
+``python -m benchmarks.scenarios.adapters03 --out ROWS.json`` there (:func:`run_in_sdk03_environment`); without one the part is skipped and the table says so.
 The child runs its own fake model (``scoped_a2a.testing.fake_llm``) and six servers, every one
 on hypercorn's asyncio worker: each framework's agent (``tests/sdk03/framework_agents.py``, the
 tests' own) served the way the framework serves it (``benchmarks/peers/frameworks03.py``), and
@@ -135,24 +135,27 @@ async def _child(args: argparse.Namespace) -> int:
     return 0
 
 
-def sdk03_python() -> str | None:
-    """The 0.3 environment's Python: $BENCH_SDK03_PYTHON, else the checkout's .venv-sdk03."""
+def sdk03_python(quick: bool) -> str | None:
+    """The 0.3 environment's Python: $BENCH_SDK03_PYTHON, else (not with ``--quick``, which CI
+    runs: this part takes minutes) the checkout's .venv-sdk03."""
     given = os.environ.get("BENCH_SDK03_PYTHON")
     if given:
         return given
     local = REPO / ".venv-sdk03" / "bin" / "python"
-    return str(local) if local.exists() else None
+    return str(local) if local.exists() and not quick else None
 
 
 async def run_in_sdk03_environment(bench: Bench) -> None:
     """Run this part in the 0.3 environment's Python and add its rows (or say it was skipped)."""
-    python = sdk03_python()
+    python = sdk03_python(bench.sizes.quick)
     if python is None:
-        bench.progress("Strands, BeeAI, CrewAI: skipped (no a2a-sdk 0.3 environment: "
-                       "scripts/test makes .venv-sdk03, or set BENCH_SDK03_PYTHON)")
+        why = ("--quick (set BENCH_SDK03_PYTHON to run it)" if bench.sizes.quick else
+               "no a2a-sdk 0.3 environment: scripts/test makes .venv-sdk03, or set "
+               "BENCH_SDK03_PYTHON")
+        bench.progress(f"Strands, BeeAI, CrewAI: skipped ({why})")
         for framework in FRAMEWORKS:
             bench.record(native_title(framework), SERVER, "fw_rps", None, "req/s",
-                         note="skipped: no a2a-sdk 0.3 environment")
+                         note="skipped")
         return
     out = bench.workdir / "adapters03.json"
     env = dict(os.environ)
