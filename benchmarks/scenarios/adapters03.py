@@ -9,8 +9,8 @@ in a child process in the 0.3 one: ``python -m benchmarks`` (1.x) finds its Pyth
 The child runs its own fake model (``scoped_a2a.testing.fake_llm``) and, one framework at a
 time, two servers on hypercorn's asyncio worker: the framework's agent
 (``tests/sdk03/framework_agents.py``, the tests' own) served the way the framework serves it
-(``benchmarks/peers/frameworks03.py``), and the same object on ``serve --agent``. Figures, per server: blocking sends per
-second at c=20 (0.3's ``message/send``, as these frameworks' callers send it; a wrong answer,
+(``benchmarks/peers/frameworks03.py``), and the same object on ``serve --agent``. Figures,
+per server: blocking sends per second at c=20 (0.3's ``message/send``, as these frameworks' callers send it; a wrong answer,
 such as CrewAI's "Executor is already running" for a second concurrent run of one agent, is
 counted, not timed as a success), then hang-ups of ``message/stream`` (:func:`.adapters
 .model_hangups`: tokens the model sent after each, calls left to finish, time to the model
