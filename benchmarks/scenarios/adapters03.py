@@ -3,18 +3,18 @@
 a2a-sdk 0.3 (what these frameworks pin) and 1.x cannot share an environment, so this part runs
 in a child process in the 0.3 one: ``python -m benchmarks`` (1.x) finds its Python
 (``$BENCH_SDK03_PYTHON``, else ``.venv-sdk03/bin/python`` in the checkout, which
-``scripts/test`` makes; with ``--quick`` only the former) and runs
-``python -m benchmarks.scenarios.adapters03 --out ROWS.json`` there
-(:func:`run_in_sdk03_environment`); without one the part is skipped and the table says so.
-The child runs its own fake model (``scoped_a2a.testing.fake_llm``) and, one framework at a
-time, two servers on hypercorn's asyncio worker: the framework's agent
-(``tests/sdk03/framework_agents.py``, the tests' own) served the way the framework serves it
-(``benchmarks/peers/frameworks03.py``), and the same object on ``serve --agent``. Figures,
-per server: blocking sends per second at c=20 (0.3's ``message/send``, as these frameworks' callers send it; a wrong answer,
-such as CrewAI's "Executor is already running" for a second concurrent run of one agent, is
-counted, not timed as a success), then hang-ups of ``message/stream`` (:func:`.adapters
-.model_hangups`: tokens the model sent after each, calls left to finish, time to the model
-connection's close). The rows go back as JSON; the parent adds them to its tables.
+``scripts/test`` makes; with ``--quick`` only the former) and runs ``python -m
+benchmarks.scenarios.adapters03 --out ROWS.json`` there (:func:`run_in_sdk03_environment`);
+without one the part is skipped and the table says so. The child runs its own fake model
+(``scoped_a2a.testing.fake_llm``) and, one framework at a time, two servers on hypercorn's
+asyncio worker: the framework's agent (``tests/sdk03/framework_agents.py``, the tests' own)
+served the way the framework serves it (``benchmarks/peers/frameworks03.py``), and the same
+object on ``serve --agent``. Figures, per server: blocking sends per second at c=20 (0.3's
+``message/send``, as these frameworks' callers send it; a wrong answer, such as CrewAI's
+"Executor is already running" for a second concurrent run of one agent, is counted, not timed as
+a success), then hang-ups of ``message/stream`` (:func:`.adapters.model_hangups`: tokens the
+model sent after each, calls left to finish, time to the model connection's close). The rows go
+back as JSON; the parent adds them to its tables.
 """
 
 from __future__ import annotations
