@@ -112,6 +112,9 @@ class Scenario:
     notes: ClassVar[str] = ""
     tables: ClassVar[Sequence[tuple[str, Sequence[str]]]] = ()
     """Split the metrics over several tables: (subtitle, metric keys) each; default one table."""
+    min_budget: ClassVar[float] = 0.0
+    """Seconds this scenario may take at least, whatever the run's budget per scenario (the
+    adapters scenario starts framework servers that take tens of seconds to import)."""
     pairs: ClassVar[Mapping[str, str]] = {}
     """Peer system name -> the subject system its ratios are taken against (on the same server);
     default: the one subject on the peer's server."""
@@ -165,11 +168,13 @@ class Bench:
     # --- servers --------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def servers(self, systems: Sequence[System], *, detach_rule: str | None = None
+    async def servers(self, systems: Sequence[System], *, detach_rule: str | None = None,
+                      ready_timeout: float = 60.0,
                       ) -> AsyncIterator[dict[System, ServerProcess]]:
         """Start ``systems`` (in parallel), yield the ones that came up; always stop them all.
 
-        A system that does not come up is reported with ``fail`` and left out.
+        A system that does not come up within ``ready_timeout`` seconds is reported with
+        ``fail`` and left out.
         """
         env = server_env(self.signal_port, self.workdir)
         systems = [s for s in systems if self.wants(s.label) or s.kind == "faulty"]
@@ -177,7 +182,7 @@ class Bench:
         ready: dict[System, ServerProcess] = {}
         profilers: list[subprocess.Popen[bytes]] = []
         try:
-            results = await asyncio.gather(*(p.wait_ready() for p in procs),
+            results = await asyncio.gather(*(p.wait_ready(ready_timeout) for p in procs),
                                            return_exceptions=True)
             for proc, result in zip(procs, results, strict=True):
                 if isinstance(result, BaseException):
@@ -209,7 +214,9 @@ class Bench:
 
 
 async def run_scenario(bench: Bench, scenario: Scenario, timeout: float) -> None:
-    """Run one scenario within ``timeout`` seconds; an error or overrun is a failure."""
+    """Run one scenario within ``timeout`` seconds (or its ``min_budget``); an error or overrun
+    is a failure."""
+    timeout = max(timeout, scenario.min_budget)
     bench.scenario = scenario.name
     bench.progress(f"scenario {scenario.number}: {scenario.title}")
     before = len(bench.rows)

@@ -291,3 +291,93 @@ def test_recognises_an_executor_and_refuses_other_objects() -> None:
     assert not recognises(object())
     with pytest.raises(TypeError, match="AgentExecutor"):
         from_executor(object())
+
+
+def _shape(event: dict[str, Any]) -> tuple[str, ...]:
+    """One streamed event as compared across servers: its kind, state, whether its status
+    carries a message, the artifact's name."""
+    (kind, body), = event.items()
+    if kind == "artifactUpdate":
+        return kind, body["artifact"].get("name", "")
+    status = body.get("status", {})
+    return kind, status.get("state", ""), "message" if status.get("message") else "bare"
+
+
+def _native_app(executor: Any) -> Any:
+    """a2a-sdk's own JSON-RPC server (its DefaultRequestHandler and in-memory store)."""
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore
+    from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+    from starlette.applications import Starlette
+
+    card = AgentCard(name="native", description="a2a-sdk's server", version="1",
+                     capabilities=AgentCapabilities(streaming=True),
+                     supported_interfaces=[AgentInterface(
+                         url="http://native/", protocol_binding="JSONRPC", protocol_version="1.0")],
+                     default_input_modes=["text"], default_output_modes=["text"],
+                     skills=[AgentSkill(id="s", name="s", description="s", tags=["t"])])
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(),
+                                    agent_card=card)
+    return Starlette(routes=create_agent_card_routes(card)
+                     + create_jsonrpc_routes(handler, rpc_url="/"))
+
+
+async def _stream_shapes(c: httpx.AsyncClient, url: str) -> list[tuple[str, ...]]:
+    async with c.stream("POST", url, headers={"A2A-Version": "1.0"}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+            "params": {"message": text_message("hello there")}}) as r:
+        return [_shape(data["result"]) async for _, data in sse_events(r)]
+
+
+@asyncio_only
+async def test_a_stream_is_the_native_servers_event_for_event() -> None:
+    """StreamingExecutor's first working carries a message ("on it"): no bare working of the
+    runtime's goes before it, as on a2a-sdk's own server."""
+    native = httpx.ASGITransport(_native_app(StreamingExecutor()))
+    async with httpx.AsyncClient(transport=native, base_url="http://native") as c:
+        theirs = await _stream_shapes(c, "http://native/")
+    async with served(A2AApp(from_executor(StreamingExecutor()))) as url, \
+            httpx.AsyncClient(timeout=10) as c:
+        ours = await _stream_shapes(c, url)
+    assert ours == theirs, f"\nours:   {ours}\nnative: {theirs}"
+    assert theirs[1] == ("statusUpdate", "TASK_STATE_WORKING", "message")
+
+
+@asyncio_only
+async def test_a_silent_executors_task_reads_working_while_it_runs() -> None:
+    """The runtime leaves a new task's start to the executor; one that reports none (it
+    enqueues its Task, then works without a word) still reads working soon after it starts."""
+    from a2a.helpers import new_task_from_user_message
+    from a2a.server.agent_execution import AgentExecutor
+    from a2a.server.tasks import TaskUpdater
+
+    release = asyncio.Event()
+
+    class Silent(AgentExecutor):
+        async def execute(self, context: Any, event_queue: Any) -> None:
+            task = new_task_from_user_message(context.message)
+            await event_queue.enqueue_event(task)
+            await release.wait()
+            await TaskUpdater(event_queue, task.id, task.context_id).complete()
+
+        async def cancel(self, context: Any, event_queue: Any) -> None:
+            pass
+
+    async with served(A2AApp(from_executor(Silent()))) as url, \
+            httpx.AsyncClient(timeout=10) as c:
+        body = await rpc(c, url, "SendMessage", {
+            "message": text_message("hi"), "configuration": {"returnImmediately": True}})
+        task_id = body["result"]["task"]["id"]
+        states = []
+        with anyio.fail_after(5):
+            while not states or states[-1] != "TASK_STATE_WORKING":
+                states.append((await get(c, url, task_id))["status"]["state"])
+                await anyio.sleep(0.01)
+        release.set()
+        with anyio.fail_after(5):
+            while (await get(c, url, task_id))["status"]["state"] == "TASK_STATE_WORKING":
+                await anyio.sleep(0.01)
+        final = await get(c, url, task_id)
+    assert set(states) <= {"TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"}, states
+    assert final["status"]["state"] == "TASK_STATE_COMPLETED"

@@ -1,8 +1,9 @@
 """Agents of the frameworks still on a2a-sdk 0.3, as their users write them, on an OpenAI-
 compatible model at ``MODEL_URL`` (the tests' fake, ``scoped_a2a.testing.fake_llm``).
 
-Module-level objects are what ``serve --agent tests.sdk03.framework_agents:NAME`` loads; the
-model URL is read when a model is made, so the module imports before the fake runs.
+Module attributes ``strands``, ``beeai``, ``crewai`` are what ``serve --agent
+tests.sdk03.framework_agents:NAME`` loads (made on first use: a process imports one framework);
+the model URL is read when a model is made.
 """
 
 from __future__ import annotations
@@ -49,8 +50,6 @@ def strands_executor() -> Any:
     return StrandsA2AExecutor(agent_factory=strands_agent, enable_a2a_compliant_streaming=True)
 
 
-strands = strands_server()
-
 
 # --- BeeAI -----------------------------------------------------------------------------------
 
@@ -78,8 +77,6 @@ def beeai_executor() -> Any:
     return ToolCallingAgentExecutor(agent, card, memory_manager=UnlimitedMemoryManager())
 
 
-beeai = beeai_executor()
-
 
 # --- CrewAI ----------------------------------------------------------------------------------
 
@@ -92,4 +89,15 @@ def crewai_agent() -> Any:
                  verbose=False)
 
 
-crewai = crewai_agent()
+_MADE = {"strands": strands_server, "beeai": beeai_executor, "crewai": crewai_agent}
+_made: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """``strands``, ``beeai``, ``crewai``: what ``serve --agent ...:NAME`` loads, made (and its
+    framework imported) on first use, so a process imports only the framework it serves."""
+    if name not in _MADE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _made:
+        _made[name] = _MADE[name]()
+    return _made[name]

@@ -94,8 +94,8 @@ async def test_a_stream_arrives_whole_with_chunks_a_file_and_no_repeated_status(
         assert file["parts"][0]["filename"] == "data.bin"
         assert file["parts"][0]["mediaType"] == "application/octet-stream"
         states = [e["statusUpdate"]["status"]["state"] for e in events if "statusUpdate" in e]
-        # a2a-sdk's own server streams working then completed for this executor; the
-        # executor's bare start_work() repeats the runtime's working, so it is not sent twice.
+        # a2a-sdk's own server streams working then completed for this executor: the
+        # executor's bare start_work() is the start (the runtime leaves it to the executor).
         assert states == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
         task = await get(c, url, events[0]["task"]["id"])
         import base64
@@ -262,3 +262,55 @@ def test_recognises_a_0_3_executor_and_refuses_other_objects() -> None:
     assert not recognises(object())
     with pytest.raises(TypeError, match="AgentExecutor"):
         from_executor(object())
+
+
+def _shape(event: dict[str, Any]) -> tuple[str, ...]:
+    """One streamed 0.3 event as compared across servers: its kind, state, whether its status
+    carries a message, the artifact's name."""
+    if event["kind"] == "artifact-update":
+        return event["kind"], event["artifact"].get("name", "")
+    status = event["status"]
+    return event["kind"], status["state"], "message" if status.get("message") else "bare"
+
+
+def _native_app(executor: Any) -> Any:
+    """a2a-sdk 0.3's own JSON-RPC server (its DefaultRequestHandler and in-memory store)."""
+    from a2a.server.apps import A2AStarletteApplication
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.tasks import InMemoryTaskStore
+    from a2a.types import AgentCapabilities, AgentCard, AgentSkill
+
+    card = AgentCard(name="native", description="a2a-sdk's server", url="http://native/",
+                     version="1", capabilities=AgentCapabilities(streaming=True),
+                     default_input_modes=["text"], default_output_modes=["text"],
+                     skills=[AgentSkill(id="s", name="s", description="s", tags=[])])
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore())
+    return A2AStarletteApplication(agent_card=card, http_handler=handler).build()
+
+
+async def _stream_shapes(c: httpx.AsyncClient, url: str) -> list[tuple[str, ...]]:
+    async with c.stream("POST", url, json={
+            "jsonrpc": "2.0", "id": 1, "method": "message/stream",
+            "params": {"message": text_message("hello there", v1=False)}}) as r:
+        return [_shape(data["result"]) async for _, data in sse_events(r)]
+
+
+@asyncio_only
+@pytest.mark.parametrize("make", [StatusBeforeTaskExecutor, StreamingExecutor],
+                         ids=["first-working-with-a-message", "bare-start-work"])
+async def test_a_stream_is_the_native_servers_event_for_event(make: Any) -> None:
+    """An executor whose first working carries a message gets no bare working of the
+    runtime's before it; a bare start_work() is not repeated: as on a2a-sdk's own server."""
+    native = httpx.ASGITransport(_native_app(make()))
+    async with httpx.AsyncClient(transport=native, base_url="http://native") as c:
+        theirs = await _stream_shapes(c, "http://native/")
+    async with served(A2AApp(from_executor(make()))) as url, \
+            httpx.AsyncClient(timeout=10) as c:
+        ours = await _stream_shapes(c, url)
+    # Our streams open with the task (A2A 1.0's rule); a2a-sdk 0.3's with whatever the
+    # executor enqueued first: the updates after it are compared.
+    assert ours[0][:2] == ("task", "submitted")
+    ours = ours[1:]
+    theirs = [e for e in theirs if e[0] != "task"]
+    assert ours == theirs, f"\nours:   {ours}\nnative: {theirs}"
+    assert ours[0][0] == "status-update"

@@ -47,8 +47,6 @@ class Framework:
     """The model's reply for these text tokens, as this framework wants it."""
     keeps_history: bool = True
     """CrewAI makes a new Task of each message, on its own server as here: no history."""
-    open_after_cancel: str = ""
-    """Why this framework's model call is known to outlive a cancel (an xfail), if it does."""
 
 
 def final_answer(text: list[str]) -> list[Chunk]:
@@ -63,9 +61,7 @@ FRAMEWORKS = [
     Framework("beeai", agents.beeai_executor, "tests.sdk03.framework_agents:beeai", "Bee",
               final_answer),
     Framework("crewai", agents.crewai_agent, "tests.sdk03.framework_agents:crewai", "Helper",
-              keeps_history=False, open_after_cancel=(
-                  "CrewAI 1.15: its streamed model call was still open 5 s after execute was "
-                  "cancelled (hang-up or CancelTask), even run without its cancellable wrapper")),
+              keeps_history=False),
 ]
 by_name = pytest.mark.parametrize("fw", FRAMEWORKS, ids=[f.name for f in FRAMEWORKS])
 
@@ -131,8 +127,6 @@ async def test_blocking_and_streamed_answers_arrive_whole(fw: Framework, model_e
 @by_name
 async def test_a_hang_up_closes_the_model_call_and_records_canceled(
         fw: Framework, model_env: Any, caplog: pytest.LogCaptureFixture) -> None:
-    if fw.open_after_cancel:
-        pytest.xfail(fw.open_after_cancel)
     async with fake_chat_model(replying(fw, TOKENS), delay=0.02) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
@@ -157,6 +151,58 @@ async def test_a_hang_up_closes_the_model_call_and_records_canceled(
 
 
 @by_name
+async def test_after_a_hang_up_and_a_cancel_task_the_next_send_completes(
+        fw: Framework, model_env: Any) -> None:
+    """One served object outlives its cancelled runs (BeeAI's cancel() aborts every later run
+    of its executor: the adapter calls it on a copy per run)."""
+    async with fake_chat_model(replying(fw, TOKENS), delay=0.01) as fake:
+        os.environ["MODEL_URL"] = fake.url
+        app = A2AApp(from_executor(fw.make()))
+        async with served(app) as url, httpx.AsyncClient(timeout=20) as c:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rpc, c, url, "SendMessage", {"message": text_message("one")})
+                await _model(fake)
+                tg.cancel_scope.cancel()
+            second = await rpc(c, url, "SendMessage", {
+                "message": text_message("two"), "configuration": {"returnImmediately": True}})
+            await _model(fake)
+            await rpc(c, url, "CancelTask", {"id": second["result"]["task"]["id"]})
+            fake.delay = 0.0
+            third = (await rpc(c, url, "SendMessage", {"message": text_message("three")}))
+    task = third["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task["status"]
+    assert answer_text(task) == "".join(TOKENS)
+
+
+@by_name
+async def test_a_hang_up_leaves_a_concurrent_run_of_the_same_agent_to_complete(
+        fw: Framework, model_env: Any) -> None:
+    async with fake_chat_model(replying(fw, TOKENS), delay=0.01) as fake:
+        os.environ["MODEL_URL"] = fake.url
+        app = A2AApp(from_executor(fw.make()))
+        async with served(app) as url, httpx.AsyncClient(timeout=20) as c:
+            other = await rpc(c, url, "SendMessage", {
+                "message": text_message("other"), "configuration": {"returnImmediately": True}})
+            await _model(fake)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rpc, c, url, "SendMessage", {"message": text_message("one")})
+                with anyio.fail_after(10):
+                    while len(fake.connections) < 2 or fake.connections[1].chunks_sent < 3:
+                        await anyio.sleep(0.002)
+                tg.cancel_scope.cancel()
+            with anyio.fail_after(15):
+                while (task := await get(c, url, other["result"]["task"]["id"]))["status"][
+                        "state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"):
+                    await anyio.sleep(0.05)
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task["status"]
+    if fw.name != "beeai":
+        # Known, not fixed: BeeAI's LiteLLM stream is abandoned, not closed, when its run is
+        # cancelled (docs/adapters.md: 4 of 10 streamed hang-ups in the benchmark); here it
+        # was left open in about 1 run in 5.
+        assert fake.connections[1].closed_by_client.is_set()
+
+
+@by_name
 async def test_a_detached_send_completes_after_its_caller_hangs_up(
         fw: Framework, model_env: Any) -> None:
     async with fake_chat_model(replying(fw, TOKENS), delay=0.002) as fake:
@@ -171,7 +217,10 @@ async def test_a_detached_send_completes_after_its_caller_hangs_up(
             with anyio.fail_after(10):
                 while True:
                     [task] = (await rpc(c, url, "ListTasks", {}))["result"]["tasks"]
-                    if task["status"]["state"] != "TASK_STATE_WORKING":
+                    # submitted until the executor reports its start (CrewAI reports none:
+                    # the adapter says working after a moment), then working, then the end
+                    if task["status"]["state"] not in ("TASK_STATE_SUBMITTED",
+                                                       "TASK_STATE_WORKING"):
                         break
                     await anyio.sleep(0.05)
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -180,8 +229,6 @@ async def test_a_detached_send_completes_after_its_caller_hangs_up(
 
 @by_name
 async def test_cancel_task_stops_the_model(fw: Framework, model_env: Any) -> None:
-    if fw.open_after_cancel:
-        pytest.xfail(fw.open_after_cancel)
     async with fake_chat_model(replying(fw, TOKENS), delay=0.02) as fake:
         os.environ["MODEL_URL"] = fake.url
         app = A2AApp(from_executor(fw.make()))
@@ -214,6 +261,27 @@ async def test_a_resend_is_one_run(fw: Framework, model_env: Any) -> None:
                 tg.start_soon(one)
     assert answers[0] == answers[1]
     assert len(fake.requests) == 1
+
+
+@by_name
+async def test_concurrent_sends_to_one_agent_all_complete(fw: Framework, model_env: Any) -> None:
+    """One served object, five callers at once (CrewAI's own server fails all but the first:
+    one CrewAI agent refuses a second concurrent run; here each run has its own copy)."""
+    async with fake_chat_model(replying(fw, TOKENS), delay=0.002) as fake:
+        os.environ["MODEL_URL"] = fake.url
+        app = A2AApp(from_executor(fw.make()))
+        tasks: list[dict[str, Any]] = []
+        async with served(app) as url, httpx.AsyncClient(timeout=20) as c:
+            async def one(i: int) -> None:
+                body = await rpc(c, url, "SendMessage", {"message": text_message(f"caller {i}")})
+                tasks.append(body["result"]["task"])
+
+            async with anyio.create_task_group() as tg:
+                for i in range(5):
+                    tg.start_soon(one, i)
+    states = [(t["status"]["state"], answer_text(t)[:80]) for t in tasks]
+    assert states == [("TASK_STATE_COMPLETED", "".join(TOKENS)[:80])] * 5, states
+    assert len(fake.requests) == 5
 
 
 @by_name

@@ -13,6 +13,11 @@ current task, the related tasks of ``referenceTaskIds``, the call context with t
 user, tenant and requested extensions, the request metadata) and an event queue mapped onto the
 run (:mod:`.a2a_sdk_events`). ``TaskUpdater`` works as usual on that queue.
 
+The start. The runtime leaves a new task ``submitted`` (``reports_start``): the executor's first
+``working``, with its message if it has one, is the run's start, as on a2a-sdk's own server (no
+extra bare ``working`` before it); an executor silent for ``START_HOLD`` seconds, or whose first
+event is something else, gets a bare ``working`` first (:mod:`.a2a_sdk_events`).
+
 Interrupted tasks. When ``execute`` returns after ``input-required`` (or ``auth-required``),
 the run waits for the caller's next message, as ``ctx.ask`` does (parked: not cancelled when its
 callers leave, bounded by the input timeout and the cap on waiting runs), then calls ``execute``
@@ -20,7 +25,9 @@ again with that message and the current task.
 
 Cancellation. A hang-up of an interactive run, CancelTask, the caller's deadline or shutdown
 cancel the run's scope: ``execute`` is cancelled, then ``executor.cancel(context, queue)`` is
-called (shielded, at most ``cancel_timeout`` seconds) as a2a-sdk's contract says; what either
+called (shielded, at most ``cancel_timeout`` seconds) as a2a-sdk's contract says (BeeAI's on
+a copy of the executor per run, as its ``cancel`` would otherwise abort all its runs for good:
+:func:`.a2a_sdk_frameworks.for_one_run`); what either
 enqueues from then on (typically its own ``canceled``) is dropped, counted and logged at DEBUG
 (expected, not a warning), and the task is recorded ``canceled`` with the
 run's reason. ``execute`` runs as a task of the server nursery so that an executor that ignores
@@ -38,7 +45,7 @@ import functools
 import logging
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -48,6 +55,9 @@ from ..protocol.types import Message, Task
 from ..runtime.context import RunContext
 from ..runtime.outcome import Outcome
 from .base import AdaptedAgent
+
+if TYPE_CHECKING:
+    from .a2a_sdk_events import RunEventQueue
 
 log = logging.getLogger("scoped_a2a.adapters")
 
@@ -146,6 +156,9 @@ class ExecutorAgent(AdaptedAgent):
     """An a2a-sdk ``AgentExecutor`` served here (see the module docstring)."""
 
     framework = "a2a-sdk's AgentExecutor"
+    reports_start = True
+    """A new task is left ``submitted`` by the runtime: the executor's first ``working``
+    (which may carry a message) is its start (:mod:`.a2a_sdk_events`)."""
 
     def __init__(
         self, executor: Any, *, card: Any = None, cancel_timeout: float = CANCEL_TIMEOUT,
@@ -155,7 +168,7 @@ class ExecutorAgent(AdaptedAgent):
         self.generation: str = self._convert.GENERATION
         from a2a.server.agent_execution import AgentExecutor
 
-        from .a2a_sdk_frameworks import unwrap
+        from .a2a_sdk_frameworks import for_one_run, unwrap
 
         executor, known_card = unwrap(executor)
         if card is None:
@@ -164,6 +177,7 @@ class ExecutorAgent(AdaptedAgent):
             raise TypeError(f"from_executor() takes an a2a-sdk AgentExecutor, not "
                             f"{type(executor).__name__}")
         self.executor = executor
+        self._for_one_run = for_one_run
         self.cancel_timeout = cancel_timeout
         self.cancel_grace = cancel_grace
         self._card = self._card_dict(card)
@@ -173,17 +187,37 @@ class ExecutorAgent(AdaptedAgent):
         return dict(self._card)
 
     async def run(self, ctx: RunContext) -> str | Outcome | Message | None:
-        from .a2a_sdk_events import RunEventQueue
+        from .a2a_sdk_events import START_HOLD, RunEventQueue
 
         known = not ctx.new_task or not self._convert.TASK_BEFORE_STATUS
         queue = RunEventQueue(ctx, self._convert.to_event, known_task=known)
+        if not ctx.start_pending:
+            return await self._run(ctx, queue)
+        reply: str | Outcome | Message | None = None
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(queue.start_after, START_HOLD)  # a silent executor's task: working
+            try:
+                reply = await self._run(ctx, queue)
+            except Exception as exc:  # raised as is below, not in the task group's group
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return reply
+
+    async def _run(
+        self, ctx: RunContext, queue: RunEventQueue,
+    ) -> str | Outcome | Message | None:
+        executor = self._for_one_run(self.executor)
         current = None if ctx.new_task else await ctx.read_task(ctx.task_id)
         request = await self._request_context(ctx, current)
         try:
             while True:  # one execute per message: the first, then each answer to a question
                 try:
                     await ctx.run_abandonable(
-                        functools.partial(self.executor.execute, request, queue),
+                        functools.partial(executor.execute, request, queue),
                         cancel_grace=self.cancel_grace,
                         name=f"{self.__name__}.execute for task {ctx.task_id}")
                 except Exception:
@@ -205,7 +239,7 @@ class ExecutorAgent(AdaptedAgent):
             # Whether execute was running or the run waited for an answer: a2a-sdk's contract
             # is execute cancelled, then cancel() called with the request being served.
             queue.stop()
-            await self._cancel(ctx, request, queue)
+            await self._cancel(executor, ctx, request, queue)
             raise
         finally:
             if queue.dropped:
@@ -216,7 +250,7 @@ class ExecutorAgent(AdaptedAgent):
                 log.debug("task %s: %d events enqueued after the run was stopped were "
                           "dropped", ctx.task_id, queue.dropped_after_stop)
 
-    async def _cancel(self, ctx: RunContext, request: Any, queue: Any) -> None:
+    async def _cancel(self, executor: Any, ctx: RunContext, request: Any, queue: Any) -> None:
         """Call ``executor.cancel`` (shielded, bounded); its failure is logged, not raised.
 
         It gets the request with the task as stored now as ``current_task``, as a2a-sdk's own
@@ -230,7 +264,7 @@ class ExecutorAgent(AdaptedAgent):
                           ctx.task_id, exc_info=True)
             try:
                 await ctx.run_abandonable(
-                    functools.partial(self.executor.cancel, request, queue),
+                    functools.partial(executor.cancel, request, queue),
                     cancel_grace=self.cancel_grace,
                     name=f"{self.__name__}.cancel for task {ctx.task_id}")
             except Exception:

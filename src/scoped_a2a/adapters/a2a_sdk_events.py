@@ -11,12 +11,19 @@ server checks it, then becomes one event of the run's task:
 - ``Task``: announces the task (its id must be the run's); a state past ``submitted`` and any
   artifacts it carries are published.
 - ``TaskStatusUpdateEvent``: ``working`` is published, unless it says nothing new (no message,
-  and the task is working already: the runtime records ``working`` when a run starts, so an
-  executor's bare ``start_work()`` would only repeat it; a bare ``submitted`` after that would
-  move the task back); ``input-required`` and ``auth-required`` interrupt the run (it waits for
-  the caller's next message, counted as parked); a terminal state is the run's outcome, recorded
-  by the runner when ``execute`` returns.
+  and the task is working already; a bare ``submitted`` would move the task back);
+  ``input-required`` and ``auth-required`` interrupt the run (it waits for the caller's next
+  message, counted as parked); a terminal state is the run's outcome, recorded by the runner
+  when ``execute`` returns.
 - ``TaskArtifactUpdateEvent``: published as is (append and last-chunk kept, any parts).
+
+The start of a new task's run (``ctx.start_pending``: the runtime leaves it ``submitted`` for
+the executor to report, as a2a-sdk's own server does): the executor's first ``working`` is the
+start, with its message if it has one, so the stream carries no extra bare ``working`` before
+it; the executor's first other event (an artifact, an interruption) is preceded by a bare
+``working``, and so is a silence of ``START_HOLD`` seconds (:meth:`RunEventQueue.start_after`),
+so a running task reads ``working`` soon after it starts whatever the executor does. An end
+(terminal status, direct reply) before any of these is recorded from ``submitted``.
 
 The rules (a2a-sdk's): one Message at most, and none once in task mode; no task event in message
 mode; a ``Task`` before the first status update of a new task (1.x only: 0.3's server made
@@ -46,6 +53,7 @@ from ..protocol.types import (
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
+    TaskStatus,
     TaskStatusUpdateEvent,
     utc_timestamp,
 )
@@ -59,6 +67,9 @@ Convert = Callable[[object], OurEvent | None]
 event; ValueError when it is one that does not fit A2A 1.0."""
 
 log = logging.getLogger("scoped_a2a.adapters")
+
+START_HOLD = 0.05
+"""Seconds a new task stays ``submitted`` waiting for its executor's own first ``working``."""
 
 INVALID_EVENT = "invalid-event"
 """The end reason of a run whose executor broke the event rules."""
@@ -82,8 +93,11 @@ class RunEventQueue(EventQueue):
         super().__init__()
         self._ctx = ctx
         self._convert = convert
-        self._state = TaskState.WORKING
-        """The task's last published state: the runtime records working as a run starts."""
+        self._state = TaskState.SUBMITTED if ctx.start_pending else TaskState.WORKING
+        """The task's last published state (the runtime records working as a run starts,
+        unless it leaves the start to the executor)."""
+        self._starting = anyio.Lock() if ctx.start_pending else None
+        """Orders the held start (start_after) before the executor's events."""
         self._mode: str | None = None  # "task" or "message" once the first event says which
         self._task_known = known_task
         self.outcome: Outcome | None = None
@@ -121,6 +135,24 @@ class RunEventQueue(EventQueue):
             return None
         return Outcome(TaskState.FAILED, self.violation, reason=INVALID_EVENT)
 
+    async def start_after(self, delay: float) -> None:
+        """After ``delay`` seconds, publish the run's start (a bare ``working``) if the
+        executor has not reported it; run beside ``execute``, cancelled when the run ends."""
+        await anyio.sleep(delay)
+        assert self._starting is not None
+        async with self._starting:
+            if not self.ended:
+                await self._start()
+
+    async def _start(self) -> None:
+        """Publish a bare ``working`` as the run's start, unless it was published already."""
+        if self._ctx.start_pending:
+            self._ctx.start_pending = False
+            self._state = TaskState.WORKING
+            await self._ctx.publish(TaskStatusUpdateEvent(
+                task_id=self._ctx.task_id, context_id=self._ctx.context_id,
+                status=TaskStatus(state=TaskState.WORKING, timestamp=utc_timestamp())))
+
     async def enqueue_event(self, event: object) -> None:
         """Check ``event`` and publish it on the run (see the module docstring).
 
@@ -128,6 +160,13 @@ class RunEventQueue(EventQueue):
         context raises (cancellation of the run, ParkedLimitReached for an interruption past
         the cap on waiting runs).
         """
+        if self._starting is None or not self._ctx.start_pending:
+            await self._enqueue(event)
+        else:
+            async with self._starting:
+                await self._enqueue(event)
+
+    async def _enqueue(self, event: object) -> None:
         if not self.stopped and anyio.current_effective_deadline() == -math.inf:
             # Enqueued from a cancelled scope: the runtime is ending the run (hang-up,
             # CancelTask, deadline, shutdown) and the executor is answering its cancellation.
@@ -160,6 +199,7 @@ class RunEventQueue(EventQueue):
             update = ours
             self._check_ids(update.task_id, update.context_id)
             self.interrupted = False
+            await self._start()
             await self._ctx.publish(update)
         else:
             self._break(f"{type(event).__name__} is not an A2A event (enqueue a Message, Task, "
@@ -196,6 +236,8 @@ class RunEventQueue(EventQueue):
     async def _on_task(self, task: Task) -> None:
         self._check_ids(task.id, task.context_id)
         self._task_known = True
+        if task.artifacts:
+            await self._start()
         for artifact in task.artifacts or ():
             await self._ctx.publish(TaskArtifactUpdateEvent(
                 task_id=task.id, context_id=task.context_id, artifact=artifact))
@@ -217,11 +259,15 @@ class RunEventQueue(EventQueue):
             self.outcome = Outcome(status.state, status.message)
         elif status.state.interrupted:
             self.interrupted = True
+            await self._start()
             self._state = status.state
             await self._ctx.interrupt(update)
         elif status.message is None and status.state in (TaskState.SUBMITTED, self._state):
             return  # says nothing new (see the module docstring)
         else:
+            if status.state is not TaskState.WORKING:
+                await self._start()
+            self._ctx.start_pending = False  # this working is the start
             self.interrupted = False
             self._state = status.state
             await self._ctx.publish(update)

@@ -8,9 +8,12 @@
   ``public_agent_card`` (the agent's name and description, its tools as skills);
 - a **CrewAI** ``Agent``: CrewAI ships no executor class, only the helpers
   ``crewai.a2a.utils.task.execute`` / ``cancel`` that its own server calls, so the agent is
-  served through :func:`crewai_executor`, an executor made of exactly those two calls, and its
-  card is the one CrewAI makes for it (``role`` as the name, its tools as skills), with the
+  served through :func:`.crewai_runs.crewai_executor`, an executor made of CrewAI's ``execute``
+  (one copy of the agent per run, its model calls closed when the run ends), and its card is
+  the one CrewAI makes for it (``role`` as the name, its tools as skills), with the
   ``goal`` alone as the description (CrewAI adds the ``backstory``: a prompt, kept private).
+
+BeeAI's executors run on a copy per run (:func:`for_one_run`).
 
 Cards of a bare executor: BeeAI's executors carry their ``agent_card``; a Strands executor's
 card is made as Strands' ``A2AServer`` makes it. Errors: a framework's card that cannot be made
@@ -20,7 +23,7 @@ generated card stands.
 
 from __future__ import annotations
 
-import functools
+import copy
 import importlib
 import logging
 from typing import Any
@@ -49,12 +52,33 @@ def _strands_server_executor(obj: object) -> Any:
     return getattr(getattr(obj, "request_handler", None), "agent_executor", None)
 
 
+def for_one_run(executor: Any) -> Any:
+    """The executor to run one run with: ``executor`` itself, or for BeeAI a shallow copy with
+    an ``AbortController`` of its own.
+
+    BeeAI's A2A executors (0.1.85) hold one ``AbortController`` for all their runs, and their
+    ``cancel`` aborts it, never renewed: one call would abort every run in flight and every
+    later one. On a copy per run (sharing the agent, which BeeAI clones per run anyway, the
+    memory manager and the card) ``cancel`` is called as a2a-sdk's contract says and aborts
+    that run only. (Known, not fixed: neither it nor cancelling ``execute`` always closes the
+    model stream BeeAI's LiteLLM backend opened; it is abandoned, not closed.)
+    """
+    controller = getattr(executor, "_abort_controller", None)
+    if not _from(executor, "beeai_framework") or controller is None:
+        return executor
+    run = copy.copy(executor)
+    run._abort_controller = type(controller)()
+    return run
+
+
 def unwrap(obj: Any) -> tuple[Any, Any]:
     """``(executor, card)`` for ``obj``: an executor and the card its framework knows for it
     (None when it knows none), or the executor inside a framework's server or agent."""
     if (executor := _strands_server_executor(obj)) is not None:
         return executor, _card(lambda: obj.public_agent_card)
     if is_crewai_agent(obj):
+        from .crewai_runs import crewai_executor
+
         return crewai_executor(obj), _card(lambda: _crewai_card(obj))
     return obj, executor_card(obj)
 
@@ -98,45 +122,3 @@ def _crewai_card(agent: Any) -> dict[str, Any]:
     # public card does not publish by default (pass card= to say more).
     card["description"] = agent.goal
     return card
-
-
-@functools.cache
-def _crewai_executor_type() -> type:
-    """The executor class for CrewAI agents (made on first use: it imports CrewAI)."""
-    from a2a.server.agent_execution import AgentExecutor
-
-    task = importlib.import_module("crewai.a2a.utils.task")
-    # CrewAI's ``execute`` goes through its ``cancellable`` decorator, which runs the work as a
-    # new asyncio task and waits for it: cancelling the caller leaves that task (and its model
-    # call) running, unowned; only CrewAI's cache flag, set by its ``cancel``, stops it, and
-    # only while the caller still waits. The undecorated work (``functools.wraps`` keeps it as
-    # ``__wrapped__``) runs in the caller's task instead, so the run's cancellation reaches
-    # the model call itself. Without it (another CrewAI), the decorated ``execute``.
-    work = getattr(getattr(task, "_execute_impl", None), "__wrapped__", None)
-
-    class CrewAIExecutor(AgentExecutor):
-        """A CrewAI agent as an a2a-sdk executor: CrewAI's own task helpers."""
-
-        def __init__(self, agent: Any) -> None:
-            self.agent = agent
-
-        async def execute(self, context: Any, event_queue: Any) -> None:
-            if work is None:
-                await task.execute(self.agent, context, event_queue)
-            else:
-                await work(self.agent, context, event_queue, None, None)
-
-        async def cancel(self, context: Any, event_queue: Any) -> None:
-            if work is None:  # the decorated execute stops on CrewAI's flag only
-                await task.cancel(context, event_queue)
-            # Otherwise execute was cancelled already; CrewAI's cancel would only set a flag
-            # nobody reads (kept an hour in its cache) and enqueue a canceled the runtime
-            # records itself.
-
-    return CrewAIExecutor
-
-
-def crewai_executor(agent: Any) -> Any:
-    """An a2a-sdk (0.3) ``AgentExecutor`` running the CrewAI ``agent`` with CrewAI's helpers;
-    the four lines a CrewAI user would write, so ``serve --agent`` takes the bare agent."""
-    return _crewai_executor_type()(agent)

@@ -119,6 +119,11 @@ class RunContext:
         """Who sent the message that started the run (:class:`~scoped_a2a.Principal`; its id
         owns the task). Anonymous without authentication. A run from a durable queue sees the
         owner's id with no claims (claims are not stored)."""
+        self.start_pending = False
+        """True when the runtime left this new task ``submitted`` for the agent to report its
+        own start (an agent whose ``reports_start`` is true: an adapted a2a-sdk executor,
+        whose first ``working`` may carry a message); the agent clears it once it publishes
+        ``working``."""
 
     @property
     def task_id(self) -> str:

@@ -324,8 +324,13 @@ class Runner:
                     # A run that continues an existing task records the message that started
                     # it (a new task already holds its first message in its history). Inside
                     # the ``try``: a store error here fails this task, not the server nursery.
-                    await self._append(run, ctx._status(
-                        TaskState.WORKING, None, message=ctx.message if continuing else None))
+                    # An agent that reports its own start (an adapted executor: its first
+                    # working may carry a message) gets a new task still submitted.
+                    if continuing or not getattr(self.agent, "reports_start", False):
+                        await self._append(run, ctx._status(
+                            TaskState.WORKING, None, message=ctx.message if continuing else None))
+                    else:
+                        ctx.start_pending = True
                     reply = await self.agent(ctx)
                 except AskFailed as exc:
                     # No answer to ctx.ask (timeout, or the cap on parked runs): an expected
