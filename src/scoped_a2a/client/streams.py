@@ -1,7 +1,7 @@
 """``EventStream``: the events of one open stream, as an async iterator.
 
 It reads an :class:`EventSource`: an SSE response (:class:`SSESource`, JSON-RPC and HTTP+JSON)
-or a gRPC call's messages (:class:`~.grpc.GrpcEvents`).
+or a gRPC call's messages (:class:`~.grpc_call.GrpcEvents`).
 
 It is handed out by ``async with client.stream(...) as events`` (or ``client.subscribe``), never
 by an async generator, so no ``yield`` ever sits inside a cancel scope (PEP 789): the deadline on
