@@ -9,9 +9,9 @@ ProtoJSON conversion the server uses the other way (:mod:`...protocol.grpc.messa
 Every call is one stream of one HTTP/2 connection per transport (:mod:`.h2conn`, no task of its
 own), opened on first use and again after it broke; :mod:`.grpc_call` carries one call over it.
 Metadata: ``a2a-version: 1.0``, ``a2a-extensions``, the credential (``authorization``,
-``x-api-key``: what ``auth`` would put in HTTP headers), ``last-event-id`` for a resumed subscription, and ``grpc-timeout``: the
-transport's ``timeout`` for a bounded call, or what is left of an enclosing AnyIO deadline,
-whichever comes first.
+``x-api-key``: what ``auth`` would put in HTTP headers), ``last-event-id`` for a resumed
+subscription, and ``grpc-timeout``: the transport's ``timeout`` for a bounded call, or what is
+left of an enclosing AnyIO deadline, whichever comes first.
 
 Errors map as on the other bindings: a status with an ErrorInfo reason (or a code the A2A table
 names) is its :class:`A2AError` subclass; UNAUTHENTICATED / PERMISSION_DENIED are
