@@ -27,7 +27,8 @@ import httpx
 
 from ..client.auth import ApiKey, BearerToken
 from ..client.card_verify import CardSignatureError
-from ..client.client import A2AClient, card_url
+from ..client.client import A2AClient
+from ..client.connection import card_url
 from ..client.errors import AgentHTTPError, AgentTimeout, AgentUnreachable, TransportError
 from ..protocol.errors import (
     A2AError,

@@ -3,10 +3,11 @@ over HTTP+JSON or over gRPC (1.0; when the card lists it first, or ``transport="
 ``"grpc"``).
 
 Works under asyncio and trio (httpx over AnyIO). The client reads the agent card on first use and
-picks the interface and version from it (see :mod:`.card`); every method then speaks that
-version, and results come back in the 1.0 model whichever version carried them. Remote errors are
-raised as :class:`~scoped_a2a.A2AError` subclasses carrying the JSON-RPC code; transport failures
-as :class:`~scoped_a2a.client.errors.TransportError` subclasses.
+picks the interface and version from it (:mod:`.connection` holds the card and the transport;
+the choice itself is :mod:`.card`'s); every method then speaks that version, and results come
+back in the 1.0 model whichever version carried them. Remote errors are raised as
+:class:`~scoped_a2a.A2AError` subclasses carrying the JSON-RPC code; transport failures as
+:class:`~scoped_a2a.client.errors.TransportError` subclasses.
 
 Streams (``stream``, ``subscribe``) are async context managers handing out an
 :class:`~.streams.EventStream`; leaving the ``async with`` closes the response.
@@ -21,12 +22,11 @@ whose events are collected, so its task id is known in time to cancel it.
 
 from __future__ import annotations
 
-import importlib.util
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -36,7 +36,6 @@ from ..protocol.errors import (
     InvalidAgentResponse,
     ServerUnavailable,
     UnsupportedOperation,
-    VersionNotSupported,
 )
 from ..protocol.ids import new_id
 from ..protocol.resend import IDEMPOTENT_SEND_EXTENSION_URI
@@ -53,22 +52,14 @@ from ..protocol.types import (
     TaskState,
 )
 from .abandon import CANCEL_TIMEOUT, RemoteTask, caller_detached, cancels_on_hangup, note
-from .auth import Auth, as_httpx_auth, missing_credential_text, refusal_reason
+from .auth import Auth
 from .backoff import Backoff
-from .card import AgentCard, select_binding, select_interface
-from .card_fetch import fetch_card
+from .card import AgentCard
 from .card_verify import CardVerifier
+from .connection import AgentConnection
 from .errors import AgentUnreachable
 from .pages import LivePage, WirePage
-from .rest import RestTransport
-from .rpc import RpcTransport, transport_error
-from .streams import EventSource, EventStream
-from .wire import CODECS, Codec
-
-if TYPE_CHECKING:  # imported when used: it needs protobuf (the [grpc] extra)
-    from .grpc import GrpcTransport
-
-CARD_PATH = "/.well-known/agent-card.json"
+from .streams import EventStream
 
 SEND_BACKOFF = Backoff(initial=0.1, factor=2.0, cap=2.0, jitter=0.5)
 """How long a send waits before it is resent after a connection error (per attempt)."""
@@ -90,22 +81,7 @@ def user_message(
     )
 
 
-def grpc_available() -> bool:
-    """Whether this client can speak gRPC: protobuf (the ``[grpc]`` extra) is installed."""
-    try:
-        return importlib.util.find_spec("google.protobuf") is not None
-    except ModuleNotFoundError:  # no "google" package at all
-        return False
-
-
-def card_url(url: str) -> str:
-    """Where the agent card of the agent at ``url`` lives."""
-    if url.rstrip("/").endswith((".well-known/agent-card.json", ".well-known/agent.json")):
-        return url
-    return url.rstrip("/") + CARD_PATH
-
-
-class A2AClient:
+class A2AClient(AgentConnection):
     """A client of the agent at ``url`` (its base URL, where the card is served).
 
     :param http: an ``httpx.AsyncClient`` to use (and not close); one is created and owned
@@ -159,38 +135,18 @@ class A2AClient:
         cancel_timeout: float = CANCEL_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        if version not in (None, "1.0", "0.3"):
-            raise ValueError("version must be '1.0', '0.3' or None")
-        if transport not in (None, "jsonrpc", "rest", "grpc"):
-            raise ValueError("transport must be 'jsonrpc', 'rest', 'grpc' or None")
-        if transport == "grpc" and not grpc_available():
-            raise ValueError("transport='grpc' needs protobuf: pip install 'scoped-a2a[grpc]'")
-        self._ssl_context = ssl_context
-        self._grpc: GrpcTransport | None = None  # kept across card refreshes: one connection
-        self._retired: list[GrpcTransport] = []  # replaced by a card refresh; closed at aclose
-        self._binding = transport
-        self.url = url
-        self._owns_http = http is None
-        self.http = http if http is not None else httpx.AsyncClient(timeout=None)
-        self._card = card
-        self._want = version
-        self._rpc_url = rpc_url
-        self.timeout = timeout
-        self.stream_idle_timeout = stream_idle_timeout
-        self._extensions = tuple(extensions)
-        self._headers = dict(headers or {})
-        self._auth = as_httpx_auth(auth)
-        self._verify_card = verify_card
-        if send_retries < 0:
+        if send_retries < 0:  # before the connection: it may create an httpx client
             raise ValueError("send_retries must not be negative")
+        super().__init__(
+            url, http=http, card=card, version=version, rpc_url=rpc_url, timeout=timeout,
+            stream_idle_timeout=stream_idle_timeout, extensions=extensions, headers=headers,
+            transport=transport, auth=auth, verify_card=verify_card, ssl_context=ssl_context)
         self.send_retries = send_retries
         self.send_backoff = send_backoff
         self.cancel_abandoned = cancel_abandoned
         self.cancel_timeout = cancel_timeout
         self.resends = 0
         """How many times a message was resent after a connection error (tests, metrics)."""
-        self._transport: RpcTransport | RestTransport | GrpcTransport | None = None
-        self._codec: Codec | None = None
 
     async def __aenter__(self) -> A2AClient:
         return self
@@ -200,112 +156,6 @@ class A2AClient:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the gRPC connection, if any, and the httpx client if this client created
-        it."""
-        retired, self._retired = self._retired, []
-        if self._grpc is not None:
-            retired.append(self._grpc)
-            self._grpc = None
-        for grpc in retired:
-            await grpc.aclose()
-        if self._owns_http:
-            await self.http.aclose()
-
-    # --- the card and the interface --------------------------------------------------------
-
-    async def card(self, *, refresh: bool = False) -> AgentCard:
-        """The agent card (fetched once, then cached; ``refresh`` fetches it again)."""
-        if self._card is None or refresh:
-            self._card = await self._fetch_card()
-            self._transport = None
-        return self._card
-
-    async def _fetch_card(self) -> AgentCard:
-        where = card_url(self.url)
-        try:
-            with anyio.fail_after(self.timeout):
-                return await fetch_card(self.http, where, headers=self._headers,
-                                        auth=self._auth, verify=self._verify_card)
-        except TimeoutError as exc:
-            raise transport_error(exc, where) from None
-
-    async def _rpc(self) -> tuple[RpcTransport | RestTransport | GrpcTransport, Codec]:
-        if self._transport is None or self._codec is None:
-            card = await self.card()
-            speaks = ("jsonrpc", "rest", "grpc") if grpc_available() else ("jsonrpc", "rest")
-            binding, other_url = select_binding(card, transport=self._binding, want=self._want,
-                                                speaks=speaks)
-            rpc: RpcTransport | None = None
-            try:
-                url, version = select_interface(card, want=self._want)
-            except VersionNotSupported:
-                if binding == "jsonrpc":
-                    raise
-            else:
-                rpc = RpcTransport(
-                    self.http, self._rpc_url or url, version, timeout=self.timeout,
-                    extensions=self._extensions, headers=self._headers, auth=self._auth,
-                    on_refused=self._refused_text,
-                )
-            # JSON-RPC stays the way to methods REST and gRPC have no route for (trajectory
-            # reads).
-            fallback = rpc if rpc is not None and rpc.version == "1.0" else None
-            if binding == "rest" and other_url is not None:
-                self._codec = CODECS["1.0"]
-                self._transport = RestTransport(
-                    self.http, other_url, timeout=self.timeout, extensions=self._extensions,
-                    headers=self._headers, auth=self._auth, on_refused=self._refused_text,
-                    fallback=fallback,
-                )
-            elif binding == "grpc" and other_url is not None:
-                self._codec = CODECS["1.0"]
-                self._transport = self._grpc_transport(other_url, fallback)
-            else:
-                assert rpc is not None
-                self._codec = CODECS[rpc.version]
-                self._transport = rpc
-        return self._transport, self._codec
-
-    def _grpc_transport(self, url: str, fallback: RpcTransport | None) -> GrpcTransport:
-        """The gRPC transport for the card's ``url``: the one this client has when the URL
-        is the same (its connection stays), else a new one (the old one's calls go on)."""
-        from .grpc import GrpcTransport
-
-        if self._grpc is None or self._grpc.url != url:
-            if self._grpc is not None:  # a refreshed card moved it: closed with the client
-                self._retired.append(self._grpc)
-            self._grpc = GrpcTransport(
-                url, base_url=self.url, timeout=self.timeout, extensions=self._extensions,
-                headers=self._headers, auth=self._auth or self.http.auth,
-                on_refused=self._refused_text, fallback=fallback,
-                ssl_context=self._ssl_context)
-        self._grpc.fallback = fallback
-        return self._grpc
-
-    async def binding(self) -> str:
-        """The binding this client calls the agent over: ``"jsonrpc"``, ``"rest"`` or
-        ``"grpc"``."""
-        transport = (await self._rpc())[0]
-        if transport is self._grpc:
-            return "grpc"
-        return "rest" if isinstance(transport, RestTransport) else "jsonrpc"
-
-    def _events(self, response: object,
-                transport: RpcTransport | RestTransport | GrpcTransport,
-                codec: Codec) -> EventStream:
-        # ``response``: what the transport's stream handed out (an SSE response, or a gRPC
-        # call's event source); typed loosely as the transports' context managers differ.
-        unwrap = transport.unwrap if isinstance(transport, RestTransport) else None
-        return EventStream(cast("httpx.Response | EventSource", response), codec,
-                           idle_timeout=self.stream_idle_timeout, unwrap=unwrap)
-
-    def _refused_text(self, status: int, body: bytes) -> str:
-        sent = (self._auth is not None or self.http.auth is not None
-                or any(k.lower() in ("authorization", "x-api-key") for k in self._headers))
-        return missing_credential_text(self._card, sent=sent, status=status,
-                                       reason=refusal_reason(body))
 
     async def _resending(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """``attempt()`` (one send of a message), made again after a failure that allows it,
@@ -327,18 +177,6 @@ class A2AClient:
                     raise
             self.resends += 1
             await anyio.sleep(self.send_backoff.delay(failures))
-
-    async def version(self) -> str:
-        """The protocol version this client speaks to the agent (``"1.0"`` or ``"0.3"``)."""
-        return (await self._rpc())[1].version
-
-    async def offers_trajectory(self) -> bool:
-        """True when the agent's card advertises this project's trajectory extension and this
-        client can reach it (its JSON-RPC method: not over a gRPC-only card)."""
-        if not (await self.card()).offers_trajectory:
-            return False
-        transport = (await self._rpc())[0]
-        return transport is not self._grpc or self._grpc.fallback is not None
 
     # --- the A2A methods -------------------------------------------------------------------
 
@@ -559,3 +397,6 @@ class A2AClient:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidAgentResponse(f"the trajectory page is invalid: {exc}") from None
         return LivePage(task_id, after, page.next, page.events, page.state, page.has_more)
+
+
+__all__ = ["SEND_BACKOFF", "A2AClient", "user_message"]

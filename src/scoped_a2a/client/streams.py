@@ -1,7 +1,7 @@
 """``EventStream``: the events of one open stream, as an async iterator.
 
 It reads an :class:`EventSource`: an SSE response (:class:`SSESource`, JSON-RPC and HTTP+JSON)
-or a gRPC call's messages (:class:`~.grpc.GrpcEvents`).
+or a gRPC call's messages (:class:`~.grpc_call.GrpcEvents`).
 
 It is handed out by ``async with client.stream(...) as events`` (or ``client.subscribe``), never
 by an async generator, so no ``yield`` ever sits inside a cancel scope (PEP 789): the deadline on
@@ -74,7 +74,11 @@ class SSESource:
                  unwrap: Callable[[SSEEvent], bytes] | None = None) -> None:
         self._response = response
         self._unwrap = unwrap or _jsonrpc_result
-        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
+        # The raw body when it is not content-encoded (an SSE stream never is, in practice):
+        # one generator layer less per network read than ``aiter_bytes``, which decodes.
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        self._chunks: AsyncIterator[bytes] = (
+            response.aiter_raw() if coding in ("", "identity") else response.aiter_bytes())
         self._decoder = SSEDecoder()
         self.where = str(response.url)
 
@@ -179,6 +183,8 @@ class EventStream:
             try:
                 if self.protect_first is not None and not self._handed:
                     items = await self._protected_receive(self.protect_first)
+                elif self._idle_timeout is None:  # no cancel scope per read when unbounded
+                    items = await self._source.receive()
                 else:
                     with anyio.fail_after(self._idle_timeout):
                         items = await self._source.receive()
