@@ -17,7 +17,7 @@ import base64
 import math
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 from google.protobuf.message import DecodeError, Message
@@ -30,8 +30,25 @@ from .errors import AgentTimeout, AgentUnreachable
 from .h2conn import ConnectionLost, H2Client, Stream, StreamRefused
 from .streams import RawEvent
 
-if TYPE_CHECKING:
-    from .grpc import GrpcTransport
+
+class GrpcTransport(Protocol):
+    """What a call needs of the transport that opens it (:class:`~.grpc.GrpcTransport`): its
+    connection and how its errors read. A protocol, so this module does not import the
+    transport that imports it."""
+
+    timeout: float | None
+    max_message_bytes: int
+
+    @property
+    def where(self) -> str: ...
+
+    async def _connection(self) -> H2Client: ...
+
+    def lost(self, exc: ConnectionLost, what: str = ...) -> AgentUnreachable: ...
+
+    def status_error(self, code: int, message: str, details: bytes | None) -> Exception: ...
+
+    def http_error(self, status: int) -> Exception: ...
 
 ATTEMPTS = 3  # opening a call on a connection that went away meanwhile: new connection
 
