@@ -18,6 +18,7 @@ pool, errors, credentials), :mod:`.schema` (tables and versions), :mod:`.listene
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ import anyio
 import anyio.to_thread
 import psycopg
 
+from ...protocol.errors import ServerUnavailable
 from ..claims import DEFAULT_CLAIM_WINDOW
 from ..liveness import DEFAULT_LEASE, keep_alive, retire
 from ..memory import DEFAULT_MAX_ENDED_BYTES
@@ -112,19 +114,25 @@ async def open_postgres_store(
             await tg.start(Listener(url, schema, waiters, queue.on_cancel,
                                     store.handover.notified).run)
             store.handover.tg = tg
+            # The lease row exists before the body can create a task naming this process: a
+            # task whose process has no row would never be recorded lost.
+            with contextlib.suppress(ServerUnavailable):
+                await store.leases.beat()
             tg.start_soon(keep_alive, store, store.leases, name="scoped_a2a liveness lease")
             try:
                 yield store
             finally:
                 store.handover.tg = None
                 tg.cancel_scope.cancel()
-                await retire(store.leases, renewed=store.leases.renewed)
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1 and not isinstance(group.exceptions[0],
                                                          BaseExceptionGroup):
             raise group.exceptions[0] from None
         raise
     finally:
+        # Once the heartbeat has stopped: a renewal still in its thread would commit after
+        # the retirement and bring the row back (it would then lapse on its own).
+        await retire(store.leases, renewed=store.leases.renewed)
         await store.aclose()
 
 
