@@ -3,7 +3,9 @@
 Everything lives in one PostgreSQL schema (``--postgres-schema``, default ``scoped_a2a``), so
 several apps can share a database, each in its own. Start-up takes a transaction-level advisory
 lock (per schema name) while it checks and migrates, so replicas starting together migrate
-once. ``MIGRATIONS[n]`` turns version ``n - 1`` into ``n``; version 1 creates everything. A
+once. ``MIGRATIONS[n]`` turns version ``n - 1`` into ``n``; version 1 creates everything (it
+was extended in place, before its first release, with the liveness-lease and hand-over tables
+and ``tasks.process``; later changes get a version of their own). A
 schema written by a newer scoped-a2a is refused with one line, and nothing is changed.
 
 Times are the database's (``clock_timestamp()`` as epoch seconds): replicas on several
