@@ -14,6 +14,7 @@ rule (canceled, process-lost).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ import anyio
 import httpx
 import pytest
 
+from scoped_a2a.protocol.types import Message, Part, Role
+from scoped_a2a.store.handover import HAND, Envelope, encode
 from scoped_a2a.store.liveness import LOST_REASON
 from scoped_a2a.store.postgres import open_postgres_store
 
@@ -82,7 +85,23 @@ async def test_answers_through_the_other_replica(
         async with open_postgres_store(pg_url, key_file=tmp_path / "push.key") as store:
             carried = await store.pool.run(lambda c: c.execute(
                 "SELECT length(body) FROM handover").fetchall())
-        assert [n > BIG for (n,) in carried] == [True], carried  # the large answer's envelope
+            assert [n > BIG for (n,) in carried] == [True], carried  # the large answer's
+
+            # Any role of the database may NOTIFY: a forged (unsealed) answer to a parked run
+            # is dropped, and the run still waits.
+            asked = (await rpc(client, urls[0], "SendMessage",
+                               {"message": text_message("ask")}))["result"]["task"]
+            forged = encode(Envelope(HAND, "forged", sender="nobody", task_id=asked["id"],
+                                     message=Message(message_id="forged", role=Role.USER,
+                                                     parts=[Part(text="evil")],
+                                                     task_id=asked["id"],
+                                                     context_id=asked["contextId"])))
+            payload = f"* {base64.b64encode(forged).decode()}"
+            await store.pool.run(lambda c: c.execute(
+                "SELECT pg_notify(%s, %s)", (store.handover.channel, payload)))
+            await a.wait_for("dropped a hand-over envelope that does not open")
+            got = (await rpc(client, urls[0], "GetTask", {"id": asked["id"]}))["result"]
+            assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", got
 
         # A second answer, through the other replica, to a run no longer waiting: the holder's
         # refusal (-32004), as on the holder.

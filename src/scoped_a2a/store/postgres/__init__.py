@@ -35,6 +35,7 @@ from ..memory import DEFAULT_MAX_ENDED_BYTES
 from ..sqlite.retention import Retention
 from ..sqlite.seal import Sealer, load_key
 from .connection import Pool, connect, display, failure
+from .handover import handover_sealer
 from .listener import Listener, Waiters
 from .queue import PostgresRunQueue
 from .schema import SCHEMA_VERSION, StoreOpenError, prepare
@@ -106,7 +107,8 @@ async def open_postgres_store(
     store = PostgresTaskStore(
         pool, waiters, Sealer(key), max_events_per_task=max_events_per_task,
         policy=Retention(retain, max_ended_tasks, max_ended_bytes, claim_window),
-        poll_interval=poll_interval, sync_events=sync_events, lease=lease)
+        poll_interval=poll_interval, sync_events=sync_events, lease=lease,
+        handover=handover_sealer(key))
     queue = PostgresRunQueue(store)
     store.queue = queue
     try:

@@ -123,7 +123,7 @@ class PostgresTaskStore(TaskStore):
     def __init__(self, pool: Pool, waiters: Waiters, sealer: Sealer, *,
                  max_events_per_task: int = 10_000, policy: Retention | None = None,
                  poll_interval: float = 5.0, sync_events: bool = False,
-                 lease: float = DEFAULT_LEASE) -> None:
+                 lease: float = DEFAULT_LEASE, handover: Sealer | None = None) -> None:
         if max_events_per_task < 1:
             raise ValueError("store bounds must be positive")
         self.pool = pool
@@ -141,7 +141,8 @@ class PostgresTaskStore(TaskStore):
         self.queue: Any = None  # the run queue (queue.py), set by open_postgres_store
         self.leases = PostgresLeases(pool, lease)
         """This process's liveness lease over its interactive runs (store/liveness.py)."""
-        self.handover = PostgresHandover(pool, self.leases.process_id)
+        self.handover = PostgresHandover(pool, self.leases.process_id,
+                                         handover or sealer)
         """Carries follow-ups to the process holding their run (store/handover.py)."""
 
     def process_leases(self) -> ProcessLeases | None:
