@@ -36,8 +36,9 @@ def add_listen_options(parser: argparse.ArgumentParser) -> None:
                    help="the async library to run on")
     g.add_argument("--workers", type=at_least_one, default=1, metavar="N",
                    help="serve from N processes on the same port (SO_REUSEPORT), over a "
-                        "shared store (--store redis://...); a worker that dies is started "
-                        "again; signals reach every worker (docs/redis.md)")
+                        "shared store (--store redis://... or postgresql://...); a worker "
+                        "that dies is started again; signals reach every worker "
+                        "(docs/redis.md)")
     g.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     g.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate chain")
     g.add_argument("--keyfile", metavar="PEM", help="the private key of --certfile")

@@ -68,7 +68,7 @@ async def _open(args: argparse.Namespace, shutdown: anyio.Event) -> AsyncIterato
                 max_ended_tasks=args.max_ended_tasks,
                 max_ended_bytes=getattr(args, "max_ended_bytes", 256 << 20),
                 retain=getattr(args, "retain", None), key_file=args.postgres_key_file,
-                sync_events=args.postgres_sync_events,
+                sync_events=args.postgres_sync_events, lease=getattr(args, "lease", 10.0),
             ) as store:
                 yield store
                 return
@@ -115,6 +115,7 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
     leave the rest in the queue. StartupError when the database cannot be used. Cancelled:
     stops at once (the runs stay queued)."""
     from ..runtime.durable_worker import Worker
+    from ..runtime.handover import Handovers
     from ..runtime.policy import RunPolicy
     from ..runtime.runner import Runner
 
@@ -128,9 +129,11 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
             worker = Worker(store.queue, runner, concurrency=args.concurrency,
                             claim_idle=args.claim_idle)
             nursery.start_soon(worker.run)
-            await shutdown.wait()
-            try:
-                await runner.shutdown(args.grace)
-            finally:
-                runner.cancel_all("shutdown")
-                nursery.cancel_scope.cancel()
+            # A queued run parked in ctx.ask here gets its answer from any server.
+            async with Handovers(runner, store, store.handover).serving(nursery):
+                await shutdown.wait()
+                try:
+                    await runner.shutdown(args.grace)
+                finally:
+                    runner.cancel_all("shutdown")
+            nursery.cancel_scope.cancel()

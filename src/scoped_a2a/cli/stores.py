@@ -107,9 +107,9 @@ def add_queue_options(g: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
                    help="a queued run whose worker is silent this long goes to another "
                         "worker")
     g.add_argument("--lease", type=seconds, default=DEFAULT_LEASE, metavar="SECONDS",
-                   help="with a Redis store: an interactive run whose process has not renewed "
-                        "its liveness lease for this long is recorded canceled (reason "
-                        "process-lost) by any other process; renewed every third of it")
+                   help="with a Redis or PostgreSQL store: an interactive run whose process has "
+                        "not renewed its liveness lease for this long is recorded canceled "
+                        "(reason process-lost) by any other process; renewed every third of it")
     g.add_argument("--redis-prefix", default="scoped_a2a",
                    help="prefix of every Redis key (apps sharing one Redis differ here)")
     from .store_postgres import add_postgres_options

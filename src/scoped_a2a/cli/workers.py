@@ -60,12 +60,12 @@ def check_workers(args: argparse.Namespace) -> None:
     if args.store == "memory":
         raise SystemExit(
             f"--workers {args.workers} needs a store the processes share: the memory store "
-            "lives in one process; use --store redis://HOST:PORT/DB")
+            "lives in one process; use --store redis://HOST:PORT/DB or postgresql://...")
     if args.store.startswith("sqlite:"):
         raise SystemExit(
             f"--workers {args.workers}: an SQLite store is served by one process per file (it "
-            "keeps the running tasks in that process's memory); use --store redis://... for "
-            "several processes")
+            "keeps the running tasks in that process's memory); use --store redis://... or "
+            "postgresql://... for several processes")
 
 
 def _worker_argv(argv: list[str], port: int) -> list[str]:

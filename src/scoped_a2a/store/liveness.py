@@ -22,8 +22,8 @@ Detached runs queued durably are not registered: the queue's own lease takes the
 (``ctx.attempt`` 2).
 
 Store-specific parts (:class:`~.process_leases.ProcessLeases`): Redis
-(``store/redis/leases.py``); a PostgreSQL store implements the same methods on a table of
-processes and a column of the task row.
+(``store/redis/leases.py``); PostgreSQL (``store/postgres/leases.py``) on a table of processes
+and a column of the task row.
 
 Cancellation: :func:`keep_alive` runs until cancelled; an end being recorded when it is
 cancelled either is appended or not (the next check does it again). Errors: store trouble is

@@ -12,11 +12,13 @@
 Any number of processes on any machines may use one schema. Modules: :mod:`.connection` (the
 pool, errors, credentials), :mod:`.schema` (tables and versions), :mod:`.listener`
 (LISTEN/NOTIFY wake-ups), :mod:`.store` (the TaskStore), :mod:`.queue` (the run queue),
-:mod:`.claims`. docs/postgres.md says what it keeps and how it fails.
+:mod:`.claims`, :mod:`.leases` (liveness leases of interactive runs), :mod:`.handover`
+(follow-ups to the replica holding their run). docs/postgres.md says what it keeps and how it fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,11 +28,14 @@ import anyio
 import anyio.to_thread
 import psycopg
 
+from ...protocol.errors import ServerUnavailable
 from ..claims import DEFAULT_CLAIM_WINDOW
+from ..liveness import DEFAULT_LEASE, keep_alive, retire
 from ..memory import DEFAULT_MAX_ENDED_BYTES
 from ..sqlite.retention import Retention
 from ..sqlite.seal import Sealer, load_key
 from .connection import Pool, connect, display, failure
+from .handover import handover_sealer
 from .listener import Listener, Waiters
 from .queue import PostgresRunQueue
 from .schema import SCHEMA_VERSION, StoreOpenError, prepare
@@ -72,6 +77,7 @@ async def open_postgres_store(
     key_file: str | Path | None = None,
     poll_interval: float = 5.0,
     sync_events: bool = False,
+    lease: float = DEFAULT_LEASE,
 ) -> AsyncIterator[PostgresTaskStore]:
     """The PostgreSQL store for the ``async with`` body.
 
@@ -80,8 +86,12 @@ async def open_postgres_store(
     newer schema). ``key_file`` seals push configs (default ``$SCOPED_A2A_POSTGRES_KEY_FILE``
     or ./scoped_a2a-postgres.key, created 0600 on first use; every replica needs the same
     one). ``sync_events``: every event of a running task commits synchronously too (store.py,
-    "Durability"). While the body runs, a lost database makes calls raise ServerUnavailable
-    and the store reconnects by itself. On exit the listener stops and the connections close.
+    "Durability"). ``lease``: this process's liveness lease over its interactive runs
+    (store/liveness.py): renewed every third of it while the body runs; other processes
+    record its runs lost once it lapses, and the body records those of lapsed processes.
+    While the body runs, a lost database makes calls raise ServerUnavailable and the store
+    reconnects by itself. On exit the lease is retired (unless runs still name this process),
+    the listener stops and the connections close.
     """
     pool = Pool(url, schema, pool_size)
     sealed = await anyio.to_thread.run_sync(lambda: _check(url, schema))
@@ -97,15 +107,24 @@ async def open_postgres_store(
     store = PostgresTaskStore(
         pool, waiters, Sealer(key), max_events_per_task=max_events_per_task,
         policy=Retention(retain, max_ended_tasks, max_ended_bytes, claim_window),
-        poll_interval=poll_interval, sync_events=sync_events)
+        poll_interval=poll_interval, sync_events=sync_events, lease=lease,
+        handover=handover_sealer(key))
     queue = PostgresRunQueue(store)
     store.queue = queue
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(Listener(url, schema, waiters, queue.on_cancel).run)
+            await tg.start(Listener(url, schema, waiters, queue.on_cancel,
+                                    store.handover.notified).run)
+            store.handover.tg = tg
+            # The lease row exists before the body can create a task naming this process: a
+            # task whose process has no row would never be recorded lost.
+            with contextlib.suppress(ServerUnavailable):
+                await store.leases.beat()
+            tg.start_soon(keep_alive, store, store.leases, name="scoped_a2a liveness lease")
             try:
                 yield store
             finally:
+                store.handover.tg = None
                 tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1 and not isinstance(group.exceptions[0],
@@ -113,6 +132,9 @@ async def open_postgres_store(
             raise group.exceptions[0] from None
         raise
     finally:
+        # Once the heartbeat has stopped: a renewal still in its thread would commit after
+        # the retirement and bring the row back (it would then lapse on its own).
+        await retire(store.leases, renewed=store.leases.renewed)
         await store.aclose()
 
 

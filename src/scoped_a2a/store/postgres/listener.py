@@ -2,7 +2,8 @@
 
 Every commit that appends to a task sends ``NOTIFY <schema>_appended, '<position> <task id>'``
 in its transaction, so PostgreSQL delivers it exactly when the event is visible. A queued run
-notifies ``<schema>_queued``, a cancel request ``<schema>_cancel``. This process's listener
+notifies ``<schema>_queued``, a cancel request ``<schema>_cancel``; hand-over envelopes go on
+``<schema>_handover`` (handover.py). This process's listener
 wakes its local waiters (:class:`Waiters`) within milliseconds of another replica's commit; no
 loop polls in the steady state.
 
@@ -88,13 +89,17 @@ class Listener:
     """LISTEN on the schema's channels and dispatch to ``waiters`` and ``on_cancel``."""
 
     def __init__(self, url: str, schema: str, waiters: Waiters,
-                 on_cancel: Callable[[str], None]) -> None:
+                 on_cancel: Callable[[str], None],
+                 on_handover: Callable[[str], None] | None = None) -> None:
         self.url = url
         self.schema = schema
         self.waiters = waiters
         self.on_cancel = on_cancel
-        self.channels = {f"{schema}_appended": self._appended, f"{schema}_queued": self._queued,
-                         f"{schema}_cancel": self._cancel}
+        self.channels: dict[str, Callable[[str], None]] = {
+            f"{schema}_appended": self._appended, f"{schema}_queued": self._queued,
+            f"{schema}_cancel": self._cancel}
+        if on_handover is not None:  # hand-over envelopes (handover.py)
+            self.channels[f"{schema}_handover"] = on_handover
         self.connected = False
 
     def _appended(self, payload: str) -> None:

@@ -3,7 +3,9 @@
 Everything lives in one PostgreSQL schema (``--postgres-schema``, default ``scoped_a2a``), so
 several apps can share a database, each in its own. Start-up takes a transaction-level advisory
 lock (per schema name) while it checks and migrates, so replicas starting together migrate
-once. ``MIGRATIONS[n]`` turns version ``n - 1`` into ``n``; version 1 creates everything. A
+once. ``MIGRATIONS[n]`` turns version ``n - 1`` into ``n``; version 1 creates everything (it
+was extended in place, before its first release, with the liveness-lease and hand-over tables
+and ``tasks.process``; later changes get a version of their own). A
 schema written by a newer scoped-a2a is refused with one line, and nothing is changed.
 
 Times are the database's (``clock_timestamp()`` as epoch seconds): replicas on several
@@ -36,7 +38,10 @@ MIGRATIONS: dict[int, list[str]] = {
             seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, owner text NOT NULL,
             context_id text NOT NULL, state text NOT NULL, ts text, last bigint NOT NULL,
             snap bytea NOT NULL, ended_at double precision, size bigint NOT NULL,
-            snap_pos bigint NOT NULL DEFAULT 0)""",
+            snap_pos bigint NOT NULL DEFAULT 0, process text)""",
+        # ``process``: the process whose liveness lease covers the task's interactive run (set
+        # by the interactive create, cleared by the terminal append: leases.py).
+        "CREATE INDEX tasks_process ON tasks (process) WHERE process IS NOT NULL",
         "CREATE INDEX tasks_ended ON tasks (ended_at) WHERE ended_at IS NOT NULL",
         "CREATE INDEX tasks_owner ON tasks (owner, seq)",
         "CREATE INDEX tasks_context ON tasks (context_id, seq)",
@@ -67,6 +72,14 @@ MIGRATIONS: dict[int, list[str]] = {
             attempts integer NOT NULL DEFAULT 0, consumer text, touched double precision,
             token text, lease_until double precision)""",
         "CREATE INDEX runs_new ON runs (seq) WHERE consumer IS NULL",
+        # Liveness leases (store/liveness.py, leases.py): each process's lease expiry (database
+        # clock); ``reaping_until``: a lapsed process is being reaped by one process till then.
+        """CREATE TABLE processes (
+            id text PRIMARY KEY, expires double precision NOT NULL,
+            reaping_until double precision)""",
+        # Hand-over envelopes too large for a NOTIFY payload (handover.py), kept a minute.
+        """CREATE TABLE handover (
+            id text PRIMARY KEY, body bytea NOT NULL, expires double precision NOT NULL)""",
     ],
 }
 

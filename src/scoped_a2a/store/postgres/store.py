@@ -65,12 +65,16 @@ from ...protocol.types import (
 )
 from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
 from ..claims import PriorSend, claim_key
+from ..handover import HandoverTransport
+from ..process_leases import DEFAULT_LEASE, ProcessLeases
 from ..snapshot import apply_event
 from ..sqlite.records import DECODERS, KIND_OF, TRAJECTORY, decode_task
 from ..sqlite.retention import Retention
 from ..sqlite.seal import Sealer
 from . import claims
 from .connection import Pool
+from .handover import PostgresHandover
+from .leases import PostgresLeases
 from .listener import Waiters
 from .schema import NOW
 
@@ -118,7 +122,8 @@ class PostgresTaskStore(TaskStore):
 
     def __init__(self, pool: Pool, waiters: Waiters, sealer: Sealer, *,
                  max_events_per_task: int = 10_000, policy: Retention | None = None,
-                 poll_interval: float = 5.0, sync_events: bool = False) -> None:
+                 poll_interval: float = 5.0, sync_events: bool = False,
+                 lease: float = DEFAULT_LEASE, handover: Sealer | None = None) -> None:
         if max_events_per_task < 1:
             raise ValueError("store bounds must be positive")
         self.pool = pool
@@ -134,6 +139,19 @@ class PostgresTaskStore(TaskStore):
         self._fences: dict[str, str] = {}
         self._next_sweep = 0.0
         self.queue: Any = None  # the run queue (queue.py), set by open_postgres_store
+        self.leases = PostgresLeases(pool, lease)
+        """This process's liveness lease over its interactive runs (store/liveness.py)."""
+        self.handover = PostgresHandover(pool, self.leases.process_id,
+                                         handover or sealer)
+        """Carries follow-ups to the process holding their run (store/handover.py)."""
+
+    def process_leases(self) -> ProcessLeases | None:
+        """This process's liveness lease (its opener keeps it alive: ``open_postgres_store``)."""
+        return self.leases
+
+    def handover_transport(self) -> HandoverTransport | None:
+        """LISTEN/NOTIFY between the processes of this schema (:mod:`.handover`)."""
+        return self.handover
 
     def run_launcher(self) -> Any:
         """The run queue: detached runs are stored with their task and run by any worker."""
@@ -169,14 +187,15 @@ class PostgresTaskStore(TaskStore):
     # --- tasks ----------------------------------------------------------------------------
 
     def create_sql(self, conn: psycopg.Connection[Any], task: Task, owner: str,
-                   snap: bytes) -> None:
-        """Store ``task`` in the caller's transaction (the run queue adds its row after)."""
+                   snap: bytes, process: str | None = None) -> None:
+        """Store ``task`` in the caller's transaction (the run queue adds its row after);
+        ``process``: the process whose liveness lease covers its run (leases.py)."""
         try:
             conn.execute(
                 "INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, "
-                "size) VALUES (%s, %s, %s, %s, %s, 0, %s, NULL, %s)",
+                "size, process) VALUES (%s, %s, %s, %s, %s, 0, %s, NULL, %s, %s)",
                 (task.id, owner, task.context_id, task.status.state.value,
-                 task.status.timestamp, snap, len(snap)))
+                 task.status.timestamp, snap, len(snap), process))
         except pgerrors.UniqueViolation:
             raise InvalidParams(f"task {task.id!r} already exists") from None
         claims.made(conn, task.id)
@@ -186,8 +205,11 @@ class PostgresTaskStore(TaskStore):
         self._remember(task.id, decode_task(snap), 0)
 
     async def create(self, task: Task, *, owner: str = "") -> None:
+        # An interactive run: it executes in this process, so this process's liveness lease
+        # covers it until its end is appended (store/liveness.py).
         snap = _encode(task)
-        await self.pool.run(lambda c: self.create_sql(c, task, owner, snap))
+        process = self.leases.process_id
+        await self.pool.run(lambda c: self.create_sql(c, task, owner, snap, process))
         self.created(task, snap)
 
     async def owner_of(self, task_id: str) -> str:
@@ -274,9 +296,11 @@ class PostgresTaskStore(TaskStore):
                     new = _encode(task)
                     update = (f"UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
                               f"snap_pos = last + 1, size = size + %s, "
-                              f"ended_at = CASE WHEN %s THEN {NOW} END WHERE seq = %s")
+                              f"ended_at = CASE WHEN %s THEN {NOW} END, "
+                              f"process = CASE WHEN %s THEN NULL ELSE process END "
+                              f"WHERE seq = %s")
                     args = (pos, status.state.value, status.timestamp, new,
-                            len(encoded) + len(new), ends, seq)
+                            len(encoded) + len(new), ends, ends, seq)
                 else:
                     update = ("UPDATE tasks SET last = %s, state = %s, ts = %s, "
                               "size = size + %s WHERE seq = %s")

@@ -1,0 +1,130 @@
+"""Hand-over on PostgreSQL (:class:`~scoped_a2a.store.handover.HandoverTransport`): NOTIFY.
+
+Every envelope goes out on one channel, ``<schema>_handover``, which every process's listener
+(:mod:`.listener`) LISTENs to; the payload is ``"<to> <sealed envelope>"``, ``<to>`` being the
+recipient's process id or ``*`` for every process, and each listener keeps what is addressed
+to it. (One channel rather than one per process: a channel name is an identifier of at most 63
+bytes, and a schema name plus a process id may not fit.)
+
+A NOTIFY payload must be shorter than 8000 bytes. An envelope that does not fit (a follow-up
+with a large part) is stored in the table ``handover`` and the payload names it
+(``"<to> @<id>"``), in the same transaction, so the row is visible when the notification
+arrives; the receiver reads it (one query, in this store's task group, never on the listener's
+loop). Rows are deleted a minute after they were written, by the next large send.
+
+Sealed. Any role that may connect to the database may LISTEN to, and NOTIFY on, any channel
+(PostgreSQL has no privilege for either), and a follow-up carries the caller's words and is
+delivered to a run without its caller's credentials being checked again. So every envelope is
+sealed (encrypted and authenticated, :class:`..sqlite.seal.Sealer`) with a key derived from the
+push-config key file every replica already shares: another role sees opaque bytes, and what it
+forges is dropped (logged). Not prevented: replaying a sealed envelope it saw (the holder
+delivers a follow-up only to a run parked in ``ctx.ask``, so a replay reaches at most a run of
+the same task asking again).
+
+Delivery is at most once (a listener reconnecting misses what was sent meanwhile), as with
+Redis pub/sub: the protocol bounds every wait (``runtime/handover.py``).
+
+Cancellation: :meth:`PostgresHandover.send` is one transaction, committed whole or not at all.
+Errors: ServerUnavailable when the database cannot be used.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio.abc
+import psycopg
+
+from ...protocol.errors import ServerUnavailable
+from ...protocol.ids import new_id
+from ..sqlite.seal import SealBroken, Sealer
+from .connection import Pool
+from .schema import NOW
+
+log = logging.getLogger("scoped_a2a.postgres")
+
+MAX_INLINE = 7000
+"""Bytes of a payload sent in the notification itself (PostgreSQL's limit is 8000, counted in
+the database's encoding; the margin covers the recipient's id)."""
+KEEP = 60.0
+"""Seconds a large envelope's row is kept (every wait of the protocol is shorter)."""
+
+
+def handover_sealer(key: bytes) -> Sealer:
+    """The sealer of hand-over envelopes: its own key, derived from the push-config key."""
+    return Sealer(hmac.new(key, b"scoped-a2a postgres hand-over", hashlib.sha256).digest())
+
+
+class PostgresHandover:
+    """The hand-over transport of one process."""
+
+    def __init__(self, pool: Pool, process_id: str, sealer: Sealer) -> None:
+        self.pool = pool
+        self.process_id = process_id
+        self.sealer = sealer
+        self.channel = f"{pool.schema}_handover"
+        self.receivers: list[Callable[[bytes], None]] = []
+        self.tg: anyio.abc.TaskGroup | None = None
+        """Where large envelopes are read (set by ``open_postgres_store``)."""
+
+    def listen(self, receiver: Callable[[bytes], None]) -> None:
+        self.receivers.append(receiver)
+
+    async def send(self, to: str | None, payload: bytes) -> None:
+        target = "*" if to is None else to
+        channel = self.channel
+        payload = self.sealer.seal(payload)
+        if len(payload) * 4 // 3 + 4 <= MAX_INLINE:  # its base64 fits
+            text = f"{target} {base64.b64encode(payload).decode()}"
+            await self.pool.run(lambda c: c.execute("SELECT pg_notify(%s, %s)", (channel, text)))
+            return
+        ref = new_id()
+
+        def run(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(f"DELETE FROM handover WHERE expires < {NOW}")
+            conn.execute(f"INSERT INTO handover VALUES (%s, %s, {NOW} + %s)",
+                         (ref, payload, KEEP))
+            conn.execute("SELECT pg_notify(%s, %s)", (channel, f"{target} @{ref}"))
+
+        await self.pool.run(run)
+
+    def notified(self, payload: str) -> None:
+        """A notification on the hand-over channel (the listener calls it on the loop)."""
+        target, _, body = payload.partition(" ")
+        if target not in ("*", self.process_id) or not body:
+            return
+        if not body.startswith("@"):
+            try:
+                sealed = base64.b64decode(body, validate=True)
+            except binascii.Error:
+                log.warning("dropped a hand-over notification that is not base64")
+                return
+            self._deliver(sealed)
+        elif self.tg is not None:
+            self.tg.start_soon(self._fetch, body[1:])
+
+    async def _fetch(self, ref: str) -> None:
+        try:
+            row = await self.pool.run(lambda c: c.execute(
+                "SELECT body FROM handover WHERE id = %s", (ref,)).fetchone(), retry=True)
+        except ServerUnavailable as exc:  # lost, as a notification can be: the sender's wait ends
+            log.info("could not read a hand-over envelope (%s)", exc)
+            return
+        if row is not None:
+            self._deliver(bytes(row[0]))
+
+    def _deliver(self, sealed: bytes) -> None:
+        try:
+            payload = self.sealer.open(sealed)
+        except SealBroken:
+            log.warning("dropped a hand-over envelope that does not open with this key (sent "
+                        "by a replica with another key file, or forged)")
+            return
+        for receiver in self.receivers:
+            receiver(payload)

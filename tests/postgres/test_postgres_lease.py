@@ -1,0 +1,190 @@
+"""A replica SIGKILLed with interactive runs in flight leaves nothing stuck, on PostgreSQL
+(store/liveness.py, store/postgres/leases.py).
+
+Two real ``serve`` processes on one PostgreSQL database, a 2 s liveness lease. Replica A gets 20
+interactive streams (each message with a fixed messageId, as a client that resends it would
+have); A is SIGKILLed while all of them run. Then, within the lease plus 5 s, every task reads
+canceled with the reason ``process-lost`` through B; each message resent through B runs once
+more (a new task, completed; a second resend answers with that same task). A resend through B
+that reaches it before A's lease lapsed waits for the lease rule, then runs again. A lone
+server killed and restarted: the new process records the old one's run lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from scoped_a2a.store.liveness import LOST_REASON
+from scoped_a2a.store.postgres import open_postgres_store
+
+from ..helpers import rpc, sse_events, text_message
+from ..redis.conftest import Proc
+
+pytestmark = pytest.mark.anyio
+LEASE = 2.0
+INTERACTIVE = 20
+V1 = {"A2A-Version": "1.0"}
+
+
+async def test_sigkill_a_replica_with_interactive_runs_in_flight(
+    pg_url: str, serve: Callable[..., Proc], tmp_path: Any,
+) -> None:
+    a = serve(pg_url, "--lease", str(LEASE))
+    b = serve(pg_url, "--lease", str(LEASE))
+    url_a, url_b = await a.url(), await b.url()
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    messages = [text_message(f"sleep-in {a.pid} 120") for _ in range(INTERACTIVE)]
+    interactive: dict[str, dict[str, Any]] = {}  # task id -> its message
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+
+        async def stream_on_a(message: dict[str, Any]) -> None:
+            req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                   "params": {"message": message}}
+            try:
+                async with client.stream("POST", url_a, json=req, headers=V1) as resp:
+                    async for _, event in sse_events(resp):
+                        task = event["result"].get("task")
+                        if task is not None:
+                            interactive[task["id"]] = message
+            except httpx.HTTPError:
+                pass  # the replica was killed under it
+
+        async with anyio.create_task_group() as tg:
+            for message in messages:
+                tg.start_soon(stream_on_a, message)
+            # Every run has started on A (its start is logged after its task is stored).
+            with anyio.fail_after(60):
+                while a.text().count("mode=interactive") < INTERACTIVE \
+                        or len(interactive) < INTERACTIVE:
+                    await anyio.sleep(0.1)
+            async with open_postgres_store(pg_url, key_file=tmp_path / "push.key") as store:
+                for task_id in interactive:  # each one covered by A's lease
+                    assert await store.leases.covers(task_id), task_id
+            a.kill()
+            killed = time.monotonic()
+            tg.cancel_scope.cancel()
+
+        # Within the lease plus 5 s: every interactive task reads canceled, process-lost.
+        pending = set(interactive)
+        with anyio.fail_after(LEASE + 5):
+            while pending:
+                for task_id in list(pending):
+                    got = (await rpc(client, url_b, "GetTask", {"id": task_id}))["result"]
+                    status = got["status"]
+                    if status["state"] != "TASK_STATE_WORKING":
+                        assert status["state"] == "TASK_STATE_CANCELED", got
+                        assert status["message"]["metadata"] == {"reason": LOST_REASON}, got
+                        pending.discard(task_id)
+                await anyio.sleep(0.1)
+        print(f"all {INTERACTIVE} interactive tasks canceled "
+              f"{time.monotonic() - killed:.2f} s after SIGKILL")
+        await b.wait_for(rf"process \S+ stopped renewing its lease: {INTERACTIVE} interactive")
+
+        # Each message resent through B runs once more, as a new task; a second resend is it.
+        reruns: dict[str, str] = {}
+
+        async def resend(task_id: str) -> None:
+            message = interactive[task_id]
+            first = (await rpc(client, url_b, "SendMessage", {"message": message}))["result"]
+            again = (await rpc(client, url_b, "SendMessage", {"message": message}))["result"]
+            assert first["task"]["id"] != task_id, first
+            assert first["task"]["status"]["state"] == "TASK_STATE_COMPLETED", first
+            assert again["task"]["id"] == first["task"]["id"], (first, again)
+            reruns[task_id] = first["task"]["id"]
+
+        async with anyio.create_task_group() as tg:
+            for task_id in interactive:
+                tg.start_soon(resend, task_id)
+        assert len(set(reruns.values())) == INTERACTIVE
+        for new_id in reruns.values():
+            assert b.text().count(f"run start task={new_id} ") == 1
+
+    # The dead process is forgotten once none of its runs is left, and B's clean exit retires
+    # its own lease (none of its runs still runs): only this test's store is left.
+    b.stop()
+    async with open_postgres_store(pg_url, key_file=tmp_path / "push.key") as store:
+        with anyio.fail_after(LEASE + 5):
+            while True:
+                rows = await store.pool.run(lambda c: c.execute(
+                    "SELECT id FROM processes WHERE id <> %s",
+                    (store.leases.process_id,)).fetchall())
+                if not rows:
+                    break
+                await anyio.sleep(0.1)
+
+
+async def test_a_resend_through_another_replica_before_the_lease_lapsed_runs_again(
+    pg_url: str, serve: Callable[..., Proc],
+) -> None:
+    # The resend reaches B while A's run is still recorded as working: B probes which process
+    # runs it (runtime/handover.py settle, over NOTIFY), hears nothing, and waits for the lease
+    # rule to record it; then runs the message again.
+    a = serve(pg_url, "--lease", str(LEASE))
+    b = serve(pg_url, "--lease", str(LEASE))
+    url_a, url_b = await a.url(), await b.url()
+    lost = text_message(f"sleep-in {a.pid} 120")
+    async with httpx.AsyncClient(timeout=60) as client:
+        async with anyio.create_task_group() as tg:
+            async def hold() -> None:
+                req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                       "params": {"message": lost}}
+                try:
+                    async with client.stream("POST", url_a, json=req, headers=V1) as resp:
+                        async for _ in sse_events(resp):
+                            pass
+                except httpx.HTTPError:
+                    pass
+
+            tg.start_soon(hold)
+            await a.wait_for(r"run start task=\S+ .*mode=interactive")
+            a.kill()
+        again = (await rpc(client, url_b, "SendMessage", {"message": lost}))["result"]
+        assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+        assert b.text().count(f"run start task={again['task']['id']} ") == 1
+
+
+async def test_a_lone_server_killed_and_restarted_records_its_runs_and_reruns_a_resend(
+    pg_url: str, serve: Callable[..., Proc],
+) -> None:
+    # One server, SIGKILLed under a stream with a fixed messageId, restarted: the restarted
+    # process is a new one, and records the old one's run lost once its lease lapses.
+    first = serve(pg_url, "--lease", str(LEASE))
+    url = await first.url()
+    message = text_message(f"sleep-in {first.pid} 120")
+    ids: list[str] = []
+    async with httpx.AsyncClient(timeout=60) as client:
+
+        async def stream() -> None:
+            req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                   "params": {"message": message}}
+            try:
+                async with client.stream("POST", url, json=req, headers=V1) as resp:
+                    async for _, event in sse_events(resp):
+                        ids.append(event["result"].get("task", {}).get("id", ""))
+            except httpx.HTTPError:
+                pass
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stream)
+            await first.wait_for(r"run start task=\S+ .*mode=interactive")
+            first.kill()
+        second = serve(pg_url, "--lease", str(LEASE))
+        url = await second.url()
+        with anyio.fail_after(LEASE + 5):
+            while True:
+                got = (await rpc(client, url, "GetTask", {"id": ids[0]}))["result"]
+                if got["status"]["state"] not in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"):
+                    break
+                await anyio.sleep(0.1)
+        assert got["status"]["state"] == "TASK_STATE_CANCELED", got
+        assert got["status"]["message"]["metadata"] == {"reason": LOST_REASON}, got
+        again = (await rpc(client, url, "SendMessage", {"message": message}))["result"]
+        assert again["task"]["id"] != ids[0], again
+        assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+        await second.wait_for(r"process \S+ stopped renewing its lease: 1 interactive run")
