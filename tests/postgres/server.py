@@ -136,7 +136,12 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # fast shutdown
+            # Fast shutdown, sent to the postmaster itself: self.proc is the runuser wrapper
+            # when the tests run as root, and a signal to it did not always reach postgres.
+            try:
+                os.kill(self.postmaster_pid(), signal.SIGINT)
+            except (OSError, ValueError):
+                self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:

@@ -26,7 +26,7 @@ from scoped_a2a.store.postgres import open_postgres_store
 from ..helpers import rpc, sse_events, text_message
 from ..redis.conftest import Proc
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
 LEASE = 2.0
 INTERACTIVE = 20
 V1 = {"A2A-Version": "1.0"}

@@ -28,7 +28,7 @@ from ..redis.conftest import ROOT, Proc
 from ..test_store_sqlite_restart import _count, _send_all, _terminal
 from .server import PASSWORD, PostgresServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
 PROGRESS = ("--agent", "tests.sqlite_agents:progress_agent")
 
 
@@ -202,8 +202,10 @@ async def test_a_push_that_was_due_is_delivered_after_a_kill_by_the_next_process
 
 
 async def test_the_server_recovers_by_itself_from_a_killed_and_restarted_postmaster(
-    serve: Callable[..., Proc], own_postgres: PostgresServer,
+    own_postgres: PostgresServer, serve: Callable[..., Proc],
 ) -> None:
+    # own_postgres first: teardown runs backwards, so the serve process stops before the
+    # postmaster (whose fast shutdown otherwise waited out its 20 s for the server's pool).
     url_db = own_postgres.url()
     proc = serve(url_db)
     url = await proc.url()

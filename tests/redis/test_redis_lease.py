@@ -26,7 +26,7 @@ from ..helpers import rpc, sse_events, text_message
 from .conftest import Proc, RedisServer
 from .util import log_of, wait_until_ended
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
 LEASE = 2.0
 INTERACTIVE = 50
 DETACHED = 50

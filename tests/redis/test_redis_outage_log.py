@@ -21,7 +21,7 @@ import pytest
 from ..helpers import rpc, text_message
 from .conftest import Proc, RedisServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
 V1 = {"A2A-Version": "1.0"}
 
 

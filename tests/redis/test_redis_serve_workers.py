@@ -25,7 +25,7 @@ from ..helpers import text_message
 from .conftest import ROOT, Proc, RedisServer
 from .util import post_json
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
 
 
 async def send(url: str, text: str) -> dict[str, Any]:

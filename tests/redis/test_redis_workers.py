@@ -25,7 +25,7 @@ from .agents import probe_agent
 from .conftest import Proc, RedisServer
 from .util import log_of, post_json, wait_for_start, wait_until_ended
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
 STARTED = r"worker \S+ started"
 
 
