@@ -46,8 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as exc:
         if not interrupted(exc):
             raise
+        # What the interrupt cut short may be half-built: an asyncio event loop interrupted in
+        # its __init__ fails in its __del__ ("no attribute '_signal_handlers'") once the
+        # exception, which holds it, is freed. The command is leaving: nothing more to say.
+        sys.unraisablehook = _say_nothing
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
+
+
+def _say_nothing(unraisable: object) -> None:
+    """``sys.unraisablehook`` after a Ctrl-C: the one line has been written."""
 
 
 def _put_back_default_sigint() -> None:
