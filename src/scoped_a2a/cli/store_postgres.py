@@ -114,26 +114,10 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
     """Execute queued runs until ``shutdown`` is set, then give them ``--grace`` seconds and
     leave the rest in the queue. StartupError when the database cannot be used. Cancelled:
     stops at once (the runs stay queued)."""
-    from ..runtime.durable_worker import Worker
-    from ..runtime.handover import Handovers
-    from ..runtime.policy import RunPolicy
-    from ..runtime.runner import Runner
+    from .queue_work import work_on_queue
+
 
     async with _open(args, shutdown) as store:
         if store is None:
             return
-        async with anyio.create_task_group() as nursery:
-            runner = Runner(agent, store, RunPolicy(), launcher=store.run_launcher(),
-                            expose_errors=args.expose_errors)
-            runner.attach(nursery)
-            worker = Worker(store.queue, runner, concurrency=args.concurrency,
-                            claim_idle=args.claim_idle)
-            nursery.start_soon(worker.run)
-            # A queued run parked in ctx.ask here gets its answer from any server.
-            async with Handovers(runner, store, store.handover).serving(nursery):
-                await shutdown.wait()
-                try:
-                    await runner.shutdown(args.grace)
-                finally:
-                    runner.cancel_all("shutdown")
-            nursery.cancel_scope.cancel()
+        await work_on_queue(args, agent, store, shutdown)

@@ -96,11 +96,8 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
     """Execute queued runs until ``shutdown`` is set, then give them ``--grace`` seconds and
     leave the rest in the queue. Raises StartupError when Redis does not answer within
     ``--store-wait``. Cancelled: stops at once (the runs stay queued)."""
-    from ..runtime.durable_worker import Worker
-    from ..runtime.handover import Handovers
-    from ..runtime.policy import RunPolicy
-    from ..runtime.runner import Runner
     from ..store.redis import open_redis_store
+    from .queue_work import work_on_queue
 
     async with open_redis_store(
         args.store, prefix=args.redis_prefix, max_ended_tasks=args.max_ended_tasks,
@@ -108,18 +105,4 @@ async def run_worker(args: argparse.Namespace, agent: Any, shutdown: anyio.Event
     ) as store:
         if not await wait_for_redis(store, args.store_wait, shutdown):
             return
-        async with anyio.create_task_group() as nursery:
-            runner = Runner(agent, store, RunPolicy(), launcher=store.run_launcher(),
-                            expose_errors=args.expose_errors)
-            runner.attach(nursery)
-            worker = Worker(store.queue, runner, concurrency=args.concurrency,
-                            claim_idle=args.claim_idle)
-            nursery.start_soon(worker.run)
-            # A queued run parked in ctx.ask here gets its answer from any server.
-            async with Handovers(runner, store, store.handover).serving(nursery):
-                await shutdown.wait()
-                try:
-                    await runner.shutdown(args.grace)
-                finally:
-                    runner.cancel_all("shutdown")
-            nursery.cancel_scope.cancel()
+        await work_on_queue(args, agent, store, shutdown)
