@@ -28,7 +28,7 @@ from ..redis.conftest import ROOT, Proc
 from ..test_store_sqlite_restart import _count, _send_all, _terminal
 from .server import PASSWORD, PostgresServer
 
-pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python("3.13")]  # conftest: 3.13 only
 PROGRESS = ("--agent", "tests.sqlite_agents:progress_agent")
 
 
