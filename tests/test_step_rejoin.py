@@ -75,3 +75,26 @@ async def test_rejoin_of_an_ended_turn_follows_and_records_nothing(tmp_path: Pat
             task = await step.rejoin(done.id, after=0, ended=True)
         assert task.status.state == TaskState.COMPLETED and step.turns[0].follower is None
         assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == files
+
+
+async def test_rejoin_of_a_turn_given_up_on_waits_for_the_task_it_left_running(
+    tmp_path: Path,
+) -> None:
+    """An attempt that gave up on a detached turn (cancelled by a heartbeat timeout, say)
+    recorded its end as canceled while the task ran on: the retry's ``rejoin(ended=True)``
+    returns the task's own end, not the task as it was mid-run, and records nothing more."""
+    async with served(A2AApp(demo_agent)) as url, A2AClient(url) as client:
+        sink = DirectorySink(tmp_path / "step")
+        task = await client.send("slow 1", return_immediately=True)
+        assert isinstance(task, Task)
+        await sink.link(None, "0001")
+        await sink.meta("0001", {"taskId": task.id})
+        await sink.end("0001", TaskState.CANCELED, 0)
+        await sink.link("0001", None)  # the step's exit, after the turn
+        files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        again = DirectorySink(tmp_path / "step", resume=True)
+        assert again.turn_task("0001") == (task.id, True)
+        async with Step(client, sink=again, poll_interval=0.05) as step:
+            ended = await step.rejoin(task.id, after=0, ended=True)
+        assert ended.status.state == TaskState.COMPLETED, ended.status
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == files

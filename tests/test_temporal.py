@@ -265,8 +265,10 @@ async def test_sigkilled_worker_retry_resumes_the_trajectory_without_gap_or_dupl
         wid = f"kill-{uuid.uuid4()}"
         handle = await client.start_workflow(
             StepWorkflow.run,
-            StepRequest(agent_url, "slow 4", str(out), poll_interval=0.1, attempts=3,
-                        detach=True),
+            # A 3 s heartbeat timeout: at 1 s a loaded machine timed attempt 1 out before the
+            # kill (attempt 2 then ran in worker A, and its cancel recorded the turn's end).
+            StepRequest(agent_url, "slow 6", str(out), poll_interval=0.1, attempts=3,
+                        detach=True, heartbeat_timeout=3.0),
             id=wid, task_queue=queue)
         with anyio.fail_after(20):
             # Worker A follows the turn; its position reached Temporal in a heartbeat, and it

@@ -126,7 +126,9 @@ class Step(FollowedTurns):
         :meth:`turn` does; the turn's records in the sink are written again (a sink that keeps
         files, like :class:`~.sinks.DirectorySink` opened with ``resume=True``, takes identical
         records as no-ops). With ``ended=True`` the earlier attempt had already recorded the
-        turn's end: nothing is followed or recorded, and the task is returned as it is now.
+        turn's end: nothing is followed or recorded, and the task is returned once it ends or
+        needs input (at once, usually; an attempt that gave up on a detached task, say on a
+        heartbeat timeout, recorded its end while the task ran on).
 
         Cancellation and errors are those of :meth:`turn`.
         """
@@ -140,7 +142,7 @@ class Step(FollowedTurns):
             if ended:
                 turn.task_id, turn.recorded = task.id, True
                 self.context_id = task.context_id
-                return task
+                return await self._poll_until_end(task, on_event)
             self._offers_trajectory = await self.client.offers_trajectory()
             self._start_follower(turn, task, after)
             return await self._poll_until_end(task, on_event)
