@@ -32,8 +32,8 @@ from ...protocol.errors import ServerUnavailable
 from ..claims import DEFAULT_CLAIM_WINDOW
 from ..liveness import DEFAULT_LEASE, keep_alive, retire
 from ..memory import DEFAULT_MAX_ENDED_BYTES
-from ..sqlite.retention import Retention
-from ..sqlite.seal import Sealer, load_key
+from ..retention import Retention
+from ..sealing import Sealer, load_key
 from .connection import Pool, connect, display, failure
 from .handover import handover_sealer
 from .listener import Listener, Waiters

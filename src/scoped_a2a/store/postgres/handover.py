@@ -43,7 +43,7 @@ import psycopg
 
 from ...protocol.errors import ServerUnavailable
 from ...protocol.ids import new_id
-from ..sqlite.seal import SealBroken, Sealer
+from ..sealing import SealBroken, Sealer
 from .connection import Pool
 from .schema import NOW
 

@@ -1,17 +1,21 @@
-"""Push configs at rest: sealed with a key kept outside the database file (stdlib only).
+"""Sealing: values encrypted and authenticated with a key kept outside the database (stdlib only).
 
-A push config holds a webhook's token and credentials. The SQLite store never writes them in
-clear text: each config's JSON is encrypted and authenticated (encrypt-then-MAC) with a 32-byte
-key read from a key file beside the database (``<file>.key``, created with mode 0600 on first
-use; give another path with ``key_file``). A copy of the database alone (a backup, a file
-attached to a bug report) then reveals no credential; whoever can read the key file as well
-can. A config whose seal does not verify (a wrong key file) is refused with a clear error, never
-sent anywhere.
+Shared by the stores that keep secrets where others can read them. A push config holds a
+webhook's token and credentials: the SQLite and PostgreSQL stores never write them in clear
+text; each config's JSON is sealed with a 32-byte key read from a key file (created with mode
+0600 on first use: :func:`load_key`). A copy of the database alone (a backup, a file attached
+to a bug report) then reveals no credential; whoever can read the key file as well can. A
+config whose seal does not verify (a wrong key file) is refused with a clear error, never sent
+anywhere. The PostgreSQL store seals its ``NOTIFY`` payloads between replicas too
+(``store/postgres/sealed.py``), with keys derived from the same file.
 
 Construction: keys for encryption and for the MAC are derived from the key file's key with
 HMAC-SHA256; the keystream is HMAC-SHA256(enc key, nonce || counter) (a PRF in counter mode),
 the tag HMAC-SHA256(mac key, nonce || ciphertext) truncated to 16 bytes. A fresh 16-byte random
 nonce per seal.
+
+Errors: :class:`SealBroken` for a value that does not open; :func:`load_key` raises ValueError
+(one line saying what to do) or OSError. No I/O but the key file's; nothing to cancel.
 """
 
 from __future__ import annotations
