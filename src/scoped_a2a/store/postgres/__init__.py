@@ -39,6 +39,7 @@ from .handover import handover_sealer
 from .listener import Listener, Waiters
 from .queue import PostgresRunQueue
 from .schema import SCHEMA_VERSION, StoreOpenError, prepare
+from .sealed import SealedChannel, channel_sealer
 from .store import PostgresTaskStore
 
 DEFAULT_KEY_FILE = "scoped_a2a-postgres.key"
@@ -109,7 +110,9 @@ async def open_postgres_store(
         policy=Retention(retain, max_ended_tasks, max_ended_bytes, claim_window),
         poll_interval=poll_interval, sync_events=sync_events, lease=lease,
         handover=handover_sealer(key))
-    queue = PostgresRunQueue(store)
+    cancels = SealedChannel(channel_sealer(key, "cancel"), "cancel request")
+    store.leases.cancels = cancels
+    queue = PostgresRunQueue(store, cancels)
     store.queue = queue
     try:
         async with anyio.create_task_group() as tg:
