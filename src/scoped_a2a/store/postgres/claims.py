@@ -91,7 +91,11 @@ def confirm(conn: psycopg.Connection[Any], key: bytes, task_id: str) -> None:
 
 
 def release(conn: psycopg.Connection[Any], key: bytes, task_id: str) -> None:
-    conn.execute("DELETE FROM claims WHERE key = %s AND task_id = %s", (key, task_id))
+    """Drop the claim of a send that failed, unless its task was stored after all: a commit
+    whose answer was lost (connection.CommitUnknown) looks failed to its sender, and dropping
+    the claim then would let the resend run the message a second time."""
+    conn.execute("DELETE FROM claims WHERE key = %s AND task_id = %s AND NOT EXISTS "
+                 "(SELECT 1 FROM tasks WHERE id = %s)", (key, task_id, task_id))
 
 
 def made(conn: psycopg.Connection[Any], task_id: str) -> None:
