@@ -33,6 +33,7 @@ from scoped_a2a.protocol.types import Message, Part, Role, TaskState
 from scoped_a2a.store.postgres import open_postgres_store
 
 from ..redis.test_redis_store import new_task, status, tick
+from ..test_store_sqlite_full import fill, small_disk
 from .cutter import Cutter
 from .server import PostgresServer, shared_server
 
@@ -164,79 +165,54 @@ def _positions(url: str) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def _mount_tmpfs(where: Path, size: str) -> bool:
-    where.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
-                               str(where)], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-def _fill(where: Path) -> Path:
-    """Write a file until the file system is full; the file."""
-    filler = where / "filler"
-    with open(filler, "ab") as out:
-        try:
-            while True:
-                out.write(b"\0" * 65536)
-                out.flush()
-        except OSError:
-            pass
-    return filler
-
-
 async def test_a_full_disk_is_a_clear_error_at_once_and_heals(
     tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
     server = shared_server()
     name = "full_" + uuid.uuid4().hex[:12]
-    small = server.directory / name  # where the postgres user may go (not tmp_path: 0700)
-    if not _mount_tmpfs(small, "24m"):
-        pytest.skip("cannot mount a tmpfs here (needs root): the full-disk test needs one")
-    space = small / "pg"
-    space.mkdir()
-    shutil.chown(small, "postgres", "postgres")
-    shutil.chown(space, "postgres", "postgres")
-    try:
-        server.psql(f"CREATE TABLESPACE {name} LOCATION '{space}'")
-        server.psql(f"CREATE DATABASE {name} OWNER a2a TABLESPACE {name}")
-        url = server.url(name)
-        async with open_postgres_store(url, key_file=tmp_path / "k") as store:
-            kept = new_task()
-            await store.create(kept)
-            await store.append(kept.id, status(kept, TaskState.COMPLETED, "kept"))
-            task = new_task()
-            await store.create(task)
-            filler = await anyio.to_thread.run_sync(_fill, small)
-            caplog.clear()
-            failures = 0
-            big = os.urandom(100_000).hex()  # each event needs new pages (TOAST, which
-            # compresses: random, so it cannot much)
-            with anyio.fail_after(60):  # a hang guard: each call is answered at once
-                for i in range(20):
-                    try:
-                        await store.append(task.id, TrajectoryEvent(
-                            task_id=task.id, context_id=task.context_id,
-                            data={"i": i, "pad": big}))
-                    except ServerUnavailable as exc:
-                        assert "full disk" in str(exc) and "pg_tblspc" not in str(exc), exc
-                        failures += 1
-                    await store.get(kept.id)  # reads go on, and do not end the failure
-            assert failures >= 15, failures  # pages freed inside the files may take a few
-            lines = [r.getMessage() for r in caplog.records if "full disk" in r.getMessage()]
-            assert len(lines) == 1, lines  # one log line for the failure class
-            snap, _ = await store.get(kept.id)  # what was committed is there
-            assert snap.status.state == TaskState.COMPLETED
-            filler.unlink()
-            last = await store.append(task.id, status(task, TaskState.COMPLETED, "done"))
-            assert last == 21 - failures
-            assert (await store.get(task.id))[0].status.state == TaskState.COMPLETED
-            assert any("answers again" in r.getMessage() for r in caplog.records)
-    finally:
-        server.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        server.psql(f"DROP TABLESPACE IF EXISTS {name}")
-        subprocess.run(["umount", "-l", str(small)], capture_output=True, timeout=10)
-        small.rmdir()
+    # Under the server's directory, where the postgres user may go (tmp_path is 0700).
+    with small_disk(server.directory / name, "24m") as small:
+        space = small / "pg"
+        space.mkdir()
+        shutil.chown(space, "postgres", "postgres")
+        try:
+            server.psql(f"CREATE TABLESPACE {name} LOCATION '{space}'")
+            server.psql(f"CREATE DATABASE {name} OWNER a2a TABLESPACE {name}")
+            await _fill_while_writing(server.url(name), small, tmp_path, caplog)
+        finally:
+            server.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            server.psql(f"DROP TABLESPACE IF EXISTS {name}")
 
+
+async def _fill_while_writing(url: str, small: Path, tmp_path: Path,
+                              caplog: pytest.LogCaptureFixture) -> None:
+    async with open_postgres_store(url, key_file=tmp_path / "k") as store:
+        kept = new_task()
+        await store.create(kept)
+        await store.append(kept.id, status(kept, TaskState.COMPLETED, "kept"))
+        task = new_task()
+        await store.create(task)
+        filler = await anyio.to_thread.run_sync(fill, small)
+        caplog.clear()
+        failures = 0
+        big = os.urandom(100_000).hex()  # each event needs new pages (TOAST compresses, but
+        # not random digits much)
+        with anyio.fail_after(60):  # a hang guard: each call is answered at once
+            for i in range(20):
+                try:
+                    await store.append(task.id, TrajectoryEvent(
+                        task_id=task.id, context_id=task.context_id, data={"i": i, "pad": big}))
+                except ServerUnavailable as exc:
+                    assert "full disk" in str(exc) and "pg_tblspc" not in str(exc), exc
+                    failures += 1
+                await store.get(kept.id)  # reads go on, and do not end the failure
+        assert failures >= 15, failures  # pages freed inside the files may take a few
+        lines = [r.getMessage() for r in caplog.records if "full disk" in r.getMessage()]
+        assert len(lines) == 1, lines  # one log line for the failure class
+        snap, _ = await store.get(kept.id)  # what was committed is there
+        assert snap.status.state == TaskState.COMPLETED
+        filler.unlink()
+        last = await store.append(task.id, status(task, TaskState.COMPLETED, "done"))
+        assert last == 21 - failures
+        assert (await store.get(task.id))[0].status.state == TaskState.COMPLETED
+        assert any("answers again" in r.getMessage() for r in caplog.records)
