@@ -89,9 +89,15 @@ def failure(where: str, exc: psycopg.Error) -> str:
     if isinstance(exc, pgerrors.ReadOnlySqlTransaction):
         return (f"the PostgreSQL server {where} is read-only (a standby, or a failover "
                 f"underway): {text}")
-    if isinstance(exc, pgerrors.DiskFull):  # its text names a file of the server: not said
-        return (f"the PostgreSQL server {where} has a full disk (no space left for the "
+    # A full disk under the tables is an error (DiskFull); under the WAL, the server stops
+    # (PANIC) and restarts. The driver's text names a file of the server: not said.
+    if isinstance(exc, pgerrors.DiskFull) or "No space left on device" in text:
+        full = (f"the PostgreSQL server {where} has a full disk (no space left for the "
                 "database's files); try again once space is freed")
+        if isinstance(exc, CommitUnknown):
+            full += ("; the request under way may or may not have taken effect (resend it "
+                     "with the same messageId)")
+        return full
     if "password authentication failed" in text or isinstance(
             exc, pgerrors.InvalidAuthorizationSpecification | pgerrors.InvalidPassword):
         return (f"PostgreSQL at {where} refused the credentials ({text}); check the user and "
