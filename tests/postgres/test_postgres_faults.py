@@ -21,9 +21,11 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import httpx
 import psycopg
 import pytest
 
@@ -32,10 +34,13 @@ from scoped_a2a.protocol.trajectory import TrajectoryEvent
 from scoped_a2a.protocol.types import Message, Part, Role, TaskState
 from scoped_a2a.store.postgres import open_postgres_store
 
+from ..helpers import rpc, text_message
+from ..redis.conftest import Proc
 from ..redis.test_redis_store import new_task, status, tick
 from ..test_store_sqlite_full import fill, small_disk
 from .cutter import Cutter
 from .server import PostgresServer, shared_server
+from .test_postgres_serve import _logs
 
 pytestmark = pytest.mark.anyio
 
@@ -97,6 +102,56 @@ async def test_a_connection_cut_mid_transaction_is_a_clear_error_and_nothing_run
             assert await store.claim_message("alice", "m2", b"fp", "resent") is None
             assert cutter.cuts == 5
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.one_python  # conftest: 3.11 only (a real serve process)
+async def test_sends_whose_commit_was_cut_are_resent_safely_through_a_real_server(
+    pg_url: str, serve: Callable[..., Proc],
+) -> None:
+    server = shared_server()
+    async with anyio.create_task_group() as tg:
+        cutter = Cutter(server.port)
+        port = await tg.start(cutter.serve)
+        proc = serve(pg_url.replace(f":{server.port}/", f":{port}/"))
+        url = await proc.url()
+        async with httpx.AsyncClient(timeout=30) as client:
+            # A blocking send: its task committed, the answer lost. No run started, so
+            # its resend runs the message (as a new task).
+            msg = text_message("hi")
+            cutter.arm(b"INSERT INTO tasks", "after")
+            first = await rpc(client, url, "SendMessage", {"message": msg})
+            assert first["error"]["code"] == -32000, first
+            assert "may or may not have taken effect" in first["error"]["message"]
+            with anyio.fail_after(30):
+                again = await rpc(client, url, "SendMessage", {"message": msg})
+            assert again["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+            # A detached send: its task and queued run committed, the answer lost. Its
+            # resend is that task, and the run executes once.
+            msg = text_message("sleep 0.2")
+            params = {"message": msg, "configuration": {"returnImmediately": True}}
+            cutter.arm(b"INSERT INTO runs", "after")
+            first = await rpc(client, url, "SendMessage", params)
+            assert first["error"]["code"] == -32000, first
+            task_id = (await rpc(client, url, "SendMessage", params))["result"]["task"]["id"]
+            with anyio.fail_after(30):
+                while (await rpc(client, url, "GetTask", {"id": task_id}))["result"][
+                        "status"]["state"] != "TASK_STATE_COMPLETED":
+                    await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
+    assert cutter.cuts == 2
+    tasks = await anyio.to_thread.run_sync(_tasks_of, pg_url, msg["messageId"])
+    assert tasks == [task_id]  # one task holds the detached message...
+    log = (await anyio.to_thread.run_sync(_logs, pg_url))[task_id]
+    starts = [e for e in log if e.get("data", {}).get("type") == "start"]
+    assert len(starts) == 1, log  # ... and its run started once
+
+
+def _tasks_of(url: str, message_id: str) -> list[str]:
+    """The tasks whose history holds the message ``message_id``."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT id FROM scoped_a2a.tasks WHERE position(%s in "
+                            "convert_from(snap, 'UTF8')) > 0", (message_id,)).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 @pytest.mark.one_python  # conftest: 3.11 only (two postmasters and a base backup)
