@@ -13,7 +13,8 @@ Any number of processes on any machines may use one schema. Modules: :mod:`.conn
 pool, errors, credentials), :mod:`.schema` (tables and versions), :mod:`.listener`
 (LISTEN/NOTIFY wake-ups), :mod:`.store` (the TaskStore), :mod:`.queue` (the run queue),
 :mod:`.claims`, :mod:`.leases` (liveness leases of interactive runs), :mod:`.handover`
-(follow-ups to the replica holding their run). docs/postgres.md says what it keeps and how it fails.
+(follow-ups to the replica holding their run), :mod:`.sealed` (the NOTIFY payloads replicas
+obey, sealed). docs/postgres.md says what it keeps and how it fails.
 """
 
 from __future__ import annotations
