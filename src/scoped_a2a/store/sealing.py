@@ -44,45 +44,73 @@ def load_key(path: Path, *, sealed: bytes | None = None) -> bytes:
     key file is not created afresh (every sealed config would then fail its seal) and a key
     that does not open it is refused. A key file other users can read is refused too (it would
     make the seal pointless). Each refusal is a ValueError whose message says what to do.
+    Processes starting together (replicas, ``serve`` and ``worker``) all get the one key: the
+    file appears whole or not at all (:func:`_create`).
     """
+    if sealed is None:
+        key = _create(path)
+        if key is not None:
+            return key
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600) if sealed is None \
-            else -1
-    except FileExistsError:
-        fd = -1
-    if fd < 0:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ValueError(f"the key file {path} is missing, and the store holds push configs "
+                         "sealed with it: restore it from where you keep it (or move the "
+                         "store away to start afresh)") from None
+    if not stat.S_ISREG(mode):  # a FIFO would block the read forever
+        raise ValueError(f"the key file {path} is not a regular file; give the store's "
+                         "key file, or move it away")
+    if mode & 0o077:
+        raise ValueError(f"the key file {path} can be read by other users (mode "
+                         f"{mode & 0o777:o}): chmod 600 {path}")
+    key = path.read_bytes()
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"the key file {path} is not a store key ({KEY_BYTES} bytes); "
+                         "restore it from where you keep it, or move it away to start "
+                         "afresh (sealed push configs are then unreadable)") from None
+    if sealed is not None:
         try:
-            mode = path.stat().st_mode
-        except FileNotFoundError:
-            raise ValueError(f"the key file {path} is missing, and the store holds push configs "
-                             "sealed with it: restore it from where you keep it (or move the "
-                             "store away to start afresh)") from None
-        if not stat.S_ISREG(mode):  # a FIFO would block the read forever
-            raise ValueError(f"the key file {path} is not a regular file; give the store's "
-                             "key file, or move it away")
-        if mode & 0o077:
-            raise ValueError(f"the key file {path} can be read by other users (mode "
-                             f"{mode & 0o777:o}): chmod 600 {path}")
-        key = path.read_bytes()
-        if len(key) != KEY_BYTES:
-            raise ValueError(f"the key file {path} is not a store key ({KEY_BYTES} bytes); "
-                             "restore it from where you keep it, or move it away to start "
-                             "afresh (sealed push configs are then unreadable)") from None
-        if sealed is not None:
-            try:
-                Sealer(key).open(sealed)
-            except SealBroken:
-                raise ValueError(f"the key file {path} does not open the push configs this "
-                                 "store sealed (another store's key?): restore the right key "
-                                 "file") from None
-        return key
+            Sealer(key).open(sealed)
+        except SealBroken:
+            raise ValueError(f"the key file {path} does not open the push configs this "
+                             "store sealed (another store's key?): restore the right key "
+                             "file") from None
+    return key
+
+
+def _create(path: Path) -> bytes | None:
+    """A new random key in ``path``, or None if the file exists (another process's).
+
+    Written to a file of its own first, then hard-linked to ``path``, which fails if the file
+    exists: a process reading ``path`` meanwhile never sees it empty or half-written (creating
+    ``path`` itself and then writing it did: a second process starting at the same moment
+    read it empty and refused to start)."""
     key = secrets.token_bytes(KEY_BYTES)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    _write_new(tmp, key)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return None
+    except OSError:  # a file system without hard links: in place (not atomic), as before
+        return key if _write_new(path, key) else None
+    finally:
+        os.unlink(tmp)
+    return key
+
+
+def _write_new(path: Path, key: bytes) -> bool:
+    """Create ``path`` (0600) holding ``key``; False if it exists."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
     try:
         os.write(fd, key)
         os.fsync(fd)
     finally:
         os.close(fd)
-    return key
+    return True
 
 
 class Sealer:
