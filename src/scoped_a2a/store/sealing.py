@@ -20,6 +20,7 @@ Errors: :class:`SealBroken` for a value that does not open; :func:`load_key` rai
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -85,9 +86,16 @@ def _create(path: Path) -> bytes | None:
     exists: a process reading ``path`` meanwhile never sees it empty or half-written (creating
     ``path`` itself and then writing it did: a second process starting at the same moment
     read it empty and refused to start)."""
+    if os.path.lexists(path):  # the usual start: nothing to write (a full disk may refuse)
+        return None
     key = secrets.token_bytes(KEY_BYTES)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    _write_new(tmp, key)
+    try:
+        _write_new(tmp, key)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     try:
         os.link(tmp, path)
     except FileExistsError:
