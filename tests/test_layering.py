@@ -228,3 +228,23 @@ def test_protobuf_stays_out_of_the_core_client() -> None:
         if "google" in found["external"] or (grpc_internal and eager):
             offenders.append(name)
     assert not offenders, f"these client modules import protobuf eagerly: {offenders}"
+
+
+def test_no_store_backend_imports_another() -> None:
+    # What the stores share (sealing, retention policy, log codecs, claims, leases) lives in
+    # store/ itself; a backend package (store/sqlite/, store/redis/, store/postgres/) never
+    # reaches into another's, so each can change, or be left uninstalled, on its own.
+    modules = _modules()
+    backends = {f"{PACKAGE}.store.{b}" for b in ("sqlite", "redis", "postgres")}
+    assert backends <= modules.keys(), "a store backend package is missing: is SRC right?"
+
+    def backend(module: str) -> str | None:
+        return next((b for b in backends if module == b or module.startswith(b + ".")), None)
+
+    offenders = sorted(
+        f"{name} -> {target}"
+        for name, path in modules.items() if (here := backend(name)) is not None
+        for target in _imports(name, path, modules)["internal"]
+        if backend(target) not in (None, here)
+    )
+    assert not offenders, "store backends importing each other:\n" + "\n".join(offenders)

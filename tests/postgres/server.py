@@ -65,12 +65,15 @@ class PostgresServer:
         if os.geteuid() == 0:
             shutil.chown(path, "postgres", "postgres")
 
-    def init(self) -> None:
+    def _prepare(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.directory.chmod(0o755)
         self._chown(self.directory)
         self.sockets.mkdir(exist_ok=True)
         self._chown(self.sockets)
+
+    def init(self) -> None:
+        self._prepare()
         subprocess.run([*_as_postgres(), str(self.bins / "initdb"), "-D", str(self.data),
                         "-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
                         "-E", "UTF8", "--no-instructions"],
@@ -111,6 +114,26 @@ class PostgresServer:
              "-p", str(self.port), "-U", "postgres", "-d", database, "-XAtqc", sql],
             check=True, capture_output=True, text=True)
         return done.stdout
+
+    def standby(self) -> PostgresServer:
+        """A streaming replica of this server (``pg_basebackup -R``: it follows this one's
+        WAL and is read-only until promoted), started on a port of its own; the caller
+        destroys it."""
+        other = PostgresServer(Path(tempfile.mkdtemp(prefix="scoped-a2a-pg-standby-")))
+        other._prepare()
+        done = subprocess.run(
+            [*_as_postgres(), str(self.bins / "pg_basebackup"), "-D", str(other.data), "-R",
+             "-X", "stream", "-c", "fast", "-h", str(self.sockets), "-p", str(self.port),
+             "-U", "postgres"], check=False, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            other.destroy()
+            raise RuntimeError(f"pg_basebackup failed: {done.stderr[-2000:]}")
+        other.start()
+        return other
+
+    def promote(self) -> None:
+        """Make this standby a primary (waits until it accepts writes)."""
+        self.psql("SELECT pg_promote()")
 
     def postmaster_pid(self) -> int:
         return int((self.data / "postmaster.pid").read_text().split()[0])

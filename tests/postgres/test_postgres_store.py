@@ -228,16 +228,36 @@ class _Runner:
         return self.runs.get(task_id)
 
 
-async def test_a_cancel_on_one_replica_reaches_the_run_on_the_other(
-    pg_url: str, tmp_path: Path,
+async def test_a_cancel_on_one_replica_reaches_the_run_on_the_other_and_forged_ones_are_dropped(
+    pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    from scoped_a2a.store.postgres.sealed import SealedChannel, channel_sealer
+
     async with two(pg_url, tmp_path) as (a, b):
-        run = _Run()
-        runner = _Runner({"t-1": run})
+        run, other = _Run(), _Run()
+        runner = _Runner({"t-1": run, "t-3": other})
         b.queue.bind(runner)
+        # Any role of the database may NOTIFY on the cancel channel: a bare task id, one
+        # sealed with another key file, and a payload sealed for the hand-over channel are
+        # all dropped (logged), and the run goes on.
+        stranger = SealedChannel(channel_sealer(os.urandom(32), "cancel"), "cancel request")
+        for forged in ("t-1", "not base64!", stranger.wrap(b"t-1"),
+                       b.handover.sealed.wrap(b"t-1")):
+            await a.pool.run(lambda c, f=forged: c.execute(
+                "SELECT pg_notify(%s, %s)", (a.queue.cancel_channel, f)))
         await a.queue.cancel_elsewhere("t-2")  # a run b does not hold: nothing happens
-        await a.queue.cancel_elsewhere("t-1")
+        await a.queue.cancel_elsewhere("t-3")
         with anyio.fail_after(30):  # a hang guard: only b's listener can deliver it
+            await other.cancelled.wait()
+        # Notifications reach b's listener in the order they were sent: the forged ones
+        # were handled before the genuine one.
+        assert run.reasons == [] and other.reasons == ["CancelTask"]
+        dropped = [r.getMessage() for r in caplog.records if "dropped a cancel" in
+                   r.getMessage()]
+        # One line per listener (a's and b's), however many were dropped: at most one a minute.
+        assert 1 <= len(dropped) <= 2, dropped
+        await a.queue.cancel_elsewhere("t-1")
+        with anyio.fail_after(30):
             await run.cancelled.wait()
         assert run.reasons == ["CancelTask"]
 

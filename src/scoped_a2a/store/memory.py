@@ -31,7 +31,7 @@ import anyio
 import msgspec
 
 from ..protocol.errors import InvalidParams, TaskNotFound
-from ..protocol.trajectory import LogEvent, TrajectoryEvent
+from ..protocol.trajectory import LogEvent
 from ..protocol.types import (
     ListTasksRequest,
     Task,
@@ -44,20 +44,11 @@ from .batched import InBatch
 from .claims import DEFAULT_CLAIM_WINDOW, MemoryClaims, PriorSend, claim_key
 from .cooling import Cooling
 from .packed import Frozen, Packed
+from .records import DECODERS, KIND_OF, decode_task
 from .snapshot import apply_event
 
 _encoder = msgspec.json.Encoder()
-_decode_task = msgspec.json.Decoder(Task).decode
-
-# An ended task's log keeps one byte per event saying which type to decode it as.
-_KIND_OF: dict[type[Any], int] = {
-    TaskStatusUpdateEvent: ord("s"), TaskArtifactUpdateEvent: ord("a"), TrajectoryEvent: ord("t"),
-}
-_DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
-    ord("s"): msgspec.json.Decoder(TaskStatusUpdateEvent),
-    ord("a"): msgspec.json.Decoder(TaskArtifactUpdateEvent),
-    ord("t"): msgspec.json.Decoder(TrajectoryEvent),
-}
+# An ended task's log keeps one byte per event saying which type to decode it as (records.py).
 
 DEFAULT_MAX_ENDED_BYTES = 256 << 20
 """256 MiB of ended tasks by default: a few hundred large (1 MiB) conversations, or the whole
@@ -142,7 +133,7 @@ class _Record:
         if self.task is not None:
             return self.task
         assert self.ended is not None
-        return _decode_task(self.ended.snapshot_json())
+        return decode_task(self.ended.snapshot_json())
 
     def freeze(self) -> int:
         """Drop the object trees of an ended task, keeping its JSON; return the bytes counted."""
@@ -150,7 +141,7 @@ class _Record:
         self.first = self.events[0].position if self.events else self.last + 1
         frozen = Frozen(
             _encode(self.task), tuple(e.encoded for e in self.events),
-            bytes(_KIND_OF[type(e.event)] for e in self.events),
+            bytes(KIND_OF[type(e.event)] for e in self.events),
         )
         self.ended = frozen
         self.task = None
@@ -187,9 +178,9 @@ class _Record:
         snapshot, events = ended.page(lo, hi)
         kinds = ended.kinds
         return [
-            LogEntry(start + k, _DECODERS[kinds[lo + k]].decode(js), js)
+            LogEntry(start + k, DECODERS[kinds[lo + k]].decode(js), js)
             for k, js in enumerate(events)
-        ], _decode_task(snapshot)
+        ], decode_task(snapshot)
 
     def first_kept(self) -> int:
         if self.task is not None:

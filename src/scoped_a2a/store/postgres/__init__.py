@@ -13,7 +13,8 @@ Any number of processes on any machines may use one schema. Modules: :mod:`.conn
 pool, errors, credentials), :mod:`.schema` (tables and versions), :mod:`.listener`
 (LISTEN/NOTIFY wake-ups), :mod:`.store` (the TaskStore), :mod:`.queue` (the run queue),
 :mod:`.claims`, :mod:`.leases` (liveness leases of interactive runs), :mod:`.handover`
-(follow-ups to the replica holding their run). docs/postgres.md says what it keeps and how it fails.
+(follow-ups to the replica holding their run), :mod:`.sealed` (the NOTIFY payloads replicas
+obey, sealed). docs/postgres.md says what it keeps and how it fails.
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from ...protocol.errors import ServerUnavailable
 from ..claims import DEFAULT_CLAIM_WINDOW
 from ..liveness import DEFAULT_LEASE, keep_alive, retire
 from ..memory import DEFAULT_MAX_ENDED_BYTES
-from ..sqlite.retention import Retention
-from ..sqlite.seal import Sealer, load_key
+from ..retention import Retention
+from ..sealing import Sealer, load_key
 from .connection import Pool, connect, display, failure
 from .handover import handover_sealer
 from .listener import Listener, Waiters
 from .queue import PostgresRunQueue
 from .schema import SCHEMA_VERSION, StoreOpenError, prepare
+from .sealed import SealedChannel, channel_sealer
 from .store import PostgresTaskStore
 
 DEFAULT_KEY_FILE = "scoped_a2a-postgres.key"
@@ -109,7 +111,9 @@ async def open_postgres_store(
         policy=Retention(retain, max_ended_tasks, max_ended_bytes, claim_window),
         poll_interval=poll_interval, sync_events=sync_events, lease=lease,
         handover=handover_sealer(key))
-    queue = PostgresRunQueue(store)
+    cancels = SealedChannel(channel_sealer(key, "cancel"), "cancel request")
+    store.leases.cancels = cancels
+    queue = PostgresRunQueue(store, cancels)
     store.queue = queue
     try:
         async with anyio.create_task_group() as tg:

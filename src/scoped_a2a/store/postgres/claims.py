@@ -91,7 +91,15 @@ def confirm(conn: psycopg.Connection[Any], key: bytes, task_id: str) -> None:
 
 
 def release(conn: psycopg.Connection[Any], key: bytes, task_id: str) -> None:
-    conn.execute("DELETE FROM claims WHERE key = %s AND task_id = %s", (key, task_id))
+    """Drop the claim of a send that failed, unless it is the made claim of a queued run's
+    task: a commit whose answer was lost (connection.CommitUnknown) looks failed to its sender,
+    and the run it queued will execute, so the resend must find that task, not run the message
+    a second time. An interactive task stored so has no run (its sender failed before starting
+    one): its claim goes, and the resend runs the message as a new task. A follow-up's claim is
+    pending until confirmed: it goes."""
+    conn.execute("DELETE FROM claims c WHERE key = %s AND task_id = %s AND NOT "
+                 "(pending_until IS NULL AND EXISTS (SELECT 1 FROM tasks t WHERE "
+                 "t.id = c.task_id AND t.process IS NULL))", (key, task_id))
 
 
 def made(conn: psycopg.Connection[Any], task_id: str) -> None:

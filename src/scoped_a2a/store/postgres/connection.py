@@ -17,7 +17,11 @@ Errors. A failure to reach the server (refused, reset, the postmaster restarted,
 drops every idle connection (they are as stale as the one that failed) and raises
 ServerUnavailable with one line; the next operation connects afresh, so the store recovers by
 itself when the database returns. Each distinct failure is logged once, and its recovery once.
-An operation marked ``retry`` (a read) is tried once more on a fresh connection first.
+An operation marked ``retry`` (a read) is tried once more on a fresh connection first. A
+connection lost while its ``COMMIT`` was under way (:class:`CommitUnknown`) says that the
+change may have been stored: the caller must not take the error as "nothing happened" (a send
+releases no claim of a task that was stored: claims.py), and a client's resend with the same
+messageId is the safe retry (docs/exactly-once.md).
 
 Cancellation: an operation handed to its thread runs to its end (commit or rollback) even when
 its caller is cancelled, so it has happened completely or not at all; the caller sees the
@@ -50,12 +54,21 @@ KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
 """TCP keepalives: a connection to a host that vanished (no reset) is found dead in ~25 s."""
 
 
+class CommitUnknown(psycopg.OperationalError):
+    """The connection was lost while its transaction was committing: it may have committed."""
+
+
 def display(url: str) -> str:
-    """``host:port/database`` of a store URL, without user or password (what logs show)."""
+    """``host:port/database`` of a store URL, without user or password (what logs show); a
+    URL naming several hosts (libpq tries them in turn: a failover) shows them all."""
     try:
         parts = urlsplit(url)
-        host = parts.hostname or "(PGHOST)"
-        port = f":{parts.port}" if parts.port else ""
+        netloc = parts.netloc.rpartition("@")[2]  # never the user or password
+        if "," in netloc:
+            host, port = netloc, ""
+        else:
+            host = parts.hostname or "(PGHOST)"
+            port = f":{parts.port}" if parts.port else ""
     except ValueError:
         return "(the --store URL)"
     db = parts.path.lstrip("/") or "(PGDATABASE)"
@@ -76,12 +89,23 @@ def failure(where: str, exc: psycopg.Error) -> str:
     if isinstance(exc, pgerrors.ReadOnlySqlTransaction):
         return (f"the PostgreSQL server {where} is read-only (a standby, or a failover "
                 f"underway): {text}")
-    if isinstance(exc, pgerrors.DiskFull):
-        return f"the PostgreSQL server {where} has a full disk: {text}"
+    # A full disk under the tables is an error (DiskFull); under the WAL, the server stops
+    # (PANIC) and restarts. The driver's text names a file of the server: not said.
+    if isinstance(exc, pgerrors.DiskFull) or "No space left on device" in text:
+        full = (f"the PostgreSQL server {where} has a full disk (no space left for the "
+                "database's files); try again once space is freed")
+        if isinstance(exc, CommitUnknown):
+            full += ("; the request under way may or may not have taken effect (resend it "
+                     "with the same messageId)")
+        return full
     if "password authentication failed" in text or isinstance(
             exc, pgerrors.InvalidAuthorizationSpecification | pgerrors.InvalidPassword):
         return (f"PostgreSQL at {where} refused the credentials ({text}); check the user and "
                 "password in --store or PGUSER/PGPASSWORD")
+    if isinstance(exc, CommitUnknown):
+        return (f"the connection to PostgreSQL at {where} was lost while committing, so this "
+                f"request may or may not have taken effect (resend it with the same "
+                f"messageId): {text}")
     if isinstance(exc, psycopg.OperationalError):
         return f"PostgreSQL at {where} cannot be reached: {text}"
     return f"the PostgreSQL store at {where} failed: {text}"
@@ -116,6 +140,7 @@ class Pool:
         self._slots = anyio.CapacityLimiter(size)
         self._threads = anyio.CapacityLimiter(size)
         self._failing: str | None = None  # the failure last logged (logged once until it heals)
+        self._writes_failing = False  # ... and it fails writes only (read-only, a full disk)
 
     async def run(self, fn: Callable[[psycopg.Connection[Any]], T], *, retry: bool = False,
                   transaction: bool = True) -> T:
@@ -137,7 +162,9 @@ class Pool:
                     if isinstance(exc, pgerrors.ReadOnlySqlTransaction | pgerrors.DiskFull):
                         raise self._failed(exc) from None
                     raise
-                if self._failing is not None:
+                # A read (``retry``) that works says nothing of a server failing writes only:
+                # reads and writes interleaved must not log the failure again at every write.
+                if self._failing is not None and not (self._writes_failing and retry):
                     log.warning("PostgreSQL at %s answers again", self.where)
                     self._failing = None
                 self._idle.append(conn)
@@ -148,13 +175,18 @@ class Pool:
               conn: psycopg.Connection[Any] | None, transaction: bool
               ) -> tuple[T, psycopg.Connection[Any]]:
         c = conn if conn is not None and not conn.closed else connect(self.url, self.schema)
+        done = False
         try:
             if not transaction:
                 return fn(c), c
             with c.transaction():
-                return fn(c), c
-        except psycopg.OperationalError:
+                result = fn(c)
+                done = True  # what raises from here on is the COMMIT's
+            return result, c
+        except psycopg.OperationalError as exc:
             c.close()
+            if done:
+                raise CommitUnknown(reason(exc)) from exc
             raise
         except BaseException:
             if c.broken or c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -169,6 +201,8 @@ class Pool:
         if kind != self._failing:
             log.warning("%s", text)
             self._failing = kind
+            self._writes_failing = isinstance(
+                exc, pgerrors.ReadOnlySqlTransaction | pgerrors.DiskFull)
         return ServerUnavailable(text)
 
     def _drop_idle(self) -> None:

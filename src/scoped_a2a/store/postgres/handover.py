@@ -12,14 +12,11 @@ with a large part) is stored in the table ``handover`` and the payload names it
 arrives; the receiver reads it (one query, in this store's task group, never on the listener's
 loop). Rows are deleted a minute after they were written, by the next large send.
 
-Sealed. Any role that may connect to the database may LISTEN to, and NOTIFY on, any channel
-(PostgreSQL has no privilege for either), and a follow-up carries the caller's words and is
-delivered to a run without its caller's credentials being checked again. So every envelope is
-sealed (encrypted and authenticated, :class:`..sqlite.seal.Sealer`) with a key derived from the
-push-config key file every replica already shares: another role sees opaque bytes, and what it
-forges is dropped (logged). Not prevented: replaying a sealed envelope it saw (the holder
-delivers a follow-up only to a run parked in ``ctx.ask``, so a replay reaches at most a run of
-the same task asking again).
+Sealed (:mod:`.sealed`, as cancel requests are). Any role that may connect to the database
+may LISTEN and NOTIFY on any channel, and a follow-up carries the caller's words and is
+delivered to a run without its caller's credentials being checked again: every envelope is
+sealed with a key derived from the push-config key file every replica already shares, so
+another role sees opaque bytes and what it forges is dropped (logged).
 
 Delivery is at most once (a listener reconnecting misses what was sent meanwhile), as with
 Redis pub/sub: the protocol bounds every wait (``runtime/handover.py``).
@@ -31,9 +28,6 @@ Errors: ServerUnavailable when the database cannot be used.
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
-import hmac
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -43,9 +37,10 @@ import psycopg
 
 from ...protocol.errors import ServerUnavailable
 from ...protocol.ids import new_id
-from ..sqlite.seal import SealBroken, Sealer
+from ..sealing import Sealer
 from .connection import Pool
 from .schema import NOW
+from .sealed import SealedChannel, channel_sealer
 
 log = logging.getLogger("scoped_a2a.postgres")
 
@@ -58,7 +53,7 @@ KEEP = 60.0
 
 def handover_sealer(key: bytes) -> Sealer:
     """The sealer of hand-over envelopes: its own key, derived from the push-config key."""
-    return Sealer(hmac.new(key, b"scoped-a2a postgres hand-over", hashlib.sha256).digest())
+    return channel_sealer(key, "hand-over")
 
 
 class PostgresHandover:
@@ -67,7 +62,7 @@ class PostgresHandover:
     def __init__(self, pool: Pool, process_id: str, sealer: Sealer) -> None:
         self.pool = pool
         self.process_id = process_id
-        self.sealer = sealer
+        self.sealed = SealedChannel(sealer, "hand-over envelope")
         self.channel = f"{pool.schema}_handover"
         self.receivers: list[Callable[[bytes], None]] = []
         self.tg: anyio.abc.TaskGroup | None = None
@@ -79,7 +74,7 @@ class PostgresHandover:
     async def send(self, to: str | None, payload: bytes) -> None:
         target = "*" if to is None else to
         channel = self.channel
-        payload = self.sealer.seal(payload)
+        payload = self.sealed.seal(payload)
         if len(payload) * 4 // 3 + 4 <= MAX_INLINE:  # its base64 fits
             text = f"{target} {base64.b64encode(payload).decode()}"
             await self.pool.run(lambda c: c.execute("SELECT pg_notify(%s, %s)", (channel, text)))
@@ -100,12 +95,7 @@ class PostgresHandover:
         if target not in ("*", self.process_id) or not body:
             return
         if not body.startswith("@"):
-            try:
-                sealed = base64.b64decode(body, validate=True)
-            except binascii.Error:
-                log.warning("dropped a hand-over notification that is not base64")
-                return
-            self._deliver(sealed)
+            self._deliver(self.sealed.unwrap(body))
         elif self.tg is not None:
             self.tg.start_soon(self._fetch, body[1:])
 
@@ -117,14 +107,10 @@ class PostgresHandover:
             log.info("could not read a hand-over envelope (%s)", exc)
             return
         if row is not None:
-            self._deliver(bytes(row[0]))
+            self._deliver(self.sealed.open(bytes(row[0])))
 
-    def _deliver(self, sealed: bytes) -> None:
-        try:
-            payload = self.sealer.open(sealed)
-        except SealBroken:
-            log.warning("dropped a hand-over envelope that does not open with this key (sent "
-                        "by a replica with another key file, or forged)")
+    def _deliver(self, payload: bytes | None) -> None:
+        if payload is None:  # forged, or another key file (logged)
             return
         for receiver in self.receivers:
             receiver(payload)

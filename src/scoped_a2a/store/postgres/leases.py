@@ -9,7 +9,8 @@ period. :meth:`PostgresLeases.lapsed` locks lapsed processes with ``FOR UPDATE S
 and hands each to one reaper for half a lease (``reaping_until``: a reaper that died is
 replaced soon, and the next batch of a large process goes out quickly); a lapsed process none
 of whose tasks still runs is forgotten. Each task handed out is also announced on the cancel
-channel, so a process that is alive after all (a network partition) stops its run at once.
+channel (sealed, :mod:`.sealed`), so a process that is alive after all (a network partition)
+stops its run at once.
 
 Cancellation: each call is one transaction (connection.py), committed whole or not at all.
 Errors: ServerUnavailable when the database cannot be used.
@@ -27,6 +28,7 @@ from ...protocol.ids import new_id
 from ..process_leases import DEFAULT_LEASE
 from .connection import Pool
 from .schema import NOW
+from .sealed import SealedChannel
 
 MAX_TASKS = 1000
 """Tasks of one lapsed process handed out per check (the next check gets the rest)."""
@@ -44,6 +46,9 @@ class PostgresLeases:
         self.lease = lease
         self.process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         self.cancel_channel = f"{pool.schema}_cancel"
+        self.cancels: SealedChannel | None = None
+        """Seals the cancel requests of lapsed processes' tasks (set by ``open_postgres_store``;
+        None: none are sent, and only the lease rule stops those runs)."""
         self._first = True
         self._tried = False
 
@@ -72,7 +77,8 @@ class PostgresLeases:
         return ok or first
 
     async def lapsed(self) -> list[tuple[str, list[str]]]:
-        me, half, channel = self.process_id, self.lease / 2, self.cancel_channel
+        me, half, channel, cancels = (self.process_id, self.lease / 2, self.cancel_channel,
+                                      self.cancels)
 
         def run(conn: psycopg.Connection[Any]) -> list[tuple[str, list[str]]]:
             dead = [r[0] for r in conn.execute(
@@ -90,8 +96,9 @@ class PostgresLeases:
                     continue
                 conn.execute(f"UPDATE processes SET reaping_until = {NOW} + %s WHERE id = %s",
                              (half, process))
-                conn.execute("SELECT pg_notify(%s, t) FROM unnest(%s::text[]) t",
-                             (channel, ids))
+                if cancels is not None:  # sealed here, in the worker thread (CPU)
+                    conn.execute("SELECT pg_notify(%s, t) FROM unnest(%s::text[]) t",
+                                 (channel, [cancels.wrap(i.encode()) for i in ids]))
                 out.append((process, ids))
             return out
 

@@ -3,7 +3,10 @@
 Producer side (a :class:`~scoped_a2a.store.launcher.RunLauncher`): :meth:`PostgresRunQueue.submit`
 stores the new task and its run in one transaction (then ``NOTIFY <schema>_queued``), so a send
 is acknowledged only once both are committed. :meth:`cancel_elsewhere` notifies
-``<schema>_cancel``; every process's listener hands it to the runners bound there.
+``<schema>_cancel`` with the task id sealed (:mod:`.sealed`: any role of the database may
+NOTIFY, and an order to stop a run must come from a replica); every process's listener hands
+it to :meth:`PostgresRunQueue.on_cancel`, which drops what does not open and cancels the run
+of the task named if a runner bound here holds it.
 
 Consumer side (a :class:`~scoped_a2a.store.launcher.DurableQueue`, used by
 ``runtime.durable_worker.Worker``): :meth:`read_new` hands rows no worker has had to one worker
@@ -29,6 +32,7 @@ import psycopg
 from ...protocol.types import Message, Task, TaskState
 from ..launcher import Job, RunRegistry
 from .schema import NOW
+from .sealed import SealedChannel
 from .store import PostgresTaskStore, load_snapshot
 
 log = logging.getLogger("scoped_a2a.postgres.queue")
@@ -49,8 +53,10 @@ class PostgresRunQueue:
 
     runs_elsewhere = True
 
-    def __init__(self, store: PostgresTaskStore) -> None:
+    def __init__(self, store: PostgresTaskStore, cancels: SealedChannel) -> None:
         self.store = store
+        self.cancels = cancels
+        """Seals and opens the cancel channel's payloads (shared with the liveness leases)."""
         self.pool = store.pool
         self.waiters = store.waiters
         self.queued_channel = f"{self.pool.schema}_queued"
@@ -62,8 +68,13 @@ class PostgresRunQueue:
     def bind(self, runner: RunRegistry) -> None:
         self._runners.add(runner)
 
-    def on_cancel(self, task_id: str) -> None:
-        """A cancel request from another process (the listener's ``cancel`` channel)."""
+    def on_cancel(self, payload: str) -> None:
+        """A cancel request from another process (the listener's ``cancel`` channel): the
+        task id, sealed. One that does not open is dropped (logged)."""
+        opened = self.cancels.unwrap(payload)
+        if opened is None:
+            return
+        task_id = opened.decode(errors="replace")
         for runner in list(self._runners):
             run = runner.get(task_id)
             if run is not None:
@@ -88,8 +99,9 @@ class PostgresRunQueue:
         self.waiters.wake_queue()
 
     async def cancel_elsewhere(self, task_id: str) -> None:
+        payload = self.cancels.wrap(task_id.encode())
         await self.pool.run(lambda c: c.execute("SELECT pg_notify(%s, %s)",
-                                                (self.cancel_channel, task_id)))
+                                                (self.cancel_channel, payload)))
 
     # --- DurableQueue ---------------------------------------------------------------------
 

@@ -50,7 +50,8 @@ MIGRATIONS: dict[int, list[str]] = {
             task bigint NOT NULL REFERENCES tasks (seq) ON DELETE CASCADE,
             pos bigint NOT NULL, kind smallint NOT NULL, body bytea NOT NULL,
             PRIMARY KEY (task, pos))""",
-        # Push configs, sealed (..sqlite.seal); ``cursor``/``state``/``v1``: how far its watch got.
+        # Push configs, sealed (store/sealing.py); ``cursor``/``state``/``v1``: how far its
+        # watch got.
         """CREATE TABLE push (
             task bigint NOT NULL REFERENCES tasks (seq) ON DELETE CASCADE,
             config_id text NOT NULL, body bytea NOT NULL, cursor bigint NOT NULL,

@@ -67,10 +67,10 @@ from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bound
 from ..claims import PriorSend, claim_key
 from ..handover import HandoverTransport
 from ..process_leases import DEFAULT_LEASE, ProcessLeases
+from ..records import DECODERS, KIND_OF, TRAJECTORY, decode_task
+from ..retention import Retention
+from ..sealing import Sealer
 from ..snapshot import apply_event
-from ..sqlite.records import DECODERS, KIND_OF, TRAJECTORY, decode_task
-from ..sqlite.retention import Retention
-from ..sqlite.seal import Sealer
 from . import claims
 from .connection import Pool
 from .handover import PostgresHandover

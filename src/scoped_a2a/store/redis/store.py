@@ -47,15 +47,14 @@ from ...protocol.trajectory import LogEvent, TrajectoryEvent
 from ...protocol.types import (
     ListTasksRequest,
     Task,
-    TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
-    TaskStatusUpdateEvent,
 )
 from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
 from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend
 from ..handover import HandoverTransport
 from ..launcher import RunLauncher
 from ..liveness import DEFAULT_LEASE, ProcessLeases
+from ..records import DECODERS, KIND_OF, decode_task
 from ..snapshot import apply_event
 from . import scripts
 from .claims import RedisClaims
@@ -65,16 +64,10 @@ from .leases import RedisLeases
 from .queue import RunQueue
 
 _encode = msgspec.json.Encoder().encode
-_decode_task = msgspec.json.Decoder(Task).decode
 _decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
-_KIND_OF: dict[type[Any], bytes] = {
-    TaskStatusUpdateEvent: b"s", TaskArtifactUpdateEvent: b"a", TrajectoryEvent: b"t",
-}
-_DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {
-    b"s": msgspec.json.Decoder(TaskStatusUpdateEvent),
-    b"a": msgspec.json.Decoder(TaskArtifactUpdateEvent),
-    b"t": msgspec.json.Decoder(TrajectoryEvent),
-}
+# A stream entry keeps its event's kind (records.py) as a one-byte string.
+_KIND_OF: dict[type[Any], bytes] = {t: bytes((k,)) for t, k in KIND_OF.items()}
+_DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {bytes((k,)): d for k, d in DECODERS.items()}
 _CACHE_SIZE = 1024  # snapshots of tasks this process writes to, to skip a read per append
 
 
@@ -198,7 +191,7 @@ class RedisTaskStore(TaskStore):
         self.local.snapshot_is(task.id, args[1])
         self.local.saw(task.id, 0, tick)
         # Its runner appends next: a copy of its own to fold into spares that append a read.
-        self._remember(task.id, _decode_task(args[1]), 0)
+        self._remember(task.id, decode_task(args[1]), 0)
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         raw = await self.conn.call(
@@ -206,7 +199,7 @@ class RedisTaskStore(TaskStore):
         )
         if raw[0] is None:
             raise TaskNotFound(f"task {task_id!r} not found")
-        return _decode_task(raw[0]), int(raw[1] or 0)
+        return decode_task(raw[0]), int(raw[1] or 0)
 
     async def owner_of(self, task_id: str) -> str:
         # The owner is a field of the task's hash, written with it by CREATE: every replica
@@ -259,8 +252,8 @@ class RedisTaskStore(TaskStore):
 
     def prime(self, task_id: str, snapshot: bytes, position: int) -> Task:
         """Seed the writer's cache with a snapshot just read; return a separate copy of it."""
-        self._remember(task_id, _decode_task(snapshot), position)
-        return _decode_task(snapshot)
+        self._remember(task_id, decode_task(snapshot), position)
+        return decode_task(snapshot)
 
     def _remember(self, task_id: str, task: Task, pos: int) -> None:
         self._cache[task_id] = (task, pos)

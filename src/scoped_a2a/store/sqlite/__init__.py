@@ -24,11 +24,11 @@ import anyio
 
 from ..claims import DEFAULT_CLAIM_WINDOW
 from ..memory import DEFAULT_MAX_ENDED_BYTES
+from ..retention import Retention
+from ..sealing import Sealer, load_key
 from .queue import SQLiteRunQueue
 from .recovery import recover
-from .retention import Retention
 from .schema import SCHEMA_VERSION, Database, StoreOpenError, open_database
-from .seal import Sealer, load_key
 from .store import SQLiteTaskStore
 
 

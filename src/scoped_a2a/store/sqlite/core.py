@@ -46,18 +46,13 @@ from ...protocol.types import (
     TaskStatusUpdateEvent,
 )
 from ..base import LogEntry, LogPage, TaskEnded, TaskStore
+from ..records import DECODERS, KIND_OF, TRAJECTORY, decode_task
+from ..retention import Retention
+from ..sealing import Sealer
 from ..snapshot import apply_event
 from . import claims, retention
-from .records import (
-    DECODERS,
-    KIND_OF,
-    SNAP_EVERY,
-    TRAJECTORY,
-    Record,
-    decode_task,
-)
+from .records import SNAP_EVERY, Record
 from .schema import Database
-from .seal import Sealer
 from .writer import Appended, Work, Writer
 
 log = logging.getLogger("scoped_a2a.sqlite")
@@ -77,14 +72,14 @@ class SQLiteCore(TaskStore):
     """
 
     def __init__(self, db: Database, sealer: Sealer, *, max_events_per_task: int = 10_000,
-                 policy: retention.Retention | None = None) -> None:
+                 policy: Retention | None = None) -> None:
         if max_events_per_task < 1:
             raise ValueError("store bounds must be positive")
         self.db = db
         self.path = db.path
         self.sealer = sealer
         self.max_events_per_task = max_events_per_task
-        self.policy = policy or retention.Retention()
+        self.policy = policy or Retention()
         self.writer = Writer(db.writer, db.path)
         self._read_limiter = anyio.CapacityLimiter(1)
         self.live: dict[str, Record] = {}

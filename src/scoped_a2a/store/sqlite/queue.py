@@ -30,7 +30,7 @@ import msgspec
 from ...protocol.errors import ServerUnavailable, TaskNotFound
 from ...protocol.types import Message, Task
 from ..launcher import Job, RunRegistry
-from .records import copy_task
+from ..records import copy_task
 from .store import SQLiteTaskStore
 from .writer import Work
 

@@ -1,39 +1,22 @@
-"""What the SQLite store holds in memory of a task (:class:`Record`), and the encodings of its
-log (no I/O): each event is kept as its 1.0 JSON with one byte saying which type it is."""
+"""What the SQLite store holds in memory of a task (:class:`Record`) (no I/O). Its log's
+encodings are shared with the other stores: ``store/records.py``."""
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 import anyio
-import msgspec
 
-from ...protocol.trajectory import TrajectoryEvent
-from ...protocol.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
+from ...protocol.types import Task
 from ..base import LogEntry
+from ..records import copy_task
 
-_encode = msgspec.json.Encoder().encode
-decode_task = msgspec.json.Decoder(Task).decode
-KIND_OF: dict[type[Any], int] = {
-    TaskStatusUpdateEvent: ord("s"), TaskArtifactUpdateEvent: ord("a"), TrajectoryEvent: ord("t"),
-}
-DECODERS: dict[int, msgspec.json.Decoder[Any]] = {
-    ord("s"): msgspec.json.Decoder(TaskStatusUpdateEvent),
-    ord("a"): msgspec.json.Decoder(TaskArtifactUpdateEvent),
-    ord("t"): msgspec.json.Decoder(TrajectoryEvent),
-}
-TRAJECTORY = ord("t")
 MEMORY_EVENTS = 1024  # log entries kept in memory per running task (older ones: from the file)
 
 SNAP_EVERY = 64
 """A running task's snapshot is written to the file every this many events (and at its end);
 loading folds the events after it (recovery.py). Writing it at every event would cost a
 stream's artifact chunks quadratic bytes."""
-
-
-def copy_task(task: Task) -> Task:
-    return decode_task(_encode(task))
 
 
 class Record:

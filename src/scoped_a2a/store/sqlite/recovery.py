@@ -27,9 +27,10 @@ from ...protocol.errors import ServerUnavailable
 from ...protocol.types import TaskState
 from ..base import LogEntry, TaskEnded
 from ..liveness import lost_event
+from ..records import DECODERS, copy_task, decode_task
 from ..snapshot import apply_event
 from .queue import SQLiteRunQueue, job_of
-from .records import DECODERS, Record, copy_task, decode_task
+from .records import Record
 from .schema import StoreOpenError, damaged
 from .store import SQLiteTaskStore
 

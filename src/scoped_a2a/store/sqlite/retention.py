@@ -1,4 +1,5 @@
-"""Retention of the SQLite store: ended tasks deleted by age, count and bytes, oldest first.
+"""Retention of the SQLite store: ended tasks deleted by age, count and bytes, oldest first (the
+policy: ``store/retention.py``).
 
 Running tasks are never deleted. The sweep is one op in the writer's batch (its SQL runs in the
 writer thread); SQLite puts the pages it frees on its free list and reuses them for new tasks,
@@ -9,20 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass
 
+from ..retention import Retention
 from . import claims
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    """``retain``: seconds an ended task is kept (None: no age limit); ``max_ended_tasks`` and
-    ``max_ended_bytes``: caps on ended tasks (their snapshots plus kept events)."""
-
-    retain: float | None = None
-    max_ended_tasks: int = 10_000
-    max_ended_bytes: int = 256 << 20
-    claim_window: float = 600.0
 
 
 def sweep(conn: sqlite3.Connection, policy: Retention, count: int, size: int,

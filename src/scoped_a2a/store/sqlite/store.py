@@ -18,9 +18,9 @@ from ...protocol.errors import TaskNotFound
 from ...protocol.types import ListTasksRequest, TaskPushNotificationConfig, TaskState
 from ..base import TaskPage, page_bounds
 from ..claims import PriorSend, claim_key
+from ..records import decode_task
 from . import claims
 from .core import SQLiteCore
-from .records import decode_task
 from .writer import Work
 
 _encode = msgspec.json.Encoder().encode

@@ -1,0 +1,277 @@
+"""The PostgreSQL store under the faults of a real deployment, in process, both backends.
+
+A connection cut in the middle of a transaction (a relay on loopback that cuts it at a chosen
+``COMMIT``: cutter.py): before the commit is sent, the caller gets a retryable error at once,
+nothing is stored and the next call works; after it was sent (committed, the answer lost), the
+error says the request may have taken effect, the change is stored once, and a detached send
+that failed so is not run twice by its resend. Found: the failed send released its message
+claim although its task was stored, so the resend made a second task and both ran.
+
+A failover to a read-only server: a real standby made with ``pg_basebackup``, the primary
+stopped, the store on a URL naming both hosts; reads work, writes say the server is read-only,
+and once the standby is promoted writes work, the listener is back and what the primary had
+committed is there. A full disk: the database in a tablespace on a small tmpfs the test
+mounts; writes say the disk is full at once, one log line, nothing committed is lost, and
+writes work once space is freed. Tests that need a mount or a standby say why they skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import httpx
+import psycopg
+import pytest
+
+from scoped_a2a.protocol.errors import ServerUnavailable
+from scoped_a2a.protocol.trajectory import TrajectoryEvent
+from scoped_a2a.protocol.types import Message, Part, Role, TaskState
+from scoped_a2a.store.postgres import open_postgres_store
+
+from ..helpers import rpc, text_message
+from ..redis.conftest import Proc
+from ..redis.test_redis_store import new_task, status, tick
+from ..test_store_sqlite_full import fill, small_disk
+from .cutter import Cutter
+from .server import PostgresServer, shared_server
+from .test_postgres_serve import _logs
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_connection_cut_mid_transaction_is_a_clear_error_and_nothing_runs_twice(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    server = shared_server()
+    async with anyio.create_task_group() as tg:
+        cutter = Cutter(server.port)
+        port = await tg.start(cutter.serve)
+        url = pg_url.replace(f":{server.port}/", f":{port}/")
+        async with open_postgres_store(url, key_file=tmp_path / "k") as store:
+            task = new_task()
+            await store.create(task)
+            # Cut with the transaction open (its first statement ran): rolled back, said
+            # at once; the next call works on a fresh connection.
+            cutter.arm(b"INSERT INTO events", "during")
+            with pytest.raises(ServerUnavailable, match="cannot be reached"):
+                await store.append(task.id, tick(task, 0))
+            assert (await store.get(task.id))[1] == 0  # nothing half-written
+            assert await store.append(task.id, tick(task, 1)) == 1
+            # Cut at its COMMIT, which the server never got, or committed unheard: the client
+            # cannot tell, and the error says the request may have taken effect.
+            for when in ("before", "after"):
+                cutter.arm(b"INSERT INTO events", when)
+                with pytest.raises(ServerUnavailable, match="may or may not have taken effect"):
+                    await store.append(task.id, tick(task, 2))
+            assert cutter.cuts == 3
+            assert await anyio.to_thread.run_sync(_positions, pg_url) == [0, 1, 2]  # once
+            with anyio.fail_after(30):  # the commit's NOTIFY tells this process, too
+                while store.waiters.known.get(task.id) != 2:
+                    await anyio.sleep(0.01)
+            page = await store.read(task.id, 0)
+            assert [e.event.data["i"] for e in page.entries] == [1, 2]
+
+            # A detached send whose acknowledgment was lost with its commit: the send fails
+            # and releases its claim (server/resend.py); the resend must find that task.
+            sent = new_task()
+            msg = Message(message_id="m1", role=Role.USER, parts=[Part(text="go")])
+            assert await store.claim_message("alice", "m1", b"fp", sent.id) is None
+            cutter.arm(b"INSERT INTO runs", "after")
+            with pytest.raises(ServerUnavailable, match="may or may not"):
+                await store.queue.submit(sent, msg, request_metadata=None,
+                                         detach_reason="test", owner="alice")
+            await store.release_message("alice", "m1", sent.id)
+            prior = await store.claim_message("alice", "m1", b"fp", "the-resend's-task")
+            assert prior is not None and (prior.task_id, prior.created) == (sent.id, True)
+            jobs = await store.queue.read_new("w", 10, 10)
+            assert [j.task_id for j in jobs] == [sent.id]  # queued once, run once
+            # A send that failed before its commit: its claim is released, the resend runs.
+            lost = new_task()
+            assert await store.claim_message("alice", "m2", b"fp", lost.id) is None
+            cutter.arm(b"INSERT INTO runs", "before")
+            with pytest.raises(ServerUnavailable, match="may or may not"):
+                await store.queue.submit(lost, msg, request_metadata=None,
+                                         detach_reason="test", owner="alice")
+            await store.release_message("alice", "m2", lost.id)
+            assert await store.claim_message("alice", "m2", b"fp", "resent") is None
+            assert cutter.cuts == 5
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.one_python  # conftest: 3.11 only (a real serve process)
+async def test_sends_whose_commit_was_cut_are_resent_safely_through_a_real_server(
+    pg_url: str, serve: Callable[..., Proc],
+) -> None:
+    server = shared_server()
+    async with anyio.create_task_group() as tg:
+        cutter = Cutter(server.port)
+        port = await tg.start(cutter.serve)
+        proc = serve(pg_url.replace(f":{server.port}/", f":{port}/"))
+        url = await proc.url()
+        async with httpx.AsyncClient(timeout=30) as client:
+            # A blocking send: its task committed, the answer lost. No run started, so
+            # its resend runs the message (as a new task).
+            msg = text_message("hi")
+            cutter.arm(b"INSERT INTO tasks", "after")
+            first = await rpc(client, url, "SendMessage", {"message": msg})
+            assert first["error"]["code"] == -32000, first
+            assert "may or may not have taken effect" in first["error"]["message"]
+            with anyio.fail_after(30):
+                again = await rpc(client, url, "SendMessage", {"message": msg})
+            assert again["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+            # A detached send: its task and queued run committed, the answer lost. Its
+            # resend is that task, and the run executes once.
+            msg = text_message("sleep 0.2")
+            params = {"message": msg, "configuration": {"returnImmediately": True}}
+            cutter.arm(b"INSERT INTO runs", "after")
+            first = await rpc(client, url, "SendMessage", params)
+            assert first["error"]["code"] == -32000, first
+            task_id = (await rpc(client, url, "SendMessage", params))["result"]["task"]["id"]
+            with anyio.fail_after(30):
+                while (await rpc(client, url, "GetTask", {"id": task_id}))["result"][
+                        "status"]["state"] != "TASK_STATE_COMPLETED":
+                    await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
+    assert cutter.cuts == 2
+    tasks = await anyio.to_thread.run_sync(_tasks_of, pg_url, msg["messageId"])
+    assert tasks == [task_id]  # one task holds the detached message...
+    log = (await anyio.to_thread.run_sync(_logs, pg_url))[task_id]
+    starts = [e for e in log if e.get("data", {}).get("type") == "start"]
+    assert len(starts) == 1, log  # ... and its run started once
+
+
+def _tasks_of(url: str, message_id: str) -> list[str]:
+    """The tasks whose history holds the message ``message_id``."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT id FROM scoped_a2a.tasks WHERE position(%s in "
+                            "convert_from(snap, 'UTF8')) > 0", (message_id,)).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+@pytest.mark.one_python  # conftest: 3.11 only (two postmasters and a base backup)
+async def test_a_failover_to_a_standby_is_read_only_until_promoted_and_heals(
+    own_postgres: PostgresServer, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    primary = own_postgres
+    key = tmp_path / "k"
+    before = new_task()
+    async with open_postgres_store(primary.url(), key_file=key) as store:
+        await store.create(before)
+        await store.append(before.id, status(before, TaskState.COMPLETED, "before"))
+    try:
+        standby = await anyio.to_thread.run_sync(primary.standby)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot make a standby with pg_basebackup here: {exc}")
+    try:
+        # One URL naming both servers: libpq tries them in turn, as a client of a failover
+        # pair is configured (or a DNS name moved to the standby).
+        both = (primary.url().replace(f"127.0.0.1:{primary.port}",
+                                      f"127.0.0.1:{primary.port},127.0.0.1:{standby.port}"))
+        async with open_postgres_store(both, key_file=key) as store, \
+                open_postgres_store(primary.url(), key_file=key) as other:
+            task = new_task()
+            await other.create(task)  # streamed to the standby (committed synchronously)
+            await anyio.to_thread.run_sync(primary.stop)  # the primary is gone
+            # Its pooled connection was to the primary (unless the lease's heartbeat found
+            # it dead first: then this call reached the standby).
+            with pytest.raises(ServerUnavailable, match=r"cannot be reached|read-only"):
+                await store.create(new_task())
+            # Now on the standby: reads work, writes say the server is read-only.
+            with anyio.fail_after(30):
+                while True:
+                    try:
+                        await store.get(task.id)
+                        break
+                    except ServerUnavailable:  # the standby has not replayed it yet
+                        await anyio.sleep(0.1)
+            assert (await store.get(before.id))[0].status.state == TaskState.COMPLETED
+            for _ in range(3):  # reads and writes interleaved, as callers would
+                with pytest.raises(ServerUnavailable, match="is read-only"):
+                    await store.append(task.id, tick(task, 0))
+                assert (await store.get(task.id))[1] == 0
+            lines = [r.getMessage() for r in caplog.records if "read-only" in r.getMessage()]
+            assert len(lines) == 1, lines  # one log line for the failure class
+            with anyio.fail_after(30):  # no LISTEN on a standby
+                while store.waiters.listening:
+                    await anyio.sleep(0.05)
+            await anyio.to_thread.run_sync(standby.promote)
+            # Promoted: the same process writes again, by itself.
+            assert await store.append(task.id, tick(task, 0)) == 1
+            with anyio.fail_after(30):  # and listens again (backoff at most 2 s)
+                while not store.waiters.listening:
+                    await anyio.sleep(0.05)
+            async with open_postgres_store(standby.url(), key_file=key) as promoted, \
+                    anyio.create_task_group() as tg:
+                tg.start_soon(promoted.append, task.id, tick(task, 1))
+                with anyio.fail_after(30):  # woken by the new primary's NOTIFY
+                    await store.wait(task.id, 1)
+            assert (await store.get(task.id))[1] == 2
+    finally:
+        standby.destroy()
+
+
+def _positions(url: str) -> list[int]:
+    """Every event position of the schema's (one) task, and 0 for the task itself."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT 0 UNION ALL SELECT pos FROM scoped_a2a.events "
+                            "ORDER BY 1").fetchall()
+    return [int(r[0]) for r in rows]
+
+
+async def test_a_full_disk_is_a_clear_error_at_once_and_heals(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = shared_server()
+    name = "full_" + uuid.uuid4().hex[:12]
+    # Under the server's directory, where the postgres user may go (tmp_path is 0700).
+    with small_disk(server.directory / name, "24m") as small:
+        space = small / "pg"
+        space.mkdir()
+        shutil.chown(space, "postgres", "postgres")
+        try:
+            server.psql(f"CREATE TABLESPACE {name} LOCATION '{space}'")
+            server.psql(f"CREATE DATABASE {name} OWNER a2a TABLESPACE {name}")
+            await _fill_while_writing(server.url(name), small, tmp_path, caplog)
+        finally:
+            server.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            server.psql(f"DROP TABLESPACE IF EXISTS {name}")
+
+
+async def _fill_while_writing(url: str, small: Path, tmp_path: Path,
+                              caplog: pytest.LogCaptureFixture) -> None:
+    async with open_postgres_store(url, key_file=tmp_path / "k") as store:
+        kept = new_task()
+        await store.create(kept)
+        await store.append(kept.id, status(kept, TaskState.COMPLETED, "kept"))
+        task = new_task()
+        await store.create(task)
+        filler = await anyio.to_thread.run_sync(fill, small)
+        caplog.clear()
+        failures = 0
+        big = os.urandom(100_000).hex()  # each event needs new pages (TOAST compresses, but
+        # not random digits much)
+        with anyio.fail_after(60):  # a hang guard: each call is answered at once
+            for i in range(20):
+                try:
+                    await store.append(task.id, TrajectoryEvent(
+                        task_id=task.id, context_id=task.context_id, data={"i": i, "pad": big}))
+                except ServerUnavailable as exc:
+                    assert "full disk" in str(exc) and "pg_tblspc" not in str(exc), exc
+                    failures += 1
+                await store.get(kept.id)  # reads go on, and do not end the failure
+        assert failures >= 15, failures  # pages freed inside the files may take a few
+        lines = [r.getMessage() for r in caplog.records if "full disk" in r.getMessage()]
+        assert len(lines) == 1, lines  # one log line for the failure class
+        snap, _ = await store.get(kept.id)  # what was committed is there
+        assert snap.status.state == TaskState.COMPLETED
+        filler.unlink()
+        last = await store.append(task.id, status(task, TaskState.COMPLETED, "done"))
+        assert last == 21 - failures
+        assert (await store.get(task.id))[0].status.state == TaskState.COMPLETED
+        assert any("answers again" in r.getMessage() for r in caplog.records)
