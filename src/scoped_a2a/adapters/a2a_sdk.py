@@ -222,7 +222,7 @@ class ExecutorAgent(AdaptedAgent):
                     await ctx.run_abandonable(
                         functools.partial(tracked, generators,
                                           functools.partial(executor.execute, request, queue)),
-                        cancel_grace=self.cancel_grace,
+                        cancel_grace=self.cancel_grace, on_cancel=generators.cancelled,
                         name=f"{self.__name__}.execute for task {ctx.task_id}")
                 except Exception:
                     if (failure := queue.failure()) is not None:

@@ -19,6 +19,10 @@ newest first (the innermost: the HTTP stream's, whose ``finally`` closes the con
 event loop would close them at its own shutdown. Only a cancelled run's are closed: a run that
 ends by itself leaves its generators to their owners, as before.
 
+Code of the run can also register what must stop the moment the run is cancelled, before its
+own cancellation handlers run (:meth:`RunGenerators.when_cancelled`: CrewAI's model calls, in
+:mod:`.crewai_runs`); the adapter calls those first (``run_abandonable``'s ``on_cancel``).
+
 Limits. A generator created by the run but handed to something that outlives it (a shared,
 lazily started stream) would be closed too: a cancelled run's work is meant to end. A generator
 running at that moment (awaiting inside ``__anext__``) belongs to a task still running, and is
@@ -50,6 +54,22 @@ class RunGenerators:
     def __init__(self) -> None:
         self._gens: list[weakref.ref[AsyncGenerator[Any, Any]]] = []
         self._prune_at = 64
+        self._on_cancel: list[Callable[[], object]] = []
+
+    def when_cancelled(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` (synchronous) when the run is cancelled, before the executor sees
+        its cancellation (:meth:`cancelled`)."""
+        self._on_cancel.append(callback)
+
+    def cancelled(self) -> None:
+        """The run is being cancelled: call the callbacks registered by its code, once each
+        (an exception from one is logged; the others are called)."""
+        callbacks, self._on_cancel = self._on_cancel, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("a cancelled run's %r raised", callback)
 
     def add(self, agen: AsyncGenerator[Any, Any]) -> None:
         self._gens.append(weakref.ref(agen))
@@ -96,6 +116,12 @@ def _install() -> None:
     firstiter, finalizer = sys.get_asyncgen_hooks()
     if not getattr(firstiter, "scoped_a2a_records", False):
         sys.set_asyncgen_hooks(firstiter=_record(firstiter), finalizer=finalizer)
+
+
+def current() -> RunGenerators | None:
+    """The :class:`RunGenerators` of the executor run this code belongs to, if any (a
+    framework wrapper registers what to stop at once with :meth:`~RunGenerators.when_cancelled`)."""
+    return _current.get()
 
 
 async def tracked(generators: RunGenerators, fn: Callable[[], Awaitable[T]]) -> T:
