@@ -31,10 +31,10 @@ most ``cancel_timeout`` seconds) as a2a-sdk's contract says (BeeAI's on a copy o
 per run, as its ``cancel`` would otherwise abort all its runs for good:
 :func:`.a2a_sdk_frameworks.for_one_run`); what either enqueues from then on (typically its own
 ``canceled``) is dropped, counted and logged at DEBUG (expected, not a warning), and the task
-is recorded ``canceled`` with the run's reason. ``execute`` runs as a task of the server nursery so that an executor that ignores
-cancellation cannot hold its run: after ``cancel_grace`` seconds it is abandoned (logged, left in
-the server nursery; :mod:`scoped_a2a.runtime.abandon`), the task is recorded canceled and the
-run's slot freed.
+is recorded ``canceled`` with the run's reason. ``execute`` runs as a task of the server
+nursery so that an executor that ignores cancellation cannot hold its run: after
+``cancel_grace`` seconds it is abandoned (logged, left in the server nursery;
+:mod:`scoped_a2a.runtime.abandon`), the task is recorded canceled and the run's slot freed.
 
 Errors. An exception from ``execute`` fails the task (the caller sees its type and an error id;
 the server log has the text). An executor that returns without ending its task completes it.
