@@ -354,7 +354,8 @@ async def test_served_by_a_real_serve_process_with_the_frameworks_card(
     async with fake_chat_model(replying(fw, TOKENS)) as fake:
         os.environ["MODEL_URL"] = fake.url
         proc, url, log = await anyio.to_thread.run_sync(
-            lambda: start("--agent", fw.target, "--backend", "asyncio"))
+            # importing a framework takes seconds of CPU: 22 s for BeeAI at load 16
+            lambda: start("--agent", fw.target, "--backend", "asyncio", ready_timeout=90))
         try:
             async with httpx.AsyncClient(timeout=20) as c:
                 card = (await c.get(url + ".well-known/agent-card.json")).json()
