@@ -161,3 +161,47 @@ class StubbornExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         self.journal.cancelled.append(context.task_id or "")
+
+
+class HeldStreamExecutor(AgentExecutor):
+    """Reads a stream (nested async generators, like an SDK's over an HTTP response) and
+    awaits something else between two items, as BeeAI awaits its ``new_token`` observers; the
+    stream stays referenced after execute ends (BeeAI's: by a reference cycle), so only an
+    explicit ``aclose`` runs its ``finally`` (the one that would close the connection).
+    ``closed`` lists the task ids whose stream was closed; ``items`` how many to read."""
+
+    def __init__(self, journal: Journal, *, items: int = 1_000_000) -> None:
+        self.journal = journal
+        self.items = items
+        self.closed: list[str] = []
+        self.held: list[object] = []
+
+    async def _connection(self, task_id: str):  # type: ignore[no-untyped-def]
+        try:
+            while True:
+                yield b"chunk"
+        finally:
+            self.closed.append(task_id)
+
+    async def _tokens(self, task_id: str):  # type: ignore[no-untyped-def]
+        async for chunk in self._connection(task_id):
+            yield chunk.decode()
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await event_queue.enqueue_event(new_task_from_user_message(context.message))
+        task_id = context.task_id or ""
+        self.journal.started.append(task_id)
+        stream = self._tokens(task_id)
+        self.held.append(stream)
+        count = 0
+        async for _ in stream:
+            self.journal.mark_running()
+            count += 1
+            if count >= self.items:
+                break
+            await asyncio.sleep(0.01)  # an observer of each token
+        updater = TaskUpdater(event_queue, task_id, context.context_id or "")
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        self.journal.cancelled.append(context.task_id or "")

@@ -55,7 +55,7 @@ class StderrLog:
                 self.changed.wait(left)
 
 
-def start(*args: str) -> tuple[subprocess.Popen[str], str, StderrLog]:
+def start(*args: str, ready_timeout: float = 20) -> tuple[subprocess.Popen[str], str, StderrLog]:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "scoped_a2a", "serve", "--port", "0", *args],
@@ -63,7 +63,7 @@ def start(*args: str) -> tuple[subprocess.Popen[str], str, StderrLog]:
     assert proc.stderr is not None
     log = StderrLog(proc.stderr)
     try:
-        url = log.wait_for(r"serving on (http://\S+)").group(1)
+        url = log.wait_for(r"serving on (http://\S+)", ready_timeout).group(1)
     except AssertionError:
         proc.kill()
         raise

@@ -10,7 +10,12 @@ the way that framework serves it, on the server the benchmarks name (hypercorn's
   (a2a-sdk's ``DefaultRequestHandler``, in-memory task store, ``A2AStarletteApplication``);
 - ``crewai``: CrewAI ships helpers, not a server: an executor calling
   ``crewai.a2a.utils.task.execute`` / ``cancel`` (its ``cancellable`` wrapper included) on
-  a2a-sdk's ``DefaultRequestHandler``, with the card CrewAI makes for the agent.
+  a2a-sdk's ``DefaultRequestHandler``, with the card CrewAI makes for the agent. One agent
+  object takes one run at a time (CrewAI's ``AgentExecutor`` refuses a second: "Executor is
+  already running"), so most concurrent sends fail;
+- ``crewai-copy``: the same with ``agent.copy()`` per request (as a ``Crew`` copies its agents,
+  and as scoped-a2a's adapter does), what a user who needs concurrent callers writes: no send
+  fails, so its sends/s compare like for like.
 
 Needs the a2a-sdk 0.3 environment (``.venv-sdk03``): ``python -m benchmarks.adapters03``.
 """
@@ -32,7 +37,7 @@ def _sdk_app(executor: Any, card: Any) -> Any:
     return A2AStarletteApplication(agent_card=card, http_handler=handler).build()
 
 
-def _crewai_app(agent: Any, port: int) -> Any:
+def _crewai_app(agent: Any, port: int, *, copy: bool = False) -> Any:
     from a2a.server.agent_execution import AgentExecutor
 
     task = importlib.import_module("crewai.a2a.utils.task")
@@ -40,7 +45,7 @@ def _crewai_app(agent: Any, port: int) -> Any:
 
     class CrewAIHelpers(AgentExecutor):
         async def execute(self, context: Any, event_queue: Any) -> None:
-            await task.execute(agent, context, event_queue)
+            await task.execute(agent.copy() if copy else agent, context, event_queue)
 
         async def cancel(self, context: Any, event_queue: Any) -> None:
             await task.cancel(context, event_queue)
@@ -58,9 +63,9 @@ def build(framework: str, port: int) -> Any:
         executor = agents.beeai_executor()
         executor.agent_card.url = f"http://127.0.0.1:{port}/"
         return _sdk_app(executor, executor.agent_card)
-    if framework == "crewai":
-        return _crewai_app(agents.crewai_agent(), port)
-    raise SystemExit(f"unknown framework {framework!r}: strands, beeai or crewai")
+    if framework in ("crewai", "crewai-copy"):
+        return _crewai_app(agents.crewai_agent(), port, copy=framework == "crewai-copy")
+    raise SystemExit(f"unknown framework {framework!r}: strands, beeai, crewai or crewai-copy")
 
 
 if __name__ == "__main__":

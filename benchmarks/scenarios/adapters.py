@@ -82,7 +82,11 @@ def scoped_title(framework: str) -> str:
     return f"scoped-a2a ({FRAMEWORKS[framework]}'s agent)"
 
 
-FRAMEWORK_PAIRS = {native_title(f): scoped_title(f) for f in FRAMEWORKS}
+CREWAI_COPY = "CrewAI (its helpers, a copy of the agent per request)"
+"""CrewAI's helpers as a user who needs concurrent callers serves them (its one-agent server
+refuses a second run while one runs): sends/s like for like with scoped-a2a's."""
+FRAMEWORK_PAIRS = {**{native_title(f): scoped_title(f) for f in FRAMEWORKS},
+                   CREWAI_COPY: scoped_title("crewai")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +175,8 @@ class Adapters(Scenario):
              "'submitted' answer, hangs up, and the task is read back with GetTask (fasta2a has "
              "no ListTasks). Strands, BeeAI, CrewAI: 0.3's message/send and message/stream, "
              "each framework's agent on the server it ships (CrewAI's: its execute/cancel "
-             "helpers on a2a-sdk's server) and on serve --agent, in the a2a-sdk 0.3 "
+             "helpers on a2a-sdk's server, one agent as CrewAI's helpers take it, and with a copy "
+             "of the agent per request) and on serve --agent, in the a2a-sdk 0.3 "
              "environment's Python; a hang-up comes once the model has sent 3 tokens of 100, "
              "one every 10 ms. The fake model runs in the load generator's process.")
 

@@ -38,6 +38,7 @@ from ..loadgen import RequestTemplate, http_request, rpc_body
 from ..sidechannel import open_signals
 from ..systems import REPO, ServerProcess, System
 from .adapters import (
+    CREWAI_COPY,
     FRAMEWORKS,
     HOLD_CHUNKS,
     HOLD_IDS,
@@ -51,13 +52,16 @@ from .adapters import (
     throughput,
 )
 
-SYSTEMS = tuple(
+SYSTEMS = (*(
     system for framework in FRAMEWORKS for system in (
         Served("native", SERVER, ("--framework", framework), title=native_title(framework),
                target="benchmarks.peers.frameworks03"),
         Served("scoped", SERVER, title=scoped_title(framework),
                target=f"tests.sdk03.framework_agents:{framework}"),
-    ))
+    )),
+    Served("native", SERVER, ("--framework", "crewai-copy"), title=CREWAI_COPY,
+           target="benchmarks.peers.frameworks03"),
+)
 
 
 READY_TIMEOUT = 180.0

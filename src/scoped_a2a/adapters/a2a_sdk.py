@@ -24,16 +24,17 @@ callers leave, bounded by the input timeout and the cap on waiting runs), then c
 again with that message and the current task.
 
 Cancellation. A hang-up of an interactive run, CancelTask, the caller's deadline or shutdown
-cancel the run's scope: ``execute`` is cancelled, then ``executor.cancel(context, queue)`` is
-called (shielded, at most ``cancel_timeout`` seconds) as a2a-sdk's contract says (BeeAI's on
-a copy of the executor per run, as its ``cancel`` would otherwise abort all its runs for good:
-:func:`.a2a_sdk_frameworks.for_one_run`); what either
-enqueues from then on (typically its own ``canceled``) is dropped, counted and logged at DEBUG
-(expected, not a warning), and the task is recorded ``canceled`` with the
-run's reason. ``execute`` runs as a task of the server nursery so that an executor that ignores
-cancellation cannot hold its run: after ``cancel_grace`` seconds it is abandoned (logged, left in
-the server nursery; :mod:`scoped_a2a.runtime.abandon`), the task is recorded canceled and the
-run's slot freed.
+cancel the run's scope: ``execute`` is cancelled, the async generators it left suspended (a
+model stream the framework stopped reading between two chunks) are closed
+(:mod:`.run_generators`), then ``executor.cancel(context, queue)`` is called (shielded, at
+most ``cancel_timeout`` seconds) as a2a-sdk's contract says (BeeAI's on a copy of the executor
+per run, as its ``cancel`` would otherwise abort all its runs for good:
+:func:`.a2a_sdk_frameworks.for_one_run`); what either enqueues from then on (typically its own
+``canceled``) is dropped, counted and logged at DEBUG (expected, not a warning), and the task
+is recorded ``canceled`` with the run's reason. ``execute`` runs as a task of the server
+nursery so that an executor that ignores cancellation cannot hold its run: after
+``cancel_grace`` seconds it is abandoned (logged, left in the server nursery;
+:mod:`scoped_a2a.runtime.abandon`), the task is recorded canceled and the run's slot freed.
 
 Errors. An exception from ``execute`` fails the task (the caller sees its type and an error id;
 the server log has the text). An executor that returns without ending its task completes it.
@@ -55,6 +56,7 @@ from ..protocol.types import Message, Task
 from ..runtime.context import RunContext
 from ..runtime.outcome import Outcome
 from .base import AdaptedAgent
+from .run_generators import RunGenerators, tracked
 
 if TYPE_CHECKING:
     from .a2a_sdk_events import RunEventQueue
@@ -213,12 +215,14 @@ class ExecutorAgent(AdaptedAgent):
         executor = self._for_one_run(self.executor)
         current = None if ctx.new_task else await ctx.read_task(ctx.task_id)
         request = await self._request_context(ctx, current)
+        generators = RunGenerators()
         try:
             while True:  # one execute per message: the first, then each answer to a question
                 try:
                     await ctx.run_abandonable(
-                        functools.partial(executor.execute, request, queue),
-                        cancel_grace=self.cancel_grace,
+                        functools.partial(tracked, generators,
+                                          functools.partial(executor.execute, request, queue)),
+                        cancel_grace=self.cancel_grace, on_cancel=generators.cancelled,
                         name=f"{self.__name__}.execute for task {ctx.task_id}")
                 except Exception:
                     if (failure := queue.failure()) is not None:
@@ -239,6 +243,10 @@ class ExecutorAgent(AdaptedAgent):
             # Whether execute was running or the run waited for an answer: a2a-sdk's contract
             # is execute cancelled, then cancel() called with the request being served.
             queue.stop()
+            # First what execute left suspended (a model stream: its connection closes now,
+            # not when the garbage collector finds it), then cancel() as a2a-sdk's contract says.
+            with anyio.move_on_after(self.cancel_grace, shield=True):
+                await generators.close_suspended()
             await self._cancel(executor, ctx, request, queue)
             raise
         finally:

@@ -60,8 +60,9 @@ def for_one_run(executor: Any) -> Any:
     ``cancel`` aborts it, never renewed: one call would abort every run in flight and every
     later one. On a copy per run (sharing the agent, which BeeAI clones per run anyway, the
     memory manager and the card) ``cancel`` is called as a2a-sdk's contract says and aborts
-    that run only. (Known, not fixed: neither it nor cancelling ``execute`` always closes the
-    model stream BeeAI's LiteLLM backend opened; it is abandoned, not closed.)
+    that run only. (Neither it nor cancelling ``execute`` closes the model stream BeeAI's
+    LiteLLM backend opened when the cancel lands between two chunks: the adapter closes it,
+    :mod:`.run_generators`.)
     """
     controller = getattr(executor, "_abort_controller", None)
     if not _from(executor, "beeai_framework") or controller is None:

@@ -4,10 +4,15 @@ CrewAI ships no executor class, only the helpers its own A2A server calls
 (``crewai.a2a.utils.task.execute`` / ``cancel``); :func:`crewai_executor` is an executor made
 of that ``execute``'s body, with two things CrewAI's server lacks:
 
-- **One copy of the agent per run** (``Agent.copy()``, as a CrewAI ``Crew`` copies its agents;
-  about 0.4 ms): one CrewAI agent holds one ``AgentExecutor`` that refuses a second concurrent
-  run ("Executor is already running"), so on CrewAI's own server a second caller fails while the
-  first runs. The copy shares the LLM object (and its HTTP connection pool) and the tools.
+- **One copy of the agent per concurrent run** (``Agent.copy()``, as a CrewAI ``Crew`` copies
+  its agents): one CrewAI agent holds one ``AgentExecutor`` that refuses a second concurrent
+  run ("Executor is already running"), so with CrewAI's helpers a second caller fails while the
+  first runs. The copy shares the LLM object (and its HTTP connection pool) and the tools. A
+  copy whose run ended by itself is kept for a later run (at most ``MAX_IDLE_COPIES``), as
+  CrewAI's helpers reuse their one agent: a fresh copy builds its CrewAI ``AgentExecutor`` (a
+  ``Flow``, whose state model pydantic generates) on its first run, about 7 ms of CPU, where the
+  copy itself is 0.5 ms. A copy whose run was cancelled or failed is dropped (its thread may
+  still be running).
 - **The model call stops with the run.** CrewAI runs its agent loop as a ``Flow`` whose sync
   steps run in worker threads (``asyncio.to_thread``): the LLM call is a blocking ``OpenAI``
   (or other Stainless-SDK) client call in a thread, which cancelling the run cannot reach, and
@@ -19,7 +24,9 @@ of that ``execute``'s body, with two things CrewAI's server lacks:
   responses still open have their sockets shut down (the model sees its connection closed at
   once; the thread reads end-of-stream and finishes, its result discarded) and any later
   request of that run raises :class:`RunStopped` (a BaseException, so no SDK retry or CrewAI
-  error handler turns it into another model call).
+  error handler turns it into another model call). On a cancel this happens before ``execute``
+  sees its cancellation (:meth:`.run_generators.RunGenerators.when_cancelled`): CrewAI's own
+  cancellation handlers take milliseconds, during which the model would go on streaming.
 
 Limits: a call still waiting for its response headers is closed when they arrive (its socket is
 not known before); an LLM without a Stainless-SDK HTTP client (CrewAI's LiteLLM fallback) or
@@ -41,7 +48,12 @@ from typing import Any
 
 import httpx
 
+from . import run_generators
+
 log = logging.getLogger("scoped_a2a.adapters")
+
+MAX_IDLE_COPIES = 64
+"""Copies of the agent kept for later runs (at most the peak of concurrent runs is made)."""
 
 _current: contextvars.ContextVar[RunCalls | None] = contextvars.ContextVar(
     "scoped_a2a_crewai_run", default=None)
@@ -177,6 +189,7 @@ def _executor_type() -> type:
 
         def __init__(self, agent: Any) -> None:
             self.agent = agent
+            self._idle: list[Any] = []  # copies whose last run ended by itself
             make_stoppable(agent)
 
         async def execute(self, context: Any, event_queue: Any) -> None:
@@ -185,13 +198,23 @@ def _executor_type() -> type:
                 return
             calls = RunCalls()
             token = _current.set(calls)
+            if (run := run_generators.current()) is not None:
+                # Closed the moment the run is cancelled, before CrewAI's own cancellation
+                # handlers (its events, its console) run: no token more reaches the caller's
+                # bill than the one already on the wire.
+                run.when_cancelled(calls.stop)
+            agent = self._idle.pop() if self._idle else self.agent.copy()
             try:
-                await work(self.agent.copy(), context, event_queue, None, None)
+                await work(agent, context, event_queue, None, None)
             finally:
                 # However execute ends (cancelled, most often: a hang-up, CancelTask, a
                 # deadline), nothing it opened stays open in CrewAI's threads.
                 calls.stop()
                 _current.reset(token)
+            # Only a copy whose run ended by itself is reused: a cancelled or failed run's
+            # executor may still be running in CrewAI's thread.
+            if len(self._idle) < MAX_IDLE_COPIES:
+                self._idle.append(agent)
 
         async def cancel(self, context: Any, event_queue: Any) -> None:
             if work is None:  # the decorated execute stops on CrewAI's flag only

@@ -39,17 +39,25 @@ class _Result:
 
 async def run_abandonable(
     nursery: TaskGroup | None, fn: Callable[[], Awaitable[T]], *, cancel_grace: float,
-    name: str,
+    name: str, on_cancel: Callable[[], object] | None = None,
 ) -> T:
     """Run ``fn()`` in ``nursery`` and return its result (or raise its exception).
 
     Cancelling this call cancels ``fn`` and waits up to ``cancel_grace`` seconds (shielded) for
     it to end, then re-raises the cancellation whether it ended or not (not ended: abandoned,
-    see the module's docstring). Without a nursery (an agent called outside a server), ``fn``
-    runs inline and nothing bounds it.
+    see the module's docstring). ``on_cancel`` (synchronous) is called first, before ``fn``
+    sees its cancellation: what must stop at once (a model connection), before ``fn``'s own
+    cancellation handlers run; an exception from it is logged and the cancellation goes on.
+    Without a nursery (an agent called outside a server), ``fn`` runs inline and nothing
+    bounds it (``on_cancel`` is then called once ``fn`` has ended by its cancellation).
     """
     if nursery is None:
-        return await fn()
+        try:
+            return await fn()
+        except anyio.get_cancelled_exc_class():
+            if on_cancel is not None:  # inline: fn saw it first; still, what must stop stops
+                on_cancel()
+            raise
     done = anyio.Event()
     scope = anyio.CancelScope()
     result = _Result()
@@ -68,6 +76,11 @@ async def run_abandonable(
     try:
         await done.wait()
     except anyio.get_cancelled_exc_class():
+        if on_cancel is not None:
+            try:
+                on_cancel()
+            except Exception:
+                log.exception("%s: its on_cancel raised", name)
         scope.cancel()
         with anyio.move_on_after(cancel_grace, shield=True):
             await done.wait()

@@ -347,13 +347,15 @@ class RunContext:
             parking.close()
 
     async def run_abandonable(self, fn: Callable[[], Awaitable[T]], *, cancel_grace: float,
-                              name: str) -> T:
+                              name: str, on_cancel: Callable[[], object] | None = None) -> T:
         """Run ``fn()`` as a task of the server nursery, so that code which may ignore
         cancellation (another framework's) cannot hold this run: on cancellation it is
         cancelled and waited for at most ``cancel_grace`` seconds, then abandoned (logged,
         left in the server nursery) and the cancellation goes on
-        (:func:`~scoped_a2a.runtime.abandon.run_abandonable`). Outside a server, inline."""
-        return await run_abandonable(self._nursery, fn, cancel_grace=cancel_grace, name=name)
+        (:func:`~scoped_a2a.runtime.abandon.run_abandonable`; ``on_cancel`` is called before
+        ``fn`` sees its cancellation). Outside a server, inline."""
+        return await run_abandonable(self._nursery, fn, cancel_grace=cancel_grace, name=name,
+                                     on_cancel=on_cancel)
 
     # --- calls to other agents (see calls.py) ----------------------------------------------
 
