@@ -51,7 +51,6 @@ from typing import Any
 
 import anyio
 import msgspec
-import psycopg
 from psycopg import errors as pgerrors
 
 from ...protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
@@ -72,7 +71,7 @@ from ..sqlite.records import DECODERS, KIND_OF, TRAJECTORY, decode_task
 from ..sqlite.retention import Retention
 from ..sqlite.seal import Sealer
 from . import claims
-from .connection import Pool
+from .connection import Conn, Pool
 from .handover import PostgresHandover
 from .leases import PostgresLeases
 from .listener import Waiters
@@ -95,15 +94,15 @@ the status and artifact events after it. Writing it at every event would cost a 
 artifact chunks bytes quadratic in its length."""
 
 
-def load_snapshot(conn: psycopg.Connection[Any], seq: int, snap: bytes, snap_pos: int,
+async def load_snapshot(conn: Conn, seq: int, snap: bytes, snap_pos: int,
                   last: int) -> bytes:
     """The task's JSON snapshot as of ``last``: ``snap`` (as of ``snap_pos``) with the status
     and artifact events after it folded in. Blocking: in the caller's transaction."""
     if snap_pos >= last:
         return bytes(snap)
-    rows = conn.execute("SELECT kind, body FROM events WHERE task = %s AND pos > %s "
+    rows = await conn.all("SELECT kind, body FROM events WHERE task = %s AND pos > %s "
                         "AND pos <= %s AND kind <> %s ORDER BY pos",
-                        (seq, snap_pos, last, TRAJECTORY)).fetchall()
+                        (seq, snap_pos, last, TRAJECTORY))
     task = decode_task(snap)
     for kind, body in rows:
         apply_event(task, DECODERS[kind].decode(body))
@@ -186,19 +185,19 @@ class PostgresTaskStore(TaskStore):
 
     # --- tasks ----------------------------------------------------------------------------
 
-    def create_sql(self, conn: psycopg.Connection[Any], task: Task, owner: str,
+    async def create_sql(self, conn: Conn, task: Task, owner: str,
                    snap: bytes, process: str | None = None) -> None:
         """Store ``task`` in the caller's transaction (the run queue adds its row after);
         ``process``: the process whose liveness lease covers its run (leases.py)."""
         try:
-            conn.execute(
+            await conn.execute(
                 "INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, "
                 "size, process) VALUES (%s, %s, %s, %s, %s, 0, %s, NULL, %s, %s)",
                 (task.id, owner, task.context_id, task.status.state.value,
                  task.status.timestamp, snap, len(snap), process))
         except pgerrors.UniqueViolation:
             raise InvalidParams(f"task {task.id!r} already exists") from None
-        claims.made(conn, task.id)
+        await claims.made(conn, task.id)
 
     def created(self, task: Task, snap: bytes) -> None:
         """``task`` was committed: its writer and readers here start from this snapshot."""
@@ -213,22 +212,22 @@ class PostgresTaskStore(TaskStore):
         self.created(task, snap)
 
     async def owner_of(self, task_id: str) -> str:
-        row = await self.pool.run(lambda c: c.execute(
-            "SELECT owner FROM tasks WHERE id = %s", (task_id,)).fetchone(), retry=True)
+        row = await self.pool.run(lambda c: c.one(
+            "SELECT owner FROM tasks WHERE id = %s", (task_id,)), retry=True)
         if row is None:
             raise TaskNotFound(f"task {task_id!r} not found")
         return str(row[0])
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         held = self._held(task_id)
-        def run(conn: psycopg.Connection[Any]) -> tuple[int, bytes | None] | None:
-            row = conn.execute(
+        async def run(conn: Conn) -> tuple[int, bytes | None] | None:
+            row = await conn.one(
                 "SELECT seq, last, snap_pos, CASE WHEN last = %s THEN NULL ELSE snap END "
-                "FROM tasks WHERE id = %s", (held[1], task_id)).fetchone()
+                "FROM tasks WHERE id = %s", (held[1], task_id))
             if row is None:
                 return None
             seq, last, snap_pos, snap = row
-            return last, None if snap is None else load_snapshot(conn, seq, snap, snap_pos,
+            return last, None if snap is None else await load_snapshot(conn, seq, snap, snap_pos,
                                                                  last)
 
         got = await self.pool.run(run, retry=True)
@@ -259,16 +258,16 @@ class PostgresTaskStore(TaskStore):
         lazy = not ends and not self.sync_events
         every = min(SNAP_EVERY, limit)  # the events after the snapshot are never trimmed
 
-        def run(conn: psycopg.Connection[Any]) -> tuple[int, Task | None]:
+        async def run(conn: Conn) -> tuple[int, Task | None]:
             # Two statements: read and lock the task (with the commit mode and the run's lease
             # token), then one that writes the task, the event and the notification together.
-            row = conn.execute(
+            row = await conn.one(
                 "SELECT seq, last, state, snap_pos, CASE WHEN last = %s THEN NULL ELSE snap END, "
                 "(SELECT token FROM runs WHERE task_id = %s), "
                 "set_config('synchronous_commit', %s, true) FROM tasks WHERE id = %s "
                 "FOR UPDATE OF tasks",
                 (held[1] if held is not None else -1, task_id,
-                 "off" if lazy else "on", task_id)).fetchone()
+                 "off" if lazy else "on", task_id))
             if row is None:
                 raise TaskNotFound(f"task {task_id!r} not found")
             seq, last, state, snap_pos, snap, lease, _ = row
@@ -284,7 +283,7 @@ class PostgresTaskStore(TaskStore):
             else:
                 # A copy to fold (the cached one may be in a reader's hands).
                 if snap is not None:
-                    base = load_snapshot(conn, seq, snap, snap_pos, last)
+                    base = await load_snapshot(conn, seq, snap, snap_pos, last)
                 elif held is not None:
                     base = _encode(held[0])
                 else:
@@ -307,7 +306,7 @@ class PostgresTaskStore(TaskStore):
                     args = (pos, status.state.value, status.timestamp, len(encoded), seq)
             # Data-modifying CTEs all run, referenced or not; the trim deletes nothing until
             # the log is longer than its cap.
-            conn.execute(
+            await conn.execute(
                 f"WITH t AS ({update}), e AS (INSERT INTO events VALUES (%s, %s, %s, %s)), "
                 "d AS (DELETE FROM events WHERE task = %s AND pos = %s) "
                 "SELECT pg_notify(%s, %s)",
@@ -379,21 +378,21 @@ class PostgresTaskStore(TaskStore):
         mine = held[1]
         limit = self.max_events_per_task
 
-        def run(conn: psycopg.Connection[Any]) -> tuple[int, bytes | None, list[Any]]:
-            row = conn.execute(
+        async def run(conn: Conn) -> tuple[int, bytes | None, list[Any]]:
+            row = await conn.one(
                 "SELECT seq, last, snap_pos, CASE WHEN last = %s THEN NULL ELSE snap END "
-                "FROM tasks WHERE id = %s", (mine, task_id)).fetchone()
+                "FROM tasks WHERE id = %s", (mine, task_id))
             if row is None:
                 raise TaskNotFound(f"task {task_id!r} not found")
             seq, last, snap_pos, snap = row
             if snap is not None:
-                snap = load_snapshot(conn, seq, snap, snap_pos, last)
+                snap = await load_snapshot(conn, seq, snap, snap_pos, last)
             rows: list[Any] = []
             if last > after:
-                rows = conn.execute(
+                rows = await conn.all(
                     "SELECT pos, kind, body FROM events WHERE task = %s AND pos > %s "
                     "AND pos <= %s ORDER BY pos LIMIT %s",
-                    (seq, after, last, max_events)).fetchall()
+                    (seq, after, last, max_events))
             return int(last), snap, rows
 
         last, snap, rows = await self.pool.run(run, retry=True)
@@ -433,16 +432,16 @@ class PostgresTaskStore(TaskStore):
                 args.append(value)
         cond = " AND ".join(where)
 
-        def run(conn: psycopg.Connection[Any]) -> tuple[int, list[Any]]:
-            total = conn.execute(f"SELECT count(*) FROM tasks WHERE {cond}",
-                                 args).fetchone()
+        async def run(conn: Conn) -> tuple[int, list[Any]]:
+            total = await conn.one(f"SELECT count(*) FROM tasks WHERE {cond}",
+                                 args)
             page_cond = cond + (" AND seq < %s" if before is not None else "")
             page_args = [*args, before] if before is not None else args
-            rows = conn.execute(f"SELECT seq, snap, snap_pos, last FROM tasks WHERE "
+            rows = await conn.all(f"SELECT seq, snap, snap_pos, last FROM tasks WHERE "
                                 f"{page_cond} ORDER BY seq DESC LIMIT %s",
-                                [*page_args, size + 1]).fetchall()
+                                [*page_args, size + 1])
             return int(total[0]) if total else 0, [
-                (seq, load_snapshot(conn, seq, snap, snap_pos, last))
+                (seq, await load_snapshot(conn, seq, snap, snap_pos, last))
                 for seq, snap, snap_pos, last in rows]
 
         total, rows = await self.pool.run(run, retry=True)
@@ -485,22 +484,22 @@ class PostgresTaskStore(TaskStore):
         body = self.sealer.seal(_encode(config))
         config_id = config.id
 
-        def run(conn: psycopg.Connection[Any]) -> bool:
-            done = conn.execute(
+        async def run(conn: Conn) -> bool:
+            done = await conn.one(
                 "INSERT INTO push SELECT seq, %s, %s, last, state, TRUE FROM tasks "
                 "WHERE id = %s ON CONFLICT (task, config_id) DO UPDATE SET body = "
-                "excluded.body RETURNING 1", (config_id, body, task_id)).fetchone()
+                "excluded.body RETURNING 1", (config_id, body, task_id))
             return done is not None
 
         if not await self.pool.run(run):
             raise TaskNotFound(f"task {task_id!r} not found")
 
     async def push_configs(self, task_id: str) -> list[TaskPushNotificationConfig]:
-        def run(conn: psycopg.Connection[Any]) -> list[Any] | None:
-            if conn.execute("SELECT 1 FROM tasks WHERE id = %s", (task_id,)).fetchone() is None:
+        async def run(conn: Conn) -> list[Any] | None:
+            if await conn.one("SELECT 1 FROM tasks WHERE id = %s", (task_id,)) is None:
                 return None
-            return conn.execute("SELECT p.body FROM push p JOIN tasks t ON t.seq = p.task "
-                                "WHERE t.id = %s ORDER BY p.config_id", (task_id,)).fetchall()
+            return await conn.all("SELECT p.body FROM push p JOIN tasks t ON t.seq = p.task "
+                                "WHERE t.id = %s ORDER BY p.config_id", (task_id,))
 
         rows = await self.pool.run(run, retry=True)
         if rows is None:
@@ -508,11 +507,11 @@ class PostgresTaskStore(TaskStore):
         return [_decode_push(self.sealer.open(bytes(body))) for (body,) in rows]
 
     async def delete_push_config(self, task_id: str, config_id: str) -> bool:
-        def run(conn: psycopg.Connection[Any]) -> int | None:
-            if conn.execute("SELECT 1 FROM tasks WHERE id = %s", (task_id,)).fetchone() is None:
+        async def run(conn: Conn) -> int | None:
+            if await conn.one("SELECT 1 FROM tasks WHERE id = %s", (task_id,)) is None:
                 return None
-            return conn.execute("DELETE FROM push p USING tasks t WHERE t.seq = p.task AND "
-                                "t.id = %s AND p.config_id = %s", (task_id, config_id)).rowcount
+            return (await conn.execute("DELETE FROM push p USING tasks t WHERE t.seq = p.task AND "
+                                "t.id = %s AND p.config_id = %s", (task_id, config_id))).rowcount
 
         n = await self.pool.run(run)
         if n is None:
@@ -529,10 +528,10 @@ class PostgresTaskStore(TaskStore):
             (cursor, state, v1, task_id, config_id)))
 
     async def pending_pushes(self) -> list[tuple[str, str, int, str, bool]]:
-        rows = await self.pool.run(lambda c: c.execute(
+        rows = await self.pool.run(lambda c: c.all(
             "SELECT t.id, p.config_id, p.cursor, p.state, p.v1 FROM push p "
             "JOIN tasks t ON t.seq = p.task WHERE NOT (p.state = ANY(%s))",
-            (_TERMINAL,)).fetchall(), retry=True)
+            (_TERMINAL,)), retry=True)
         return [(t, c, int(cur), st, bool(v1)) for t, c, cur, st, v1 in rows]
 
     # --- retention ------------------------------------------------------------------------
@@ -553,28 +552,28 @@ class PostgresTaskStore(TaskStore):
         ``max_ended_bytes``, oldest-ended first; how many were deleted."""
         policy = self.policy
 
-        def run(conn: psycopg.Connection[Any]) -> int:
+        async def run(conn: Conn) -> int:
             victims: list[tuple[int, str]] = []
             if policy.retain is not None:
-                victims += conn.execute(
+                victims += await conn.all(
                     f"SELECT seq, id FROM tasks WHERE ended_at IS NOT NULL AND ended_at < "
-                    f"{NOW} - %s ORDER BY ended_at LIMIT 5000", (policy.retain,)).fetchall()
+                    f"{NOW} - %s ORDER BY ended_at LIMIT 5000", (policy.retain,))
             # Beyond the count or the bytes: the oldest ended, past the newest that fit (the
             # newest is kept whatever its size: its caller is about to read its end).
-            victims += conn.execute(
+            victims += await conn.all(
                 "SELECT seq, id FROM (SELECT seq, id, row_number() OVER w AS n, "
                 "sum(size) OVER w AS total FROM tasks WHERE ended_at IS NOT NULL "
                 "WINDOW w AS (ORDER BY ended_at DESC, seq DESC)) x "
                 "WHERE n > %s OR (total > %s AND n > 1) LIMIT 5000",
-                (policy.max_ended_tasks, policy.max_ended_bytes)).fetchall()
+                (policy.max_ended_tasks, policy.max_ended_bytes))
             if not victims:
                 return 0
             seqs = sorted({v[0] for v in victims})
             ids = sorted({v[1] for v in victims})
-            conn.execute("DELETE FROM tasks WHERE seq = ANY(%s)", (seqs,))
-            claims.tasks_gone(conn, ids, policy.claim_window)
+            await conn.execute("DELETE FROM tasks WHERE seq = ANY(%s)", (seqs,))
+            await claims.tasks_gone(conn, ids, policy.claim_window)
             for task_id in ids:
-                conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"0 {task_id}"))
+                await conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"0 {task_id}"))
             return len(seqs)
 
         return int(await self.pool.run(run))
