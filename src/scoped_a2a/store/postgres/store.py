@@ -66,11 +66,12 @@ from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bound
 from ..claims import PriorSend, claim_key
 from ..handover import HandoverTransport
 from ..process_leases import DEFAULT_LEASE, ProcessLeases
-from ..snapshot import apply_event
+from ..snapshot import applied, apply_event
 from ..sqlite.records import DECODERS, KIND_OF, TRAJECTORY, decode_task
 from ..sqlite.retention import Retention
 from ..sqlite.seal import Sealer
 from . import claims
+from .appends import WRITE, Batcher, full_update
 from .connection import Conn, Pool
 from .handover import PostgresHandover
 from .leases import PostgresLeases
@@ -140,6 +141,9 @@ class PostgresTaskStore(TaskStore):
         self.queue: Any = None  # the run queue (queue.py), set by open_postgres_store
         self.leases = PostgresLeases(pool, lease)
         """This process's liveness lease over its interactive runs (store/liveness.py)."""
+        self.batcher = Batcher(pool, self.channel, max_events_per_task,
+                               min(SNAP_EVERY, max_events_per_task), sync_events)
+        """Intermediate events, many tasks per statement (appends.py)."""
         self.handover = PostgresHandover(pool, self.leases.process_id,
                                          handover or sealer)
         """Carries follow-ups to the process holding their run (store/handover.py)."""
@@ -251,12 +255,37 @@ class PostgresTaskStore(TaskStore):
         encoded = _encode(event)
         kind = KIND_OF[type(event)]
         token = self._fences.get(task_id)
+        ends = isinstance(event, TaskStatusUpdateEvent) and event.status.state.terminal
+        pos: int | None = None
+        task: Task | None = None
+        if not ends:  # an intermediate event: batched with other tasks' (appends.py)
+            status = event.status if isinstance(event, TaskStatusUpdateEvent) else None
+            pos = await self.batcher.append(
+                task_id, kind, encoded, status.state.value if status else None,
+                status.timestamp if status else None, token)
+            held = self._cache.get(task_id)
+            if pos is not None and held is not None and held[1] == pos - 1:
+                task = held[0] if isinstance(event, TrajectoryEvent) else applied(held[0], event)
+        if pos is None:
+            pos, task = await self._append_full(task_id, event, encoded, kind, token, ends)
+        if task is not None:
+            self._remember(task_id, task, pos)
+        else:
+            self._cache.pop(task_id, None)
+        self._keep(task_id, LogEntry(pos, event, encoded))
+        self.waiters.saw(task_id, pos)
+        if ends:
+            await self._retain()
+        return pos
+
+    async def _append_full(self, task_id: str, event: LogEvent, encoded: bytes, kind: int,
+                           token: str | None, ends: bool) -> tuple[int, Task | None]:
+        """Append under the task's row lock, in one transaction: what the batch skipped (the
+        end, a snapshot due, a missing or ended task, a lost lease). TaskEnded, TaskNotFound."""
         held = self._cache.get(task_id)
         trajectory = isinstance(event, TrajectoryEvent)
-        ends = isinstance(event, TaskStatusUpdateEvent) and event.status.state.terminal
         limit = self.max_events_per_task
         lazy = not ends and not self.sync_events
-        every = min(SNAP_EVERY, limit)  # the events after the snapshot are never trimmed
 
         async def run(conn: Conn) -> tuple[int, Task | None]:
             # Two statements: read and lock the task (with the commit mode and the run's lease
@@ -280,55 +309,36 @@ class PostgresTaskStore(TaskStore):
             if trajectory:
                 update = "UPDATE tasks SET last = %s, size = size + %s WHERE seq = %s"
                 args: tuple[Any, ...] = (pos, len(encoded), seq)
+                if held is not None and held[1] == last:
+                    task = held[0]
             else:
-                # A copy to fold (the cached one may be in a reader's hands).
                 if snap is not None:
-                    base = await load_snapshot(conn, seq, snap, snap_pos, last)
+                    task = decode_task(await load_snapshot(conn, seq, snap, snap_pos, last))
+                    apply_event(task, event)
                 elif held is not None:
-                    base = _encode(held[0])
+                    task = applied(held[0], event)
                 else:
                     raise ServerUnavailable("the task store's cache lost a snapshot")
-                task = decode_task(base)
-                apply_event(task, event)
                 status = task.status
-                if ends or pos - snap_pos >= every:
+                if ends or pos - snap_pos >= min(SNAP_EVERY, limit):
                     new = _encode(task)
-                    update = (f"UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
-                              f"snap_pos = last + 1, size = size + %s, "
-                              f"ended_at = CASE WHEN %s THEN {NOW} END, "
-                              f"process = CASE WHEN %s THEN NULL ELSE process END "
-                              f"WHERE seq = %s")
                     args = (pos, status.state.value, status.timestamp, new,
                             len(encoded) + len(new), ends, ends, seq)
+                    update = full_update(ends, True)
                 else:
-                    update = ("UPDATE tasks SET last = %s, state = %s, ts = %s, "
-                              "size = size + %s WHERE seq = %s")
                     args = (pos, status.state.value, status.timestamp, len(encoded), seq)
-            # Data-modifying CTEs all run, referenced or not; the trim deletes nothing until
-            # the log is longer than its cap.
-            await conn.execute(
-                f"WITH t AS ({update}), e AS (INSERT INTO events VALUES (%s, %s, %s, %s)), "
-                "d AS (DELETE FROM events WHERE task = %s AND pos = %s) "
-                "SELECT pg_notify(%s, %s)",
-                (*args, seq, pos, kind, encoded, seq, pos - limit, self.channel,
-                 f"{pos} {task_id}"))
+                    update = full_update(ends, False)
+            await conn.execute(WRITE.format(update=update), (
+                *args, seq, pos, kind, encoded, seq, pos - limit, self.channel,
+                f"{pos} {task_id}"))
             return pos, task
 
         try:
-            pos, task = await self.pool.run(run)
+            return await self.pool.run(run)
         except _Ended:
             self._cache.pop(task_id, None)
             self._local.pop(task_id, None)
             raise TaskEnded(task_id) from None
-        if task is not None:
-            self._remember(task_id, task, pos)
-        elif held is not None and held[1] == pos - 1:
-            self._remember(task_id, held[0], pos)  # a trajectory event leaves it as it was
-        self._keep(task_id, LogEntry(pos, event, encoded))
-        self.waiters.saw(task_id, pos)
-        if ends:
-            await self._retain()
-        return pos
 
     def _keep(self, task_id: str, entry: LogEntry) -> None:
         """Keep an entry this process appended, for :meth:`_read_local` (consecutive only)."""
