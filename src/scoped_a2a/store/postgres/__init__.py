@@ -116,6 +116,7 @@ async def open_postgres_store(
             await tg.start(Listener(url, schema, waiters, queue.on_cancel,
                                     store.handover.notified).run)
             store.handover.tg = tg
+            await tg.start(store.batcher.run)
             # The lease row exists before the body can create a task naming this process: a
             # task whose process has no row would never be recorded lost.
             with contextlib.suppress(ServerUnavailable):
@@ -125,6 +126,10 @@ async def open_postgres_store(
                 yield store
             finally:
                 store.handover.tg = None
+                # Events handed over but not yet written go first (bounded: a database
+                # that is gone fails them at once).
+                with anyio.move_on_after(10, shield=True):
+                    await store.batcher.flush()
                 tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1 and not isinstance(group.exceptions[0],

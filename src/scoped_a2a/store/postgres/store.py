@@ -142,7 +142,8 @@ class PostgresTaskStore(TaskStore):
         self.leases = PostgresLeases(pool, lease)
         """This process's liveness lease over its interactive runs (store/liveness.py)."""
         self.batcher = Batcher(pool, self.channel, max_events_per_task,
-                               min(SNAP_EVERY, max_events_per_task), sync_events)
+                               min(SNAP_EVERY, max_events_per_task), sync_events,
+                               self._committed)
         """Intermediate events, many tasks per statement (appends.py)."""
         self.handover = PostgresHandover(pool, self.leases.process_id,
                                          handover or sealer)
@@ -214,6 +215,7 @@ class PostgresTaskStore(TaskStore):
         process = self.leases.process_id
         await self.pool.run(lambda c: self.create_sql(c, task, owner, snap, process))
         self.created(task, snap)
+        self.batcher.own(task.id, 0)  # its run is this process's
 
     async def owner_of(self, task_id: str) -> str:
         row = await self.pool.run(lambda c: c.one(
@@ -245,29 +247,39 @@ class PostgresTaskStore(TaskStore):
         """While in the body, this process's appends to ``task_id`` need the run queue's lease
         ``token`` (another worker took the run over: the append raises TaskEnded)."""
         self._fences[task_id] = token
+        self.batcher.own(task_id, None)  # runs here: its position is learned at first
         try:
             yield
         finally:
             self._fences.pop(task_id, None)
+            self.batcher.forget(task_id)
 
     async def append(self, task_id: str, event: LogEvent) -> int:
         # Encoded first: an event JSON cannot encode is refused before it takes a position.
         encoded = _encode(event)
         kind = KIND_OF[type(event)]
         token = self._fences.get(task_id)
-        ends = isinstance(event, TaskStatusUpdateEvent) and event.status.state.terminal
-        pos: int | None = None
-        task: Task | None = None
-        if not ends:  # an intermediate event: batched with other tasks' (appends.py)
-            status = event.status if isinstance(event, TaskStatusUpdateEvent) else None
+        status = event.status if isinstance(event, TaskStatusUpdateEvent) else None
+        ends = status is not None and status.state.terminal
+        heard = self.waiters.known.get(task_id, -1)
+        if not ends and not self.batcher.due(task_id, heard):
+            # Batched with other tasks' events (appends.py); a working task's chunks and
+            # progress are not waited for, anything else is.
+            wait = self.sync_events or (status is not None
+                                        and status.state is not TaskState.WORKING)
             pos = await self.batcher.append(
                 task_id, kind, encoded, status.state.value if status else None,
-                status.timestamp if status else None, token)
-            held = self._cache.get(task_id)
-            if pos is not None and held is not None and held[1] == pos - 1:
-                task = held[0] if isinstance(event, TrajectoryEvent) else applied(held[0], event)
-        if pos is None:
-            pos, task = await self._append_full(task_id, event, encoded, kind, token, ends)
+                status.timestamp if status else None, token, (event, encoded), wait=wait,
+                heard=heard)
+            if pos is not None:
+                return pos
+        await self.batcher.drain(task_id)  # what was queued before it, written first
+        pos, task, snap_pos = await self._append_full(task_id, event, encoded, kind, token,
+                                                      ends)
+        if ends:
+            self.batcher.forget(task_id)
+        else:
+            self.batcher.track(task_id, pos, snap_pos)
         if task is not None:
             self._remember(task_id, task, pos)
         else:
@@ -278,8 +290,21 @@ class PostgresTaskStore(TaskStore):
             await self._retain()
         return pos
 
+    def _committed(self, task_id: str, pos: int, payload: tuple[LogEvent, bytes]) -> None:
+        """A batched event of ``task_id`` committed at ``pos`` (in position order): fold it,
+        keep it for local reads, wake the readers here."""
+        event, encoded = payload
+        held = self._cache.get(task_id)
+        if held is not None and held[1] == pos - 1:
+            task = held[0] if isinstance(event, TrajectoryEvent) else applied(held[0], event)
+            self._remember(task_id, task, pos)
+        else:
+            self._cache.pop(task_id, None)
+        self._keep(task_id, LogEntry(pos, event, encoded))
+        self.waiters.saw(task_id, pos)
+
     async def _append_full(self, task_id: str, event: LogEvent, encoded: bytes, kind: int,
-                           token: str | None, ends: bool) -> tuple[int, Task | None]:
+                           token: str | None, ends: bool) -> tuple[int, Task | None, int]:
         """Append under the task's row lock, in one transaction: what the batch skipped (the
         end, a snapshot due, a missing or ended task, a lost lease). TaskEnded, TaskNotFound."""
         held = self._cache.get(task_id)
@@ -287,7 +312,7 @@ class PostgresTaskStore(TaskStore):
         limit = self.max_events_per_task
         lazy = not ends and not self.sync_events
 
-        async def run(conn: Conn) -> tuple[int, Task | None]:
+        async def run(conn: Conn) -> tuple[int, Task | None, int]:
             # Two statements: read and lock the task (with the commit mode and the run's lease
             # token), then one that writes the task, the event and the notification together.
             row = await conn.one(
@@ -331,7 +356,7 @@ class PostgresTaskStore(TaskStore):
             await conn.execute(WRITE.format(update=update), (
                 *args, seq, pos, kind, encoded, seq, pos - limit, self.channel,
                 f"{pos} {task_id}"))
-            return pos, task
+            return pos, task, pos if "snap_pos" in update else int(snap_pos)
 
         try:
             return await self.pool.run(run)
