@@ -10,8 +10,10 @@
             await serve(app)
 
 Any number of processes on any machines may use one schema. Modules: :mod:`.connection` (the
-pool, errors, credentials), :mod:`.schema` (tables and versions), :mod:`.listener`
-(LISTEN/NOTIFY wake-ups), :mod:`.store` (the TaskStore), :mod:`.queue` (the run queue),
+pool driven on the event loop, errors, credentials), :mod:`.schema` (tables and versions),
+:mod:`.listener` (LISTEN/NOTIFY wake-ups), :mod:`.core` (tasks, snapshots, appends),
+:mod:`.appends` (running events batched), :mod:`.store` (the TaskStore: reads, ListTasks,
+claims, push configs), :mod:`.retention`, :mod:`.queue` (the run queue),
 :mod:`.claims`, :mod:`.leases` (liveness leases of interactive runs), :mod:`.handover`
 (follow-ups to the replica holding their run). docs/postgres.md says what it keeps and how it fails.
 """

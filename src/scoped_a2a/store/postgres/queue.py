@@ -28,8 +28,9 @@ import msgspec
 from ...protocol.types import Message, Task, TaskState
 from ..launcher import Job, RunRegistry
 from .connection import Conn
+from .core import load_snapshot
 from .schema import NOW
-from .store import PostgresTaskStore, load_snapshot
+from .store import PostgresTaskStore
 
 log = logging.getLogger("scoped_a2a.postgres.queue")
 _encode = msgspec.json.Encoder().encode
