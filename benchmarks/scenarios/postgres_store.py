@@ -29,6 +29,7 @@ from .sqlite_store import STORED_TASKS, _time_to_serving
 from .stream import Stream
 
 MEMORY, POSTGRES = "scoped-a2a memory", "scoped-a2a postgres"
+SDK_POSTGRES = "a2a-sdk postgres"
 SMALL_EVENTS = 5_000
 
 
@@ -71,6 +72,11 @@ class PostgresStore(Scenario):
                 url = await asyncio.to_thread(server.database)
                 system = System("scoped", name, ("--store", url))
                 await self.measure(bench, system, POSTGRES, True)
+            # The official a2a-sdk with its PostgreSQL task store (DatabaseTaskStore on
+            # SQLAlchemy asyncio + asyncpg) on the same server, next to ours on uvicorn.
+            url = await asyncio.to_thread(server.database)
+            await self.measure(bench, System("sdk", "uvicorn", ("--task-store", url)),
+                               SDK_POSTGRES, False, role="peer")
             name = SERVERS[0]
             url = await asyncio.to_thread(server.database)
             per_event = await asyncio.to_thread(_bytes_per_event, url, key)
@@ -94,7 +100,7 @@ class PostgresStore(Scenario):
             await asyncio.to_thread(server.destroy)
 
     async def measure(self, bench: Bench, system: System, label: str,
-                      subject: bool) -> dict[str, float]:
+                      subject: bool, role: str = "ceiling") -> dict[str, float]:
         """Send and stream figures of one system, recorded under ``label``; returned too."""
         relabel = _Relabel(bench, f"{label} / {system.server}", label.split()[-1],
                            _sizes(bench))
@@ -108,7 +114,7 @@ class PostgresStore(Scenario):
             value = relabel.figures.get(metric.key)
             if value is not None:
                 bench.record(label, system.server, metric.key, value, metric.unit,
-                             role="subject" if subject else "ceiling")
+                             role="subject" if subject else role)
         return relabel.figures
 
 
