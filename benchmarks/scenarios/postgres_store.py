@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..core import Bench, Metric, Scenario
 from ..systems import System
+from .postgres_replicas import cross_replica
 from .redis_store import SERVERS, _Relabel, _sizes
 from .send import Send
 from .sqlite_store import STORED_TASKS, _time_to_serving
@@ -46,6 +47,8 @@ class PostgresStore(Scenario):
         Metric("bytes_per_event", "bytes/small event", "bytes", None, False, "{:.0f}"),
         Metric("restart_s", "start s, 100k tasks (10k --quick)", "s", None, False, "{:.2f}"),
         Metric("start_empty_s", "start s, empty schema", "s", None, False, "{:.2f}"),
+        Metric("xreplica_p50", "A to B p50 ms", "ms", "lower", False, "{:.2f}"),
+        Metric("xreplica_p99", "A to B p99 ms", "ms", "lower", False, "{:.2f}"),
     )
     notes = ("The rows are scoped-a2a on the same server, run back to back; ratio lines read "
              "postgres/memory (>1: PostgreSQL ahead). PostgreSQL 15 on loopback with fsync=on; "
@@ -77,6 +80,15 @@ class PostgresStore(Scenario):
             url = await asyncio.to_thread(server.database)
             await self.measure(bench, System("sdk", "uvicorn", ("--task-store", url)),
                                SDK_POSTGRES, False, role="peer")
+            url = await asyncio.to_thread(server.database)
+            delivery = await cross_replica(bench, url, 50 if bench.sizes.quick else 200)
+            if delivery is not None:
+                for metric, value in zip(("xreplica_p50", "xreplica_p99"), delivery,
+                                         strict=True):
+                    bench.record(POSTGRES, "two replicas", metric, value, "ms",
+                                 role="subject")
+                bench.progress(f"postgres cross-replica delivery p50 {delivery[0]:.2f} ms "
+                               f"p99 {delivery[1]:.2f} ms")
             name = SERVERS[0]
             url = await asyncio.to_thread(server.database)
             per_event = await asyncio.to_thread(_bytes_per_event, url, key)

@@ -57,6 +57,23 @@ async def claim(conn: Conn, key: bytes, fingerprint: bytes, task_id: str,
     """
     if not created:
         await conn.execute("SET LOCAL synchronous_commit = off")
+    return await _claim(conn, key, fingerprint, task_id, position, created)
+
+
+async def claim_free(conn: Conn, key: bytes, fingerprint: bytes, task_id: str, position: int,
+                     created: bool) -> bool:
+    """The usual case in one statement (no transaction around it): the key was never
+    claimed, and now is (True); False: it is held or lapsed, take :func:`claim`."""
+    pending = "NULL" if created else f"{NOW} + {CLAIM_PENDING}"
+    row = await conn.one(
+        f"INSERT INTO claims SELECT %s, %s, %s, %s, {pending}, NULL FROM (SELECT "
+        "set_config('synchronous_commit', %s, true)) s ON CONFLICT (key) DO NOTHING "
+        "RETURNING 1", (key, fingerprint, task_id, position, "on" if created else "off"))
+    return row is not None
+
+
+async def _claim(conn: Conn, key: bytes, fingerprint: bytes, task_id: str, position: int,
+                 created: bool) -> PriorSend | None:
     for _ in range(3):
         row = await _get(conn, key)
         if row is not None:
@@ -91,12 +108,6 @@ async def confirm(conn: Conn, key: bytes, task_id: str) -> None:
 
 async def release(conn: Conn, key: bytes, task_id: str) -> None:
     await conn.execute("DELETE FROM claims WHERE key = %s AND task_id = %s", (key, task_id))
-
-
-async def made(conn: Conn, task_id: str) -> None:
-    """``task_id`` is stored (in this transaction): its pending claims are made."""
-    await conn.execute("UPDATE claims SET pending_until = NULL WHERE task_id = %s "
-                 "AND pending_until IS NOT NULL", (task_id,))
 
 
 async def tasks_gone(conn: Conn, task_ids: list[str], window: float) -> None:

@@ -55,7 +55,6 @@ from ..snapshot import applied, apply_event
 from ..sqlite.records import DECODERS, KIND_OF, TRAJECTORY, decode_task
 from ..sqlite.retention import Retention
 from ..sqlite.seal import Sealer
-from . import claims
 from .appends import WRITE, Batcher, full_update
 from .connection import Conn, Pool
 from .handover import PostgresHandover
@@ -169,19 +168,23 @@ class PostgresCore(TaskStore):
 
     # --- tasks ----------------------------------------------------------------------------
 
-    async def create_sql(self, conn: Conn, task: Task, owner: str,
-                   snap: bytes, process: str | None = None) -> None:
-        """Store ``task`` in the caller's transaction (the run queue adds its row after);
+    async def create_sql(self, conn: Conn, task: Task, owner: str, snap: bytes,
+                         process: str | None = None, also: str = "",
+                         also_args: tuple[Any, ...] = ()) -> None:
+        """Store ``task`` and make its pending claims, in one statement (one round trip, its
+        own transaction); ``also``: more of the statement (``, name AS (...)`` CTEs, then
+        ``SELECT ...``; the run queue adds its row and notification), with ``also_args``.
         ``process``: the process whose liveness lease covers its run (leases.py)."""
         try:
             await conn.execute(
-                "INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, "
-                "size, process) VALUES (%s, %s, %s, %s, %s, 0, %s, NULL, %s, %s)",
+                "WITH t AS (INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, "
+                "ended_at, size, process) VALUES (%s, %s, %s, %s, %s, 0, %s, NULL, %s, %s)), "
+                "c AS (UPDATE claims SET pending_until = NULL WHERE task_id = %s "
+                "AND pending_until IS NOT NULL)" + (also or " SELECT 1"),
                 (task.id, owner, task.context_id, task.status.state.value,
-                 task.status.timestamp, snap, len(snap), process))
+                 task.status.timestamp, snap, len(snap), process, task.id, *also_args))
         except pgerrors.UniqueViolation:
             raise InvalidParams(f"task {task.id!r} already exists") from None
-        await claims.made(conn, task.id)
 
     def created(self, task: Task, snap: bytes) -> None:
         """``task`` was committed: its writer and readers here start from this snapshot."""
@@ -192,7 +195,8 @@ class PostgresCore(TaskStore):
         # covers it until its end is appended (store/liveness.py).
         snap = _encode(task)
         process = self.leases.process_id
-        await self.pool.run(lambda c: self.create_sql(c, task, owner, snap, process))
+        await self.pool.run(lambda c: self.create_sql(c, task, owner, snap, process),
+                            transaction=False)
         self.created(task, snap)
         self.batcher.own(task.id, 0)  # its run is this process's
 

@@ -79,12 +79,12 @@ class PostgresRunQueue:
         row = (task.id, _encode(message), _encode(meta), detach_reason, owner)
 
         async def run(conn: Conn) -> None:
-            await self.store.create_sql(conn, task, owner, snap)
-            await conn.execute("INSERT INTO runs (task_id, message, meta, why, owner) "
-                         "VALUES (%s, %s, %s, %s, %s)", row)
-            await conn.execute("SELECT pg_notify(%s, '')", (self.queued_channel,))
+            await self.store.create_sql(
+                conn, task, owner, snap, also=", r AS (INSERT INTO runs (task_id, message, "
+                "meta, why, owner) VALUES (%s, %s, %s, %s, %s)) SELECT pg_notify(%s, '')",
+                also_args=(*row, self.queued_channel))
 
-        await self.pool.run(run)
+        await self.pool.run(run, transaction=False)  # one statement: its own transaction
         self.store.created(task, snap)
         self.waiters.wake_queue()
 

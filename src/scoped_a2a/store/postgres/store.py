@@ -170,6 +170,9 @@ class PostgresTaskStore(PostgresCore):
         position: int = 0, created: bool = False,
     ) -> PriorSend | None:
         key = claim_key(owner, message_id)
+        if await self.pool.run(lambda c: claims.claim_free(
+                c, key, fingerprint, task_id, position, created), transaction=False):
+            return None  # one round trip: the message was never seen
         result: PriorSend | None = await self.pool.run(
             lambda c: claims.claim(c, key, fingerprint, task_id, position, created))
         return result
