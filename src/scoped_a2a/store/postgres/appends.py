@@ -373,5 +373,7 @@ def full_update(ends: bool, snapshot: bool) -> str:
 
 
 WRITE = ("WITH t AS ({update}), e AS (INSERT INTO events VALUES (%s, %s, %s, %s)), "
-         "d AS (DELETE FROM events WHERE task = %s AND pos = %s) SELECT pg_notify(%s, %s)")
-"""The full path's second statement: the task's row, the event and the notification."""
+         "d AS (DELETE FROM events WHERE task = %s AND pos = %s) "
+         "SELECT CASE WHEN %s <> '' THEN pg_notify(%s, %s) END")
+"""The full path's second statement: the task's row, the event and (unless the channel given
+is empty) the notification."""

@@ -112,9 +112,14 @@ def _ready_now(fd: int, wait: int) -> int:
     """What of ``wait`` the socket allows without waiting (a zero-timeout poll: cheaper than a
     round of the event loop, and a socket asked for writing nearly always is writable)."""
     poller = _POLL()
-    poller.register(fd, wait)
+    poller.register(fd, (select.POLLIN if wait & READY_R else 0)
+                    | (select.POLLOUT if wait & READY_W else 0))
     events = poller.poll(0)
-    return int(events[0][1]) & int(wait) if events else 0
+    if not events:
+        return 0
+    got = events[0][1]
+    return ((READY_R if got & (select.POLLIN | select.POLLERR | select.POLLHUP) else 0)
+            | (READY_W if got & select.POLLOUT else 0)) & wait
 
 
 async def drive(gen: Generator[Any, Any, T], fd: int) -> T:

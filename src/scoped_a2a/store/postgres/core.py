@@ -336,17 +336,26 @@ class PostgresCore(TaskStore):
                 else:
                     args = (pos, status.state.value, status.timestamp, len(encoded), seq)
                     update = full_update(ends, False)
+            # A synchronous commit notifies after it (below): PostgreSQL holds its lock on
+            # the notification queue through the commit's WAL flush, so every other
+            # notifying commit (the batches of every task) would wait for that flush.
             await conn.execute(WRITE.format(update=update), (
-                *args, seq, pos, kind, encoded, seq, pos - limit, self.channel,
-                f"{pos} {task_id}"))
+                *args, seq, pos, kind, encoded, seq, pos - limit,
+                self.channel if lazy else "", self.channel, f"{pos} {task_id}"))
             return pos, task, pos if "snap_pos" in update else int(snap_pos)
 
         try:
-            return await self.pool.run(run)
+            got = await self.pool.run(run)
         except _Ended:
             self._cache.pop(task_id, None)
             self._local.pop(task_id, None)
             raise TaskEnded(task_id) from None
+        if not lazy:  # lost with a crash right here: other replicas' waiters re-read in 5 s
+            await self.pool.query(
+                "SELECT pg_notify(%s, %s) FROM "
+                "(SELECT set_config('synchronous_commit', 'off', true)) s",
+                (self.channel, f"{got[0]} {task_id}"))
+        return got
 
     async def _retain(self) -> None:
         """After a task's end: the retention sweep (store.py)."""
