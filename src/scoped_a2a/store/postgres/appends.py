@@ -47,6 +47,7 @@ from .connection import Conn, Pool
 from .schema import NOW
 
 TERMINAL = [s.value for s in TaskState if s.terminal]
+TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL)
 MAX_BATCH = 128
 """Events written by one statement at most."""
 MAX_TRACKED = 4096
@@ -123,7 +124,7 @@ class Batcher:
         self.every = every  # a snapshot is due this many events after the last one
         self.commit = "on" if sync else "off"
         self.on_commit = on_commit  # (task id, position, payload) once committed
-        self.terminal = ", ".join(f"'{s}'" for s in TERMINAL)
+        self.terminal = TERMINAL_SQL
         self.sql = _BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
         self._queue: deque[_Item] = deque()
         self._tracks: OrderedDict[str, _Track] = OrderedDict()
@@ -377,3 +378,18 @@ WRITE = ("WITH t AS ({update}), e AS (INSERT INTO events VALUES (%s, %s, %s, %s)
          "SELECT CASE WHEN %s <> '' THEN pg_notify(%s, %s) END")
 """The full path's second statement: the task's row, the event and (unless the channel given
 is empty) the notification."""
+
+KNOWN = (
+    f"WITH t AS (UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
+    f"snap_pos = last + 1, size = size + %s, ended_at = CASE WHEN %s THEN {NOW} END, "
+    f"process = CASE WHEN %s THEN NULL ELSE process END WHERE id = %s AND last = %s "
+    "AND state NOT IN ({terminal}) AND (%s::text IS NULL OR %s = (SELECT token FROM runs "
+    "WHERE task_id = %s)) RETURNING seq), "
+    "e AS (INSERT INTO events SELECT seq, %s, %s, %s FROM t), "
+    "d AS (DELETE FROM events USING t WHERE events.task = t.seq AND events.pos = %s) "
+    "SELECT set_config('synchronous_commit', %s, true), "
+    "CASE WHEN %s <> '' THEN pg_notify(%s, %s) END FROM t")
+"""The full path in one statement when the position is known (this process holds the snapshot
+at the last one): the new snapshot, the event and the notification, only if the task is still
+at that position, running, and (``fenced``) under the run's lease; no row: take the
+transaction."""

@@ -55,7 +55,7 @@ from ..snapshot import applied, apply_event
 from ..sqlite.records import DECODERS, KIND_OF, TRAJECTORY, decode_task
 from ..sqlite.retention import Retention
 from ..sqlite.seal import Sealer
-from .appends import WRITE, Batcher, full_update
+from .appends import KNOWN, TERMINAL_SQL, WRITE, Batcher, full_update
 from .connection import Conn, Pool
 from .handover import PostgresHandover
 from .leases import PostgresLeases
@@ -294,6 +294,22 @@ class PostgresCore(TaskStore):
         trajectory = isinstance(event, TrajectoryEvent)
         limit = self.max_events_per_task
         lazy = not ends and not self.sync_events
+        if held is not None:
+            # Usually this process holds the snapshot at the task's last position: one
+            # statement (one round trip) writes it with the event if the position is still
+            # that one; else the transaction below reads and locks first.
+            pos = held[1] + 1
+            task = held[0] if trajectory else applied(held[0], event)
+            new = _encode(task)
+            row = await self.pool.run(lambda c: c.one(KNOWN.format(terminal=TERMINAL_SQL), (
+                pos, task.status.state.value, task.status.timestamp, new,
+                len(encoded) + len(new), ends, ends, task_id, held[1], token, token, task_id,
+                pos, kind, encoded, pos - limit, "off" if lazy else "on",
+                self.channel if lazy else "", self.channel, f"{pos} {task_id}")),
+                transaction=False)
+            if row is not None:
+                await self._notify_after(lazy, pos, task_id)
+                return pos, task, pos
 
         async def run(conn: Conn) -> tuple[int, Task | None, int]:
             # Two statements: read and lock the task (with the commit mode and the run's lease
@@ -350,12 +366,17 @@ class PostgresCore(TaskStore):
             self._cache.pop(task_id, None)
             self._local.pop(task_id, None)
             raise TaskEnded(task_id) from None
-        if not lazy:  # lost with a crash right here: other replicas' waiters re-read in 5 s
+        await self._notify_after(lazy, got[0], task_id)
+        return got
+
+    async def _notify_after(self, lazy: bool, pos: int, task_id: str) -> None:
+        """After a synchronous commit: its notification (lost with a crash right here:
+        other replicas' waiters re-read within ``poll_interval``)."""
+        if not lazy:
             await self.pool.query(
                 "SELECT pg_notify(%s, %s) FROM "
                 "(SELECT set_config('synchronous_commit', 'off', true)) s",
-                (self.channel, f"{got[0]} {task_id}"))
-        return got
+                (self.channel, f"{pos} {task_id}"))
 
     async def _retain(self) -> None:
         """After a task's end: the retention sweep (store.py)."""
