@@ -201,11 +201,17 @@ class Pool:
         self._slots = anyio.CapacityLimiter(size)
         self._failing: str | None = None  # the failure last logged (logged once until it heals)
 
-    async def run(self, fn: Work[T], *, retry: bool = False, transaction: bool = True) -> T:
+    async def run(self, fn: Work[T], *, retry: bool = False, transaction: bool | None = None
+                  ) -> T:
         """``await fn(conn)`` on one connection, in one transaction (committed when it returns,
         rolled back when it raises; ``transaction=False``: each statement commits by itself).
+        ``retry``: a read, tried again once on a fresh connection, and with no transaction
+        unless asked (under READ COMMITTED a transaction gives its statements no common
+        snapshot either; ``BEGIN`` and ``COMMIT`` would be two more round trips).
         ServerUnavailable when the database cannot be used; ``fn``'s own exceptions pass
         through."""
+        if transaction is None:
+            transaction = not retry
         async with self._slots:
             for attempt in (0, 1):
                 try:
