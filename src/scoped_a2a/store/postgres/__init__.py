@@ -139,7 +139,7 @@ async def open_postgres_store(
             raise group.exceptions[0] from None
         raise
     finally:
-        # Once the heartbeat has stopped: a renewal still in its thread would commit after
+        # Once the heartbeat has stopped: a renewal still under way would commit after
         # the retirement and bring the row back (it would then lapse on its own).
         await retire(store.leases, renewed=store.leases.renewed)
         await store.aclose()
