@@ -3,7 +3,8 @@
 Same commands as ``benchmarks/agents.py``, written the SDK's way (an AgentExecutor emitting the
 Task, a working status, artifacts and the final status through a TaskUpdater), so each system
 does the same work per request. Wiring follows the SDK's documented JSON-RPC setup with its
-in-memory task store.
+in-memory task store, or with ``--task-store postgresql://...`` its PostgreSQL one
+(``DatabaseTaskStore`` on SQLAlchemy's asyncio engine and asyncpg: scenario 19).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import InMemoryTaskStore, TaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from starlette.applications import Starlette
 
@@ -92,7 +93,19 @@ class BenchExecutor(AgentExecutor):
         await up.cancel()
 
 
-def build_app(port: int) -> Starlette:
+def task_store(url: str | None) -> TaskStore:
+    """The SDK's in-memory store, or its DatabaseTaskStore on the PostgreSQL at ``url``."""
+    if url is None:
+        return InMemoryTaskStore()
+    from a2a.server.tasks import DatabaseTaskStore
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url.replace("postgresql://", "postgresql+asyncpg://", 1),
+                                 pool_size=12)
+    return DatabaseTaskStore(engine)  # creates its table on first use
+
+
+def build_app(port: int, store_url: str | None = None) -> Starlette:
     url = f"http://127.0.0.1:{port}/"
     card = AgentCard(
         name="bench", description="benchmark agent", version="1.0.0",
@@ -102,12 +115,14 @@ def build_app(port: int) -> Starlette:
         default_input_modes=["text/plain"], default_output_modes=["text/plain"],
         skills=[AgentSkill(id="bench", name="bench", description="benchmark", tags=["bench"])],
     )
-    handler = DefaultRequestHandler(agent_executor=BenchExecutor(), task_store=InMemoryTaskStore(),
-                                    agent_card=card)
+    handler = DefaultRequestHandler(agent_executor=BenchExecutor(),
+                                    task_store=task_store(store_url), agent_card=card)
     routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
     return Starlette(routes=routes)
 
 
 if __name__ == "__main__":
-    args = arguments(__doc__.splitlines()[0]).parse_args()
-    run(build_app(args.port), args.server, args.port)
+    parser = arguments(__doc__.splitlines()[0])
+    parser.add_argument("--task-store", metavar="URL", help="postgresql://... (else memory)")
+    args = parser.parse_args()
+    run(build_app(args.port, args.task_store), args.server, args.port)

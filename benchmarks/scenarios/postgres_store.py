@@ -23,12 +23,14 @@ from pathlib import Path
 
 from ..core import Bench, Metric, Scenario
 from ..systems import System
+from .postgres_replicas import cross_replica
 from .redis_store import SERVERS, _Relabel, _sizes
 from .send import Send
 from .sqlite_store import STORED_TASKS, _time_to_serving
 from .stream import Stream
 
 MEMORY, POSTGRES = "scoped-a2a memory", "scoped-a2a postgres"
+SDK_POSTGRES = "a2a-sdk postgres"
 SMALL_EVENTS = 5_000
 
 
@@ -45,6 +47,8 @@ class PostgresStore(Scenario):
         Metric("bytes_per_event", "bytes/small event", "bytes", None, False, "{:.0f}"),
         Metric("restart_s", "start s, 100k tasks (10k --quick)", "s", None, False, "{:.2f}"),
         Metric("start_empty_s", "start s, empty schema", "s", None, False, "{:.2f}"),
+        Metric("xreplica_p50", "A to B p50 ms", "ms", "lower", False, "{:.2f}"),
+        Metric("xreplica_p99", "A to B p99 ms", "ms", "lower", False, "{:.2f}"),
     )
     notes = ("The rows are scoped-a2a on the same server, run back to back; ratio lines read "
              "postgres/memory (>1: PostgreSQL ahead). PostgreSQL 15 on loopback with fsync=on; "
@@ -71,6 +75,23 @@ class PostgresStore(Scenario):
                 url = await asyncio.to_thread(server.database)
                 system = System("scoped", name, ("--store", url))
                 await self.measure(bench, system, POSTGRES, True)
+            # The official a2a-sdk with its PostgreSQL task store (DatabaseTaskStore on
+            # SQLAlchemy asyncio + asyncpg) on the same server, next to ours on uvicorn.
+            url = await asyncio.to_thread(server.database)
+            try:
+                await self.measure(bench, System("sdk", "uvicorn", ("--task-store", url)),
+                                   SDK_POSTGRES, False, role="peer")
+            except Exception as exc:  # the peer failing is a row missing, not our figures
+                bench.fail(f"{SDK_POSTGRES}: {exc!r}"[:300])
+            url = await asyncio.to_thread(server.database)
+            delivery = await cross_replica(bench, url, 50 if bench.sizes.quick else 200)
+            if delivery is not None:
+                for metric, value in zip(("xreplica_p50", "xreplica_p99"), delivery,
+                                         strict=True):
+                    bench.record(POSTGRES, "two replicas", metric, value, "ms",
+                                 role="subject")
+                bench.progress(f"postgres cross-replica delivery p50 {delivery[0]:.2f} ms "
+                               f"p99 {delivery[1]:.2f} ms")
             name = SERVERS[0]
             url = await asyncio.to_thread(server.database)
             per_event = await asyncio.to_thread(_bytes_per_event, url, key)
@@ -94,7 +115,7 @@ class PostgresStore(Scenario):
             await asyncio.to_thread(server.destroy)
 
     async def measure(self, bench: Bench, system: System, label: str,
-                      subject: bool) -> dict[str, float]:
+                      subject: bool, role: str = "ceiling") -> dict[str, float]:
         """Send and stream figures of one system, recorded under ``label``; returned too."""
         relabel = _Relabel(bench, f"{label} / {system.server}", label.split()[-1],
                            _sizes(bench))
@@ -108,7 +129,7 @@ class PostgresStore(Scenario):
             value = relabel.figures.get(metric.key)
             if value is not None:
                 bench.record(label, system.server, metric.key, value, metric.unit,
-                             role="subject" if subject else "ceiling")
+                             role="subject" if subject else role)
         return relabel.figures
 
 

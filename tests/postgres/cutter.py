@@ -7,7 +7,8 @@ whose SQL holds ``marker`` and where to cut it: ``"during"``, at that statement 
 transaction is open; the server rolls it back); ``"before"``, at its ``COMMIT``, not forwarded
 (rolled back, but the client cannot tell: its commit got no answer); ``"after"``, at its
 ``COMMIT``, forwarded, cutting the connection as the server's answer arrives (committed, and
-the client never hears it). Every other byte passes through untouched.
+the client never hears it). A statement sent outside a transaction commits by itself: it is
+its own ``COMMIT`` for ``"before"`` and ``"after"``. Every other byte passes through untouched.
 
 Cancellation: cancelling :meth:`Cutter.serve` closes the port and every relayed connection.
 """
@@ -121,5 +122,9 @@ class Cutter:
         if not query:
             return False
         conn.sql.append(query)
-        return (self.marker is not None and self.when == "during" and conn.open
-                and self.marker in query)
+        if self.marker is None or self.marker not in query:
+            return False
+        # In a transaction: "during" cuts here, the others at its COMMIT. A statement that
+        # commits by itself (autocommit, no BEGIN) is its own COMMIT: "before" and "after" cut
+        # at it (not forwarded; forwarded with its answer dropped).
+        return self.when == "during" if conn.open else self.when != "during"

@@ -83,8 +83,8 @@ async def test_answers_through_the_other_replica(
                 tg.start_soon(conversation, i)
         assert len(done) == CONVERSATIONS
         async with open_postgres_store(pg_url, key_file=tmp_path / "push.key") as store:
-            carried = await store.pool.run(lambda c: c.execute(
-                "SELECT length(body) FROM handover").fetchall())
+            carried = await store.pool.query(
+                "SELECT length(body) FROM handover")
             assert [n > BIG for (n,) in carried] == [True], carried  # the large answer's
 
             # Any role of the database may NOTIFY: a forged (unsealed) answer to a parked run
@@ -97,8 +97,8 @@ async def test_answers_through_the_other_replica(
                                                      task_id=asked["id"],
                                                      context_id=asked["contextId"])))
             payload = f"* {base64.b64encode(forged).decode()}"
-            await store.pool.run(lambda c: c.execute(
-                "SELECT pg_notify(%s, %s)", (store.handover.channel, payload)))
+            await store.pool.query(
+                "SELECT pg_notify(%s, %s)", (store.handover.channel, payload))
             await a.wait_for("dropped a hand-over envelope that does not open")
             got = (await rpc(client, urls[0], "GetTask", {"id": asked["id"]}))["result"]
             assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", got

@@ -111,9 +111,9 @@ async def test_sigkill_a_replica_with_interactive_runs_in_flight(
     async with open_postgres_store(pg_url, key_file=tmp_path / "push.key") as store:
         with anyio.fail_after(LEASE + 5):
             while True:
-                rows = await store.pool.run(lambda c: c.execute(
+                rows = await store.pool.query(
                     "SELECT id FROM processes WHERE id <> %s",
-                    (store.leases.process_id,)).fetchall())
+                    (store.leases.process_id,))
                 if not rows:
                     break
                 await anyio.sleep(0.1)

@@ -92,8 +92,8 @@ async def test_two_workers_over_postgres_hand_over_and_record_a_lost_worker(
         task_id = ids[0]
         await sup.wait_for(rf"run start task={task_id} ")
         async with open_postgres_store(pg_url, key_file=sup.log.parent / "push.key") as store:
-            row = await store.pool.run(lambda c: c.execute(
-                "SELECT process FROM tasks WHERE id = %s", (task_id,)).fetchone())
+            (row,) = await store.pool.query(
+                "SELECT process FROM tasks WHERE id = %s", (task_id,))
         holder = int(row[0].split(":")[1])  # host:pid:nonce
         assert holder in workers.values(), (row, workers)
         os.kill(holder, signal.SIGKILL)

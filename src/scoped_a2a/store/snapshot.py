@@ -48,3 +48,22 @@ def apply_event(task: Task, event: LogEvent) -> None:
                 break
         else:
             task.artifacts.append(new)
+
+
+def applied(task: Task, event: LogEvent) -> Task:
+    """A new snapshot: ``task`` with ``event`` folded in, ``task`` left as it was (it may be in
+    a reader's hands). Shares whatever the event does not change: O(what changes), where a
+    deep copy would cost the whole snapshot at every event of a long stream."""
+    new = msgspec.structs.replace(task)
+    if isinstance(event, TaskStatusUpdateEvent):
+        if new.history is not None:
+            new.history = list(new.history)
+    elif isinstance(event, TaskArtifactUpdateEvent) and new.artifacts is not None:
+        new.artifacts = list(new.artifacts)
+        if event.append:
+            for i, old in enumerate(new.artifacts):
+                if old.artifact_id == event.artifact.artifact_id:
+                    new.artifacts[i] = msgspec.structs.replace(old, parts=list(old.parts))
+                    break
+    apply_event(new, event)
+    return new

@@ -10,8 +10,10 @@
             await serve(app)
 
 Any number of processes on any machines may use one schema. Modules: :mod:`.connection` (the
-pool, errors, credentials), :mod:`.schema` (tables and versions), :mod:`.listener`
-(LISTEN/NOTIFY wake-ups), :mod:`.store` (the TaskStore), :mod:`.queue` (the run queue),
+pool driven on the event loop, errors, credentials), :mod:`.schema` (tables and versions),
+:mod:`.listener` (LISTEN/NOTIFY wake-ups), :mod:`.core` (tasks, snapshots, appends),
+:mod:`.appends` (running events batched), :mod:`.store` (the TaskStore: reads, ListTasks,
+claims, push configs), :mod:`.retention`, :mod:`.queue` (the run queue),
 :mod:`.claims`, :mod:`.leases` (liveness leases of interactive runs), :mod:`.handover`
 (follow-ups to the replica holding their run), :mod:`.sealed` (the NOTIFY payloads replicas
 obey, sealed). docs/postgres.md says what it keeps and how it fails.
@@ -120,6 +122,7 @@ async def open_postgres_store(
             await tg.start(Listener(url, schema, waiters, queue.on_cancel,
                                     store.handover.notified).run)
             store.handover.tg = tg
+            await tg.start(store.batcher.run)
             # The lease row exists before the body can create a task naming this process: a
             # task whose process has no row would never be recorded lost.
             with contextlib.suppress(ServerUnavailable):
@@ -129,6 +132,10 @@ async def open_postgres_store(
                 yield store
             finally:
                 store.handover.tg = None
+                # Events handed over but not yet written go first (bounded: a database
+                # that is gone fails them at once).
+                with anyio.move_on_after(10, shield=True):
+                    await store.batcher.flush()
                 tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1 and not isinstance(group.exceptions[0],
@@ -136,7 +143,7 @@ async def open_postgres_store(
             raise group.exceptions[0] from None
         raise
     finally:
-        # Once the heartbeat has stopped: a renewal still in its thread would commit after
+        # Once the heartbeat has stopped: a renewal still under way would commit after
         # the retirement and bring the row back (it would then lapse on its own).
         await retire(store.leases, renewed=store.leases.renewed)
         await store.aclose()

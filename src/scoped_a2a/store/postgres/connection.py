@@ -1,9 +1,11 @@
-"""Connections to PostgreSQL: a bounded pool of psycopg 3 connections used from worker threads.
+"""Connections to PostgreSQL: a bounded pool of psycopg 3 connections driven from the event loop.
 
-Why threads: psycopg's async API is asyncio-only (psycopg #29), and this store runs on trio too.
-Each store operation is one function run in a worker thread, holding one pooled connection
-for one transaction (several statements, one hop to the thread: docs/postgres.md has the
-measurement behind this choice). The event loop never blocks on the database.
+Why not threads: psycopg's async API is asyncio-only (psycopg #29), and this store runs on trio
+too. Each statement is psycopg's own generator (the cursor's execute: parameter adaptation,
+automatic prepared statements after the fifth use, result loading), driven here by AnyIO's
+socket waits (:func:`drive`, what ``psycopg.waiting`` does for asyncio), so no thread hop is
+paid per operation (docs/postgres.md has the measurement behind this choice). Connecting, rare,
+still happens in a worker thread. The event loop never blocks on the database.
 
 Bounds. At most ``size`` connections are open per process (``--postgres-pool``), and at most as
 many operations run at once; more wait their turn. So N processes open at most
@@ -23,16 +25,17 @@ change may have been stored: the caller must not take the error as "nothing happ
 releases no claim of a task that was stored: claims.py), and a client's resend with the same
 messageId is the safe retry (docs/exactly-once.md).
 
-Cancellation: an operation handed to its thread runs to its end (commit or rollback) even when
-its caller is cancelled, so it has happened completely or not at all; the caller sees the
-cancellation afterwards.
+Cancellation: an operation runs shielded to its end (commit or rollback) even when its caller
+is cancelled, so it has happened completely or not at all; the caller sees the cancellation
+afterwards. (A server that vanished without a reset is found dead by TCP keepalives, ~25 s.)
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+import select
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -41,6 +44,8 @@ import anyio.to_thread
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
+from psycopg.pq import TransactionStatus
+from psycopg.waiting import Ready
 
 from ...protocol.errors import ServerUnavailable
 
@@ -123,6 +128,86 @@ def connect(url: str, schema: str) -> psycopg.Connection[Any]:
     return conn
 
 
+READY_R, READY_W = int(Ready.R), int(Ready.W)
+_POLL = select.poll
+
+
+def _ready_now(fd: int, wait: int) -> int:
+    """What of ``wait`` the socket allows without waiting (a zero-timeout poll: cheaper than a
+    round of the event loop, and a socket asked for writing nearly always is writable)."""
+    poller = _POLL()
+    poller.register(fd, (select.POLLIN if wait & READY_R else 0)
+                    | (select.POLLOUT if wait & READY_W else 0))
+    events = poller.poll(0)
+    if not events:
+        return 0
+    got = events[0][1]
+    return ((READY_R if got & (select.POLLIN | select.POLLERR | select.POLLHUP) else 0)
+            | (READY_W if got & select.POLLOUT else 0)) & wait
+
+
+async def drive(gen: Generator[Any, Any, T], fd: int) -> T:
+    """Run one of psycopg's generators (which yield what they wait for: read, write or both)
+    to its end, waiting on ``fd`` with AnyIO. Cancellation: the caller shields it (a
+    generator abandoned midway leaves the connection unusable)."""
+    try:
+        wait = next(gen)
+        while True:
+            ready = _ready_now(fd, wait)
+            if not ready:
+                if wait & READY_W:
+                    # Write (or both): the server reads what we send before it answers, so
+                    # waiting for writability alone cannot deadlock; both is rechecked soon.
+                    with anyio.move_on_after(0.05 if wait & READY_R else None):
+                        await anyio.wait_writable(fd)
+                    ready = _ready_now(fd, wait) or (wait & READY_R)
+                else:
+                    await anyio.wait_readable(fd)
+                    ready = READY_R
+            wait = gen.send(ready)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+class Conn:
+    """One connection used from the event loop: :meth:`execute` runs one statement."""
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        raw.pgconn.nonblocking = 1
+        self.raw = raw
+        self.fd = raw.pgconn.socket
+
+    async def execute(self, query: Any, params: Sequence[Any] | None = None
+                      ) -> psycopg.Cursor[Any]:
+        """Run ``query``; the cursor holds its rows (``fetchone``/``fetchall``, no I/O)."""
+        cur = self.raw.cursor()
+        await drive(cur._execute_gen(query, params), self.fd)
+        return cur
+
+    async def one(self, query: Any, params: Sequence[Any] | None = None) -> Any:
+        """The first row of ``query`` (None if none)."""
+        return (await self.execute(query, params)).fetchone()
+
+    async def all(self, query: Any, params: Sequence[Any] | None = None) -> list[Any]:
+        """Every row of ``query``."""
+        return (await self.execute(query, params)).fetchall()
+
+    @property
+    def closed(self) -> bool:
+        return self.raw.closed
+
+    @property
+    def idle(self) -> bool:
+        return not self.raw.broken and (
+            self.raw.pgconn.transaction_status == TransactionStatus.IDLE)
+
+    def close(self) -> None:
+        self.raw.close()  # a socket close: never blocks
+
+
+Work = Callable[[Conn], Awaitable[T]]
+
+
 class Pool:
     """At most ``size`` connections to ``url``, each used by one operation at a time."""
 
@@ -136,23 +221,27 @@ class Pool:
         self.schema = schema
         self.where = display(url)
         self.size = size
-        self._idle: list[psycopg.Connection[Any]] = []
+        self._idle: list[Conn] = []
         self._slots = anyio.CapacityLimiter(size)
-        self._threads = anyio.CapacityLimiter(size)
         self._failing: str | None = None  # the failure last logged (logged once until it heals)
         self._writes_failing = False  # ... and it fails writes only (read-only, a full disk)
 
-    async def run(self, fn: Callable[[psycopg.Connection[Any]], T], *, retry: bool = False,
-                  transaction: bool = True) -> T:
-        """``fn(conn)`` in a worker thread, in one transaction (committed when it returns,
-        rolled back when it raises). ServerUnavailable when the database cannot be used;
-        ``fn``'s own exceptions pass through."""
+    async def run(self, fn: Work[T], *, retry: bool = False, transaction: bool | None = None
+                  ) -> T:
+        """``await fn(conn)`` on one connection, in one transaction (committed when it returns,
+        rolled back when it raises; ``transaction=False``: each statement commits by itself).
+        ``retry``: a read, tried again once on a fresh connection, and with no transaction
+        unless asked (under READ COMMITTED a transaction gives its statements no common
+        snapshot either; ``BEGIN`` and ``COMMIT`` would be two more round trips).
+        ServerUnavailable when the database cannot be used; ``fn``'s own exceptions pass
+        through."""
+        if transaction is None:
+            transaction = not retry
         async with self._slots:
             for attempt in (0, 1):
-                idle = self._idle.pop() if self._idle else None
                 try:
-                    result, conn = await anyio.to_thread.run_sync(
-                        self._work, fn, idle, transaction, limiter=self._threads)
+                    with anyio.CancelScope(shield=True):
+                        result = await self._work(fn, transaction, retry)
                 except psycopg.OperationalError as exc:
                     self._drop_idle()
                     if retry and attempt == 0:
@@ -167,33 +256,64 @@ class Pool:
                 if self._failing is not None and not (self._writes_failing and retry):
                     log.warning("PostgreSQL at %s answers again", self.where)
                     self._failing = None
-                self._idle.append(conn)
                 return result
         raise AssertionError("unreachable")
 
-    def _work(self, fn: Callable[[psycopg.Connection[Any]], T],
-              conn: psycopg.Connection[Any] | None, transaction: bool
-              ) -> tuple[T, psycopg.Connection[Any]]:
-        c = conn if conn is not None and not conn.closed else connect(self.url, self.schema)
-        done = False
+    async def query(self, query: Any, params: Sequence[Any] | None = None, *,
+                    retry: bool = False) -> list[Any]:
+        """The rows of one statement, committed by itself (one round trip)."""
+        async def one(conn: Conn) -> list[Any]:
+            return (await conn.execute(query, params)).fetchall()
+
+        return await self.run(one, retry=retry, transaction=False)
+
+    async def _conn(self) -> Conn:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+        raw = await anyio.to_thread.run_sync(connect, self.url, self.schema)
+        return Conn(raw)
+
+    async def _work(self, fn: Work[T], transaction: bool, retry: bool) -> T:
+        c = await self._conn()
+        # Whether a lost connection leaves the outcome unknown: from the COMMIT on; or in a
+        # write that commits by itself (a read, ``retry``, changes nothing), when the server
+        # did not say why it ended the connection (an error with a SQLSTATE, such as
+        # 57P01 "terminating connection", means the statement was not committed).
+        unknown = not transaction and not retry
+        committing = False
         try:
-            if not transaction:
-                return fn(c), c
-            with c.transaction():
-                result = fn(c)
-                done = True  # what raises from here on is the COMMIT's
-            return result, c
+            if transaction:
+                await c.execute(b"BEGIN")
+            result = await fn(c)
+            if transaction:
+                committing = True  # what raises from here on is the COMMIT's
+                await c.execute(b"COMMIT")
         except psycopg.OperationalError as exc:
             c.close()
-            if done:
+            if committing or (unknown and exc.sqlstate is None):
                 raise CommitUnknown(reason(exc)) from exc
             raise
         except BaseException:
-            if c.broken or c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                c.close()  # broken, or left mid-transaction: not reusable
-            else:
-                self._idle.append(c)
+            await self._rollback(c)
             raise
+        self._idle.append(c)
+        return result
+
+    async def _rollback(self, c: Conn) -> None:
+        """Keep ``c`` if it can be brought back to idle, else close it."""
+        if not c.closed and not c.raw.broken and (
+                c.raw.pgconn.transaction_status != TransactionStatus.IDLE):
+            try:
+                await c.execute(b"ROLLBACK")
+            except psycopg.Error:
+                c.close()
+                return
+        if c.idle:
+            self._idle.append(c)
+        else:
+            c.close()
 
     def _failed(self, exc: psycopg.Error) -> ServerUnavailable:
         text = failure(self.where, exc)

@@ -30,15 +30,13 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import anyio.abc
-import psycopg
 
 from ...protocol.errors import ServerUnavailable
 from ...protocol.ids import new_id
 from ..sealing import Sealer
-from .connection import Pool
+from .connection import Conn, Pool
 from .schema import NOW
 from .sealed import SealedChannel, channel_sealer
 
@@ -81,11 +79,11 @@ class PostgresHandover:
             return
         ref = new_id()
 
-        def run(conn: psycopg.Connection[Any]) -> None:
-            conn.execute(f"DELETE FROM handover WHERE expires < {NOW}")
-            conn.execute(f"INSERT INTO handover VALUES (%s, %s, {NOW} + %s)",
+        async def run(conn: Conn) -> None:
+            await conn.execute(f"DELETE FROM handover WHERE expires < {NOW}")
+            await conn.execute(f"INSERT INTO handover VALUES (%s, %s, {NOW} + %s)",
                          (ref, payload, KEEP))
-            conn.execute("SELECT pg_notify(%s, %s)", (channel, f"{target} @{ref}"))
+            await conn.execute("SELECT pg_notify(%s, %s)", (channel, f"{target} @{ref}"))
 
         await self.pool.run(run)
 
@@ -101,8 +99,8 @@ class PostgresHandover:
 
     async def _fetch(self, ref: str) -> None:
         try:
-            row = await self.pool.run(lambda c: c.execute(
-                "SELECT body FROM handover WHERE id = %s", (ref,)).fetchone(), retry=True)
+            row = await self.pool.run(lambda c: c.one(
+                "SELECT body FROM handover WHERE id = %s", (ref,)), retry=True)
         except ServerUnavailable as exc:  # lost, as a notification can be: the sender's wait ends
             log.info("could not read a hand-over envelope (%s)", exc)
             return

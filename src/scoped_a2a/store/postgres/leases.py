@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
-
-import psycopg
 
 from ...protocol.ids import new_id
 from ..process_leases import DEFAULT_LEASE
-from .connection import Pool
+from .connection import Conn, Pool
 from .schema import NOW
 from .sealed import SealedChannel
 
@@ -60,16 +57,16 @@ class PostgresLeases:
 
     async def beat(self) -> bool:
         self._tried = True
-        def run(conn: psycopg.Connection[Any]) -> bool:
+        async def run(conn: Conn) -> bool:
             # The CTE reads the row as it was before the upsert: had the lease run out (or
             # was the process forgotten by a reaper)?
-            row = conn.execute(
+            row = await conn.one(
                 f"WITH prev AS (SELECT expires FROM processes WHERE id = %s) "
                 f"INSERT INTO processes (id, expires) VALUES (%s, {NOW} + %s) "
                 f"ON CONFLICT (id) DO UPDATE SET expires = excluded.expires, "
                 f"reaping_until = NULL "
                 f"RETURNING coalesce((SELECT expires FROM prev) >= {NOW}, FALSE)",
-                (self.process_id, self.process_id, self.lease)).fetchone()
+                (self.process_id, self.process_id, self.lease))
             return bool(row and row[0])
 
         ok = await self.pool.run(run)
@@ -80,25 +77,25 @@ class PostgresLeases:
         me, half, channel, cancels = (self.process_id, self.lease / 2, self.cancel_channel,
                                       self.cancels)
 
-        def run(conn: psycopg.Connection[Any]) -> list[tuple[str, list[str]]]:
-            dead = [r[0] for r in conn.execute(
+        async def run(conn: Conn) -> list[tuple[str, list[str]]]:
+            dead = [r[0] for r in await conn.all(
                 f"SELECT id FROM processes WHERE expires < {NOW} AND id <> %s AND "
                 f"(reaping_until IS NULL OR reaping_until < {NOW}) ORDER BY expires "
-                f"LIMIT %s FOR UPDATE SKIP LOCKED", (me, MAX_PROCESSES)).fetchall()]
+                f"LIMIT %s FOR UPDATE SKIP LOCKED", (me, MAX_PROCESSES))]
             out: list[tuple[str, list[str]]] = []
             for process in dead:
                 # The terminal append clears ``process``: every task still naming it runs.
-                ids = [r[0] for r in conn.execute(
+                ids = [r[0] for r in await conn.all(
                     "SELECT id FROM tasks WHERE process = %s LIMIT %s",
-                    (process, MAX_TASKS)).fetchall()]
+                    (process, MAX_TASKS))]
                 if not ids:
-                    conn.execute("DELETE FROM processes WHERE id = %s", (process,))
+                    await conn.execute("DELETE FROM processes WHERE id = %s", (process,))
                     continue
-                conn.execute(f"UPDATE processes SET reaping_until = {NOW} + %s WHERE id = %s",
+                await conn.execute(f"UPDATE processes SET reaping_until = {NOW} + %s WHERE id = %s",
                              (half, process))
-                if cancels is not None:  # sealed here, in the worker thread (CPU)
-                    conn.execute("SELECT pg_notify(%s, t) FROM unnest(%s::text[]) t",
-                                 (channel, [cancels.wrap(i.encode()) for i in ids]))
+                if cancels is not None:  # sealed: any role that can connect may NOTIFY
+                    await conn.execute("SELECT pg_notify(%s, t) FROM unnest(%s::text[]) t",
+                                       (channel, [cancels.wrap(i.encode()) for i in ids]))
                 out.append((process, ids))
             return out
 
@@ -106,8 +103,8 @@ class PostgresLeases:
         return result
 
     async def covers(self, task_id: str) -> bool:
-        row = await self.pool.run(lambda c: c.execute(
-            "SELECT process IS NOT NULL FROM tasks WHERE id = %s", (task_id,)).fetchone(),
+        row = await self.pool.run(lambda c: c.one(
+            "SELECT process IS NOT NULL FROM tasks WHERE id = %s", (task_id,)),
             retry=True)
         return bool(row and row[0])
 

@@ -27,13 +27,14 @@ from typing import Any
 
 import anyio
 import msgspec
-import psycopg
 
 from ...protocol.types import Message, Task, TaskState
 from ..launcher import Job, RunRegistry
+from .connection import Conn
+from .core import load_snapshot
 from .schema import NOW
 from .sealed import SealedChannel
-from .store import PostgresTaskStore, load_snapshot
+from .store import PostgresTaskStore
 
 log = logging.getLogger("scoped_a2a.postgres.queue")
 _encode = msgspec.json.Encoder().encode
@@ -88,13 +89,13 @@ class PostgresRunQueue:
         snap = _encode(task)
         row = (task.id, _encode(message), _encode(meta), detach_reason, owner)
 
-        def run(conn: psycopg.Connection[Any]) -> None:
-            self.store.create_sql(conn, task, owner, snap)
-            conn.execute("INSERT INTO runs (task_id, message, meta, why, owner) "
-                         "VALUES (%s, %s, %s, %s, %s)", row)
-            conn.execute("SELECT pg_notify(%s, '')", (self.queued_channel,))
+        async def run(conn: Conn) -> None:
+            await self.store.create_sql(
+                conn, task, owner, snap, also=", r AS (INSERT INTO runs (task_id, message, "
+                "meta, why, owner) VALUES (%s, %s, %s, %s, %s)) SELECT pg_notify(%s, '')",
+                also_args=(*row, self.queued_channel))
 
-        await self.pool.run(run)
+        await self.pool.run(run, transaction=False)  # one statement: its own transaction
         self.store.created(task, snap)
         self.waiters.wake_queue()
 
@@ -110,10 +111,10 @@ class PostgresRunQueue:
 
     async def _take(self, consumer: str, count: int, where: str, args: tuple[Any, ...]
                     ) -> list[Job]:
-        rows = await self.pool.run(lambda c: c.execute(
+        rows = await self.pool.run(lambda c: c.all(
             f"UPDATE runs SET consumer = %s, touched = {NOW} WHERE seq IN (SELECT seq FROM "
             f"runs WHERE {where} ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) "
-            f"RETURNING {_COLUMNS}", (consumer, *args, count)).fetchall())
+            f"RETURNING {_COLUMNS}", (consumer, *args, count)))
         return [_job(r) for r in sorted(rows)]
 
     async def read_new(self, consumer: str, count: int, block_ms: int) -> list[Job]:
@@ -131,23 +132,23 @@ class PostgresRunQueue:
                                 (min_idle_ms / 1000,))
 
     async def claim(self, job: Job, token: str, lease_ms: int) -> tuple[int, Task | None]:
-        def run(conn: psycopg.Connection[Any]) -> tuple[int, bytes | None]:
-            task = conn.execute("SELECT state, snap, seq, snap_pos, last FROM tasks "
-                                "WHERE id = %s", (job.task_id,)).fetchone()
+        async def run(conn: Conn) -> tuple[int, bytes | None]:
+            task = await conn.one("SELECT state, snap, seq, snap_pos, last FROM tasks "
+                                "WHERE id = %s", (job.task_id,))
             if task is None:
                 return -1, None
             if TaskState(task[0]).terminal:
                 return 0, None  # ended (e.g. canceled while queued)
-            got = conn.execute(
+            got = await conn.one(
                 f"UPDATE runs SET attempts = attempts + 1, token = %s, lease_until = {NOW} + %s, "
                 f"touched = {NOW} WHERE task_id = %s AND (token IS NULL OR token = %s OR "
                 f"lease_until < {NOW}) RETURNING attempts",
-                (token, lease_ms / 1000, job.task_id, token)).fetchone()
+                (token, lease_ms / 1000, job.task_id, token))
             if got is None:
-                held = conn.execute("SELECT 1 FROM runs WHERE task_id = %s",
-                                    (job.task_id,)).fetchone()
+                held = await conn.one("SELECT 1 FROM runs WHERE task_id = %s",
+                                    (job.task_id,))
                 return (-2 if held is not None else -1), None
-            return int(got[0]), load_snapshot(conn, task[2], task[1], task[3], task[4])
+            return int(got[0]), await load_snapshot(conn, task[2], task[1], task[3], task[4])
 
         attempt, snap = await self.pool.run(run)
         if snap is None:
@@ -155,32 +156,32 @@ class PostgresRunQueue:
         return attempt, msgspec.json.decode(snap, type=Task)
 
     async def renew(self, job: Job, consumer: str, token: str, lease_ms: int) -> int:
-        def run(conn: psycopg.Connection[Any]) -> int:
-            got = conn.execute(
+        async def run(conn: Conn) -> int:
+            got = await conn.one(
                 f"UPDATE runs SET lease_until = {NOW} + %s, touched = {NOW}, consumer = %s "
                 "WHERE task_id = %s AND token = %s RETURNING 1",
-                (lease_ms / 1000, consumer, job.task_id, token)).fetchone()
+                (lease_ms / 1000, consumer, job.task_id, token))
             if got is None:
                 return -1
-            state = conn.execute("SELECT state FROM tasks WHERE id = %s",
-                                 (job.task_id,)).fetchone()
+            state = await conn.one("SELECT state FROM tasks WHERE id = %s",
+                                 (job.task_id,))
             return 0 if state is None or TaskState(state[0]).terminal else 1
 
         return int(await self.pool.run(run))
 
     async def retire(self, job: Job, token: str) -> bool:
-        def run(conn: psycopg.Connection[Any]) -> bool:
-            state = conn.execute("SELECT state FROM tasks WHERE id = %s",
-                                 (job.task_id,)).fetchone()
+        async def run(conn: Conn) -> bool:
+            state = await conn.one("SELECT state FROM tasks WHERE id = %s",
+                                 (job.task_id,))
             if state is None or TaskState(state[0]).terminal:
-                conn.execute("DELETE FROM runs WHERE task_id = %s AND "
+                await conn.execute("DELETE FROM runs WHERE task_id = %s AND "
                              "(token IS NULL OR token = %s OR lease_until < " + NOW + ")",
                              (job.task_id, token))
                 return True
             # Stopped without an end: deliver it again (to any worker) at once.
-            conn.execute("UPDATE runs SET token = NULL, lease_until = NULL, consumer = NULL "
+            await conn.execute("UPDATE runs SET token = NULL, lease_until = NULL, consumer = NULL "
                          "WHERE task_id = %s AND token = %s", (job.task_id, token))
-            conn.execute("SELECT pg_notify(%s, '')", (self.queued_channel,))
+            await conn.execute("SELECT pg_notify(%s, '')", (self.queued_channel,))
             return False
 
         return bool(await self.pool.run(run))

@@ -1,0 +1,395 @@
+"""Appends in PostgreSQL: a running task's intermediate events, many tasks per statement.
+
+Most events a task appends (artifact chunks, trajectory events, status updates short of the
+end) change only its row's position, state and size and add one event row. Those go through
+:class:`Batcher`: one writer task takes every queued event (the first of each task) and writes
+them in one statement (one round trip, one implicit transaction, one commit); events queued
+meanwhile go in the next. So 16 streams cost about one round trip per 16 events or more.
+
+What waits, as in the SQLite store (store/sqlite/core.py). A running task's artifact chunks,
+trajectory events and ``working`` updates are not waited for: the position is decided when the
+event is handed over (this process tracks each task it writes: its position and snapshot
+position, learned from its create or its last written event), and the statement writes it
+only at that position (``expect``). Readers see an event only once committed: this process's
+readers are woken, its cache folded and its recent entries kept by :meth:`Batcher.run` after
+the commit; other replicas hear the ``NOTIFY`` sent in the same transaction. If the write fails
+(the database is gone, the task ended, the run lost its queue lease, another process wrote the
+task), the run learns at its next append (ServerUnavailable or TaskEnded). Every other event
+(another status, any event of a task not tracked here, all of them with
+``--postgres-sync-events``) is waited for: its append returns once committed. A task's end,
+a due snapshot, and whatever the statement skipped take the full path (:data:`WRITE`, two
+statements in one transaction under the row lock) once the task's queued events are written,
+so a send is answered only once everything it stored is committed.
+
+The UPDATE takes each task's row lock, so appends to one task from any replica are serialized;
+a deadlock between two replicas' batches (each locking tasks the other wants) is retried.
+
+Cancellation: the writer runs each statement to its commit (connection.py); :meth:`flush`
+(before the store closes) waits for the queue to empty. A waiting caller cancelled before its
+event was taken takes it out. Errors: as said above.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+from psycopg import errors as pgerrors
+
+from ...protocol.errors import ServerUnavailable
+from ...protocol.types import TaskState
+from ..base import TaskEnded
+from .connection import Conn, Pool
+from .schema import NOW
+
+TERMINAL = [s.value for s in TaskState if s.terminal]
+TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL)
+MAX_BATCH = 128
+"""Events written by one statement at most."""
+MAX_TRACKED = 4096
+"""Tasks whose positions this process tracks (those written most recently)."""
+
+_BATCH = (
+    "WITH i AS (SELECT x->>0 AS id, x->>1 AS state, x->>2 AS ts, x->>3 AS token, "
+    "(x->>4)::bigint AS expect, (x->>5)::bigint AS n, (x->>6)::bigint AS bytes, "
+    "x->7 AS kinds, x->8 AS bodies FROM json_array_elements(%s::json) x), "
+    "t AS (UPDATE tasks SET last = tasks.last + i.n, size = tasks.size + i.bytes, "
+    "state = coalesce(i.state, tasks.state), "
+    "ts = CASE WHEN i.state IS NULL THEN tasks.ts ELSE i.ts END "
+    "FROM i WHERE tasks.id = i.id AND tasks.state NOT IN ({terminal}) "
+    "AND tasks.last + i.n - tasks.snap_pos < {every} "
+    "AND (i.expect IS NULL OR tasks.last + 1 = i.expect) "
+    "AND (i.token IS NULL OR i.token = (SELECT token FROM runs r WHERE r.task_id = i.id)) "
+    "RETURNING tasks.seq, tasks.last, tasks.id, tasks.snap_pos, i.n, i.kinds, i.bodies), "
+    "e AS (INSERT INTO events SELECT t.seq, t.last - t.n + k.o, k.kind::int2, "
+    "decode(k.body, 'base64') FROM t, ROWS FROM (json_array_elements_text(t.kinds), "
+    "json_array_elements_text(t.bodies)) WITH ORDINALITY AS k(kind, body, o)), "
+    "d AS (DELETE FROM events USING t WHERE events.task = t.seq "
+    "AND events.pos > t.last - t.n - {limit} AND events.pos <= t.last - {limit}) "
+    "SELECT id, last, snap_pos, set_config('synchronous_commit', %s, true), "
+    "pg_notify(%s, last || ' ' || id) FROM t")
+"""Every queued event in one statement, one row per task (its events at consecutive
+positions; data-modifying CTEs all run; the trim deletes nothing until a log is longer than
+its cap). The events go as one JSON parameter (bodies in base64): one statement text,
+prepared once per connection, where psycopg's adaptation of arrays cost more CPU than the
+whole statement."""
+_encode = msgspec.json.Encoder().encode
+
+
+OnCommit = Callable[[str, int, Any], None]
+
+
+class _Item:
+    __slots__ = ("body", "done", "error", "expect", "id", "kind", "payload", "pos", "state",
+                 "token", "ts", "waited")
+
+    def __init__(self, task_id: str, kind: int, body: bytes, state: str | None,
+                 ts: str | None, token: str | None, expect: int | None, payload: Any,
+                 waited: bool) -> None:
+        self.id, self.kind, self.body = task_id, kind, body
+        self.state, self.ts, self.token = state, ts, token
+        self.expect = expect  # the position it must take (None: whatever is next)
+        self.payload = payload  # handed to on_commit
+        self.waited = waited  # its caller waits for the commit
+        self.done = anyio.Event()
+        self.pos: int | None = None  # written at this position (None: take the full path)
+        self.error: BaseException | None = None
+
+
+class _Track:
+    """What this process knows of a task it writes."""
+
+    __slots__ = ("error", "idle", "owned", "pos", "queued", "snap_pos")
+
+    def __init__(self, pos: int | None, snap_pos: int, owned: bool) -> None:
+        self.owned = owned  # this process runs the task: its events need not be waited for
+        self.pos = pos  # the last position handed over (None: not known: ask the database)
+        self.snap_pos = snap_pos
+        self.queued = 0  # events queued or being written
+        self.idle: anyio.Event | None = None  # set when queued drops to 0
+        self.error: BaseException | None = None  # a write that failed, for the next append
+
+
+class Batcher:
+    """Intermediate events of running tasks, written many tasks per statement."""
+
+    def __init__(self, pool: Pool, channel: str, limit: int, every: int, sync: bool,
+                 on_commit: OnCommit) -> None:
+        self.pool = pool
+        self.channel = channel
+        self.every = every  # a snapshot is due this many events after the last one
+        self.commit = "on" if sync else "off"
+        self.on_commit = on_commit  # (task id, position, payload) once committed
+        self.terminal = TERMINAL_SQL
+        self.sql = _BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
+        self._queue: deque[_Item] = deque()
+        self._tracks: OrderedDict[str, _Track] = OrderedDict()
+        self._wake = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    # --- what this process knows ----------------------------------------------------------
+
+    def own(self, task_id: str, pos: int | None, snap_pos: int = 0) -> None:
+        """This process runs ``task_id`` (an interactive run created here, or a queued run
+        under its lease): its events need not be waited for once its position is known
+        (``pos``, or learned from its first waited event)."""
+        t = self._tracks.get(task_id)
+        if t is None:
+            self._tracks[task_id] = _Track(pos, snap_pos, True)
+            if len(self._tracks) > MAX_TRACKED:
+                for old, ot in list(self._tracks.items())[:len(self._tracks) - MAX_TRACKED]:
+                    if ot.queued == 0:
+                        del self._tracks[old]
+        elif t.queued == 0:
+            t.pos, t.snap_pos, t.owned = pos, snap_pos, True
+        self._tracks.move_to_end(task_id)
+
+    def track(self, task_id: str, pos: int, snap_pos: int) -> None:
+        """A full-path append committed ``task_id`` at ``pos`` (snapshot at ``snap_pos``)."""
+        t = self._tracks.get(task_id)
+        if t is not None and t.owned and t.queued == 0:
+            t.pos, t.snap_pos = pos, snap_pos
+
+    def forget(self, task_id: str) -> None:
+        """Positions of ``task_id`` are to be learned from the database again."""
+        t = self._tracks.get(task_id)
+        if t is not None:
+            if t.queued:
+                t.pos = None
+            else:
+                del self._tracks[task_id]
+
+    def due(self, task_id: str, heard: int) -> bool:
+        """Whether the next event of ``task_id`` must take the full path (its snapshot is
+        due), as far as known; ``heard``: the latest position announced by any process."""
+        t = self._tracks.get(task_id)
+        return (t is not None and t.pos is not None and t.pos >= heard
+                and t.pos + 1 - t.snap_pos >= self.every)
+
+    async def drain(self, task_id: str) -> None:
+        """Once every queued event of ``task_id`` is written; raises what failed."""
+        t = self._tracks.get(task_id)
+        while t is not None and t.queued:
+            if t.idle is None:
+                t.idle = anyio.Event()
+            await t.idle.wait()
+        self.check(task_id)
+
+    def check(self, task_id: str) -> None:
+        """Raise (once) the failure of a write this task's run did not wait for."""
+        t = self._tracks.get(task_id)
+        if t is not None and t.error is not None:
+            error, t.error = t.error, None
+            if not t.queued:
+                t.pos = None  # the next event is waited for, and its position learned
+            raise error
+
+    # --- appends --------------------------------------------------------------------------
+
+    async def append(self, task_id: str, kind: int, body: bytes, state: str | None,
+                     ts: str | None, token: str | None, payload: Any, *, wait: bool,
+                     heard: int) -> int | None:
+        """Queue an event; its position. ``wait``: return once committed (None: the
+        statement skipped it, take the full path); else return at once if the position is
+        known (``heard``: the latest announced; a later one means another process wrote)."""
+        self.check(task_id)
+        t = self._tracks.get(task_id)
+        if t is None:
+            t = self._tracks[task_id] = _Track(None, 0, False)
+        elif t.pos is not None and t.pos < heard and not t.queued:
+            t.pos = None  # another process wrote it: learn its position again
+        self._tracks.move_to_end(task_id)
+        expect = None if t.pos is None else t.pos + 1
+        if expect is not None:
+            t.pos = expect
+        waited = wait or expect is None
+        item = _Item(task_id, kind, body, state, ts, token, expect, payload, waited)
+        t.queued += 1
+        self._queue.append(item)
+        self._wake.set()
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        if not waited:
+            return expect
+        try:
+            await item.done.wait()
+        except BaseException:
+            if item in self._queue:  # not taken yet: it will not be written
+                self._queue.remove(item)
+                self._done(item)
+            raise
+        if item.error is not None:
+            raise item.error
+        return item.pos
+
+    async def flush(self) -> None:
+        """Once nothing is queued or being written."""
+        await self._idle.wait()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """The writer: until cancelled, write what is queued, a batch at a time."""
+        task_status.started()
+        try:
+            await self._run()
+        finally:  # closing: nothing queued will be written
+            for item in list(self._queue):
+                self._failed(item, ServerUnavailable("the PostgreSQL store is closing"))
+            self._queue.clear()
+            self._idle.set()
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                self._idle.set()
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
+            batch = self._take()
+            try:
+                rows = await self._write(batch)
+            except pgerrors.DeadlockDetected:
+                # Nothing was written: again, in the order handed over.
+                self._queue.extendleft(reversed([i for g in batch for i in g]))
+                continue
+            except Exception as exc:  # every caller of the batch learns it
+                for group in batch:
+                    for item in group:
+                        self._failed(item, exc)
+                continue
+            written = {task_id: (int(pos), int(snap)) for task_id, pos, snap, _, _ in rows}
+            lost = {g[0].id: g[0].token for g in batch
+                    if g[0].id not in written and not g[0].waited}
+            why = await self._why(lost) if lost else {}
+            for group in batch:
+                got = written.get(group[0].id)
+                if got is None:
+                    for item in group:
+                        self._failed(item, why.get(item.id))
+                    continue
+                last, snap_pos = got
+                t = self._tracks.get(group[0].id)
+                if t is not None:
+                    t.snap_pos = snap_pos
+                    if t.pos is None and t.owned and not t.queued - len(group):
+                        t.pos = last  # learned: what follows is not waited for
+                for n, item in enumerate(group, start=last - len(group) + 1):
+                    item.pos = n
+                    self.on_commit(item.id, n, item.payload)
+                    self._done(item)
+
+    async def _why(self, lost: dict[str, str | None]) -> dict[str, Exception]:
+        """Why events not waited for were not written (rare): the task ended or its run lost
+        its queue lease (TaskEnded: ``lost`` maps each task to its run's lease token), or
+        another process wrote to it meanwhile."""
+        task_ids = list(lost)
+        try:
+            rows = await self.pool.query(
+                f"SELECT id, state IN ({self.terminal}), (SELECT token FROM runs r "
+                "WHERE r.task_id = t.id) FROM tasks t WHERE id = ANY(%s)", (task_ids,))
+        except ServerUnavailable as exc:
+            return dict.fromkeys(task_ids, exc)
+        ended = {task_id for task_id, terminal, token in rows
+                 if terminal or (lost[task_id] is not None and token != lost[task_id])}
+        return {task_id: TaskEnded(task_id) if task_id in ended else ServerUnavailable(
+            f"task {task_id!r} was written by another process while this one ran it; "
+            "its latest events were not stored") for task_id in task_ids}
+
+    def _failed(self, item: _Item, exc: Exception | None) -> None:
+        """``item`` was not written: its waiting caller learns why (None: take the full
+        path), or the next append of its task does."""
+        t = self._tracks.get(item.id)
+        if item.expect is not None and t is not None:
+            t.pos = None  # what follows it in the queue fails too (a gap is never written)
+            if t.error is None and not item.waited:
+                t.error = exc or TaskEnded(item.id)
+        item.error = exc
+        self._done(item)
+
+    def _done(self, item: _Item) -> None:
+        item.done.set()
+        t = self._tracks.get(item.id)
+        if t is not None:
+            t.queued -= 1
+            if t.queued == 0 and t.idle is not None:
+                t.idle.set()
+                t.idle = None
+
+    def _take(self) -> list[list[_Item]]:
+        """The queued events to write now, by task: each task's queued events at consecutive
+        known positions (or its first one, position unknown), tasks in queue order."""
+        groups: dict[str, list[_Item]] = {}
+        closed: set[str] = set()  # a task whose next event must wait for the next batch
+        later: deque[_Item] = deque()
+        count = 0
+        for item in self._queue:
+            group = groups.get(item.id)
+            if item.id in closed or (group is None and count >= MAX_BATCH):
+                later.append(item)
+                closed.add(item.id)
+            elif group is None:
+                groups[item.id] = [item]
+                count += 1
+                if item.expect is None:
+                    closed.add(item.id)
+            elif (item.expect is not None and group[-1].expect is not None
+                  and item.expect == group[-1].expect + 1 and item.token == group[0].token):
+                group.append(item)
+            else:
+                later.append(item)
+                closed.add(item.id)
+        self._queue = later
+        return list(groups.values())
+
+    async def _write(self, batch: list[list[_Item]]) -> list[Any]:
+        rows = []
+        for group in batch:
+            first = group[0]
+            status = next((i for i in reversed(group) if i.state is not None), None)
+            rows.append((first.id, status and status.state, status and status.ts,
+                         first.token, first.expect, len(group),
+                         sum(len(i.body) for i in group), [i.kind for i in group],
+                         [i.body for i in group]))
+        events = _encode(rows)
+        args = (events.decode(), self.commit, self.channel)
+
+        async def run(conn: Conn) -> list[Any]:
+            return await conn.all(self.sql, args)
+
+        return await self.pool.run(run, transaction=False)
+
+
+def full_update(ends: bool, snapshot: bool) -> str:
+    """The UPDATE of the full path: with the new snapshot (due, or the task's end) or not."""
+    if snapshot:
+        return (f"UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
+                f"snap_pos = last + 1, size = size + %s, "
+                f"ended_at = CASE WHEN %s THEN {NOW} END, "
+                f"process = CASE WHEN %s THEN NULL ELSE process END WHERE seq = %s")
+    return "UPDATE tasks SET last = %s, state = %s, ts = %s, size = size + %s WHERE seq = %s"
+
+
+WRITE = ("WITH t AS ({update}), e AS (INSERT INTO events VALUES (%s, %s, %s, %s)), "
+         "d AS (DELETE FROM events WHERE task = %s AND pos = %s) "
+         "SELECT CASE WHEN %s <> '' THEN pg_notify(%s, %s) END")
+"""The full path's second statement: the task's row, the event and (unless the channel given
+is empty) the notification."""
+
+KNOWN = (
+    f"WITH t AS (UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
+    f"snap_pos = last + 1, size = size + %s, ended_at = CASE WHEN %s THEN {NOW} END, "
+    f"process = CASE WHEN %s THEN NULL ELSE process END WHERE id = %s AND last = %s "
+    "AND state NOT IN ({terminal}) AND (%s::text IS NULL OR %s = (SELECT token FROM runs "
+    "WHERE task_id = %s)) RETURNING seq), "
+    "e AS (INSERT INTO events SELECT seq, %s, %s, %s FROM t), "
+    "d AS (DELETE FROM events USING t WHERE events.task = t.seq AND events.pos = %s) "
+    "SELECT set_config('synchronous_commit', %s, true), "
+    "CASE WHEN %s <> '' THEN pg_notify(%s, %s) END FROM t")
+"""The full path in one statement when the position is known (this process holds the snapshot
+at the last one): the new snapshot, the event and the notification, only if the task is still
+at that position, running, and (``fenced``) under the run's lease; no row: take the
+transaction."""
