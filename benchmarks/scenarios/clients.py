@@ -25,11 +25,12 @@ from typing import Any
 import httpx
 
 from ..core import Bench, Metric, Scenario, percentile
-from ..systems import ServerProcess, System
+from ..systems import System
 
 SERVERS = [System("scoped", "hypercorn-asyncio"), System("sdk", "uvicorn")]
 OURS, SDK = "scoped-a2a A2AClient", "a2a-sdk ClientFactory"
 STREAM_EVENTS = 200
+SEND_ROUNDS = 4
 SLOW_SECONDS = 5
 
 
@@ -54,32 +55,54 @@ class Clients(Scenario):
         async with bench.servers(SERVERS) as running:
             for system, proc in running.items():
                 where = f"to {system.name} / {system.server}"
-                for client in (OURS, SDK):
-                    if bench.wants(f"{client} / {where}"):
-                        await self.measure(bench, client, where, proc)
+                clients = [c for c in (OURS, SDK) if bench.wants(f"{c} / {where}")]
+                async with contextlib.AsyncExitStack() as stack:
+                    kits: dict[str, Kit] = {}
+                    for client in clients:
+                        http = await stack.enter_async_context(httpx.AsyncClient(
+                            timeout=None, limits=httpx.Limits(max_connections=64)))
+                        kits[client] = await (_ours if client == OURS else _sdk)(proc.url, http)
+                    await self.send_rates(bench, kits, where)
+                    for client, kit in kits.items():
+                        await self.measure(bench, client, where, kit)
 
-    async def measure(self, bench: Bench, client: str, where: str, proc: ServerProcess) -> None:
+    async def send_rates(self, bench: Bench, kits: dict[str, Kit], where: str) -> None:
+        """Blocking sends per second, the clients taking turns in rounds (A B, B A, ...) on the
+        same server: a change in the machine's load or the server's state during the run
+        falls on both alike (measured one after the other, the first client's 5 s and the
+        second's saw different machines: c=1 ratios of 0.72 to 1.64 between runs)."""
+        rounds = 2 if bench.sizes.quick else SEND_ROUNDS
+        for c in (1, 16):
+            for kit in kits.values():
+                await _rate(kit[0], c, bench.sizes.warmup, 0.0)
+            done = dict.fromkeys(kits, 0)
+            took = dict.fromkeys(kits, 0.0)
+            for r in range(rounds):
+                for client in (list(kits) if r % 2 == 0 else list(reversed(kits))):
+                    n, seconds = await _rate(kits[client][0], c, 0.0,
+                                             bench.sizes.duration / rounds)
+                    done[client] += n
+                    took[client] += seconds
+            for client in kits:
+                bench.record(client, where, f"send_c{c}", done[client] / took[client],
+                             "sends/s", role="subject" if client == OURS else "peer")
+
+    async def measure(self, bench: Bench, client: str, where: str, kit: Kit) -> None:
         role = "subject" if client == OURS else "peer"
-        maker = _ours if client == OURS else _sdk
-        async with httpx.AsyncClient(timeout=None,
-                                     limits=httpx.Limits(max_connections=64)) as http:
-            send, stream, give_up = await maker(proc.url, http)
-            for c in (1, 16):
-                rate = await _rate(send, c, bench.sizes.warmup, bench.sizes.duration)
-                bench.record(client, where, f"send_c{c}", rate, "sends/s", role=role)
-            runs = max(3, bench.sizes.stream_runs // 3)
-            await stream(STREAM_EVENTS)  # warm: the server's first stream costs ~12 % more
-            start, cpu = time.perf_counter(), time.process_time()
-            events = 0
-            for _ in range(runs):
-                events += await stream(STREAM_EVENTS)
-            eps = events / (time.perf_counter() - start)
-            # This process runs only the client (the servers are processes of their own): its
-            # CPU per event is the client's work, a figure the machine's load hardly moves.
-            cpu_us = (time.process_time() - cpu) / max(events, 1) * 1e6
-            bench.record(client, where, "stream_eps", eps, "events/s", role=role)
-            bench.record(client, where, "stream_cpu", cpu_us, "us", role=role)
-            delays = await self.cancels(bench, give_up)
+        _, stream, give_up = kit
+        runs = max(3, bench.sizes.stream_runs // 3)
+        await stream(STREAM_EVENTS)  # warm: the server's first stream costs ~12 % more
+        start, cpu = time.perf_counter(), time.process_time()
+        events = 0
+        for _ in range(runs):
+            events += await stream(STREAM_EVENTS)
+        eps = events / (time.perf_counter() - start)
+        # This process runs only the client (the servers are processes of their own): its
+        # CPU per event is the client's work, a figure the machine's load hardly moves.
+        cpu_us = (time.process_time() - cpu) / max(events, 1) * 1e6
+        bench.record(client, where, "stream_eps", eps, "events/s", role=role)
+        bench.record(client, where, "stream_cpu", cpu_us, "us", role=role)
+        delays = await self.cancels(bench, give_up)
         if delays:
             p50, p99 = percentile(delays, 50) * 1e3, percentile(delays, 99) * 1e3
             bench.record(client, where, "cancel_p50", p50, "ms", role=role)
@@ -117,8 +140,9 @@ class Clients(Scenario):
 
 
 async def _rate(send: Callable[[], Awaitable[None]], concurrency: int, warmup: float,
-                duration: float) -> float:
-    """Sends per second with ``concurrency`` in flight, after ``warmup`` seconds."""
+                duration: float) -> tuple[int, float]:
+    """Sends completed with ``concurrency`` in flight over about ``duration`` seconds after
+    ``warmup`` seconds, and the seconds they took (from the warm-up's end to the last one)."""
     done = 0
     counting = False
     stop = time.perf_counter() + warmup + duration
@@ -135,7 +159,7 @@ async def _rate(send: Callable[[], Awaitable[None]], concurrency: int, warmup: f
     counting = True
     began = time.perf_counter()
     await asyncio.gather(*workers)
-    return done / (time.perf_counter() - began)
+    return done, time.perf_counter() - began
 
 
 Kit = tuple[Callable[[], Awaitable[None]], Callable[[int], Awaitable[int]],
