@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,7 @@ from ..systems import System
 
 SERVERS = [System("scoped", "hypercorn-asyncio"), System("sdk", "uvicorn")]
 OURS, SDK = "scoped-a2a A2AClient", "a2a-sdk ClientFactory"
+OURS_TRIO = "scoped-a2a A2AClient (trio)"
 STREAM_EVENTS = 200
 SEND_ROUNDS = 4
 SLOW_SECONDS = 5
@@ -62,30 +64,41 @@ class Clients(Scenario):
                         http = await stack.enter_async_context(httpx.AsyncClient(
                             timeout=None, limits=httpx.Limits(max_connections=64)))
                         kits[client] = await (_ours if client == OURS else _sdk)(proc.url, http)
-                    await self.send_rates(bench, kits, where)
+                    await self.send_rates(bench, kits, where, proc.url)
                     for client, kit in kits.items():
                         await self.measure(bench, client, where, kit)
 
-    async def send_rates(self, bench: Bench, kits: dict[str, Kit], where: str) -> None:
-        """Blocking sends per second, the clients taking turns in rounds (A B, B A, ...) on the
-        same server: a change in the machine's load or the server's state during the run
-        falls on both alike (measured one after the other, the first client's 5 s and the
-        second's saw different machines: c=1 ratios of 0.72 to 1.64 between runs)."""
+    async def send_rates(self, bench: Bench, kits: dict[str, Kit], where: str,
+                         url: str) -> None:
+        """Blocking sends per second, the clients taking turns in rounds (A B C, C B A, ...) on
+        the same server: a change in the machine's load or the server's state during the run
+        falls on all alike (measured one after the other, the first client's 5 s and the
+        second's saw different machines: c=1 ratios of 0.72 to 1.64 between runs). Our client
+        on trio takes its turns too (each in a trio run of its own, in a thread, with a client
+        of its own warmed for a fifth of a second: ``control`` rows)."""
         rounds = 2 if bench.sizes.quick else SEND_ROUNDS
+        rates: dict[str, Callable[[int, float, float], Awaitable[tuple[int, float]]]] = {
+            client: functools.partial(_rate, kit[0]) for client, kit in kits.items()}
+        if OURS in kits:
+            rates[OURS_TRIO] = functools.partial(_trio_rate, url)
         for c in (1, 16):
-            for kit in kits.values():
-                await _rate(kit[0], c, bench.sizes.warmup, 0.0)
-            done = dict.fromkeys(kits, 0)
-            took = dict.fromkeys(kits, 0.0)
+            for rate in rates.values():
+                await rate(c, bench.sizes.warmup, 0.0)
+            done = dict.fromkeys(rates, 0)
+            took = dict.fromkeys(rates, 0.0)
             for r in range(rounds):
-                for client in (list(kits) if r % 2 == 0 else list(reversed(kits))):
-                    n, seconds = await _rate(kits[client][0], c, 0.0,
-                                             bench.sizes.duration / rounds)
+                for client in (list(rates) if r % 2 == 0 else list(reversed(rates))):
+                    n, seconds = await rates[client](c, 0.0, bench.sizes.duration / rounds)
                     done[client] += n
                     took[client] += seconds
-            for client in kits:
-                bench.record(client, where, f"send_c{c}", done[client] / took[client],
-                             "sends/s", role="subject" if client == OURS else "peer")
+            per_s = {client: done[client] / took[client] for client in rates}
+            for client, value in per_s.items():
+                role = {OURS: "subject", OURS_TRIO: "control"}.get(client, "peer")
+                bench.record(client, where, f"send_c{c}", value, "sends/s", role=role)
+            if SDK in per_s and OURS in per_s:
+                bench.progress(f"sends c={c} {where}: ours over the a2a-sdk's client "
+                               f"{per_s[OURS] / per_s[SDK]:.2f} (asyncio), "
+                               f"{per_s[OURS_TRIO] / per_s[SDK]:.2f} (trio)")
 
     async def measure(self, bench: Bench, client: str, where: str, kit: Kit) -> None:
         role = "subject" if client == OURS else "peer"
@@ -160,6 +173,38 @@ async def _rate(send: Callable[[], Awaitable[None]], concurrency: int, warmup: f
     began = time.perf_counter()
     await asyncio.gather(*workers)
     return done, time.perf_counter() - began
+
+
+async def _trio_rate(url: str, concurrency: int, warmup: float, duration: float
+                     ) -> tuple[int, float]:
+    """:func:`_rate` for our client on trio: one trio run in a worker thread, with its own
+    client (card fetched, warmed at least 0.2 s), so the asyncio loop here only waits."""
+    import anyio
+    import trio
+
+    from scoped_a2a import A2AClient
+
+    async def main() -> tuple[int, float]:
+        async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=64)
+                                     ) as http, A2AClient(url, http=http, timeout=None) as client:
+            await client.card()
+            done, counting = 0, False
+            stop = time.perf_counter() + max(warmup, 0.2) + duration
+
+            async def worker() -> None:
+                nonlocal done
+                while time.perf_counter() < stop:
+                    await client.send("echo hi")
+                    done += counting
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(concurrency):
+                    tg.start_soon(worker)
+                await anyio.sleep(max(warmup, 0.2))
+                counting, began = True, time.perf_counter()
+            return done, time.perf_counter() - began
+
+    return await asyncio.to_thread(trio.run, main)
 
 
 Kit = tuple[Callable[[], Awaitable[None]], Callable[[int], Awaitable[int]],
