@@ -26,8 +26,21 @@ async def chunked(ctx: RunContext) -> str:
 CHUNK = "x" * (100 << 10)
 
 
+_begun = 0
+
+
 async def burst(ctx: RunContext) -> str:
-    """32 artifacts of 100 KiB (3.2 MiB a task): a burst of these is the memory test's load."""
+    """32 artifacts of 100 KiB (3.2 MiB a task): a burst of these is the memory test's load.
+
+    Sent ``together N``, a run first waits (20 s at most) until N such runs have begun, so they
+    emit and end in step, as they do on a loaded machine: their blocking sends are still
+    waiting for them when the last ones end."""
+    global _begun
+    if ctx.text.startswith("together "):
+        _begun += 1
+        with anyio.move_on_after(20):
+            while _begun < int(ctx.text.split()[1]):
+                await anyio.sleep(0.05)
     for i in range(32):
         await ctx.artifact(CHUNK + str(i), name=f"a{i}")
     return "done"

@@ -34,10 +34,12 @@ class StepRequest:
     message: str
     out: str
     poll_interval: float = 0.25
-    heartbeat_timeout: float = 1.0
+    heartbeat_timeout: float | None = 1.0  # None: none (the activity never times out for want
+    #                                        of a heartbeat)
     attempts: int = 1
     detach: bool = False
     drain_timeout: float = 2.0
+    heartbeat_every: float | None = None  # ActivityStep's default: a third of the timeout
 
 
 @dataclass
@@ -74,7 +76,8 @@ async def run_step(req: StepRequest) -> str:
         # rpc_url: stay behind the URL given (a test proxy), whatever the card advertises.
         client = CountingClient(req.agent_url, attempt.reads, rpc_url=req.agent_url)
         step = ActivityStep(client, sink=DirectorySink(req.out, resume=True),
-                            poll_interval=req.poll_interval, drain_timeout=req.drain_timeout)
+                            poll_interval=req.poll_interval, drain_timeout=req.drain_timeout,
+                            heartbeat_every=req.heartbeat_every)
         async with client, step:
             attempt.step = step
             try:
@@ -96,7 +99,8 @@ class StepWorkflow:
         return await workflow.execute_activity(
             run_step, req,
             start_to_close_timeout=timedelta(minutes=5),
-            heartbeat_timeout=timedelta(seconds=req.heartbeat_timeout),
+            heartbeat_timeout=(timedelta(seconds=req.heartbeat_timeout)
+                               if req.heartbeat_timeout is not None else None),
             retry_policy=RetryPolicy(maximum_attempts=req.attempts,
                                      initial_interval=timedelta(milliseconds=100)),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -105,15 +109,20 @@ class StepWorkflow:
 
 @asynccontextmanager
 async def worker(client: Client, queue: str, *, slots: int = 200, identity: str | None = None,
-                 ledger: SlotLedger | None = None) -> Any:
-    """A worker for StepWorkflow/run_step whose activity slots are counted by ``ledger``."""
+                 ledger: SlotLedger | None = None, heartbeat_throttle: float = 60.0) -> Any:
+    """A worker for StepWorkflow/run_step whose activity slots are counted by ``ledger``.
+    ``heartbeat_throttle``: the most seconds it holds an activity's heartbeat back (it holds
+    them for 80% of the heartbeat timeout, or this long without one; Temporal's default: 30 s
+    without, 60 s at most); a cancel reaches an activity only in the answer to a heartbeat."""
     ledger = ledger or SlotLedger(slots)
     tuner = WorkerTuner.create_composite(
         workflow_supplier=FixedSizeSlotSupplier(slots), activity_supplier=ledger,
         local_activity_supplier=FixedSizeSlotSupplier(4), nexus_supplier=FixedSizeSlotSupplier(4))
     w = Worker(client, task_queue=queue, workflows=[StepWorkflow], activities=[run_step],
                tuner=tuner, workflow_runner=UnsandboxedWorkflowRunner(),
-               identity=identity or f"test-worker-{queue}", graceful_shutdown_timeout=timedelta(0))
+               identity=identity or f"test-worker-{queue}", graceful_shutdown_timeout=timedelta(0),
+               max_heartbeat_throttle_interval=timedelta(seconds=heartbeat_throttle),
+               default_heartbeat_throttle_interval=timedelta(seconds=min(30, heartbeat_throttle)))
     async with w:
         yield ledger
 

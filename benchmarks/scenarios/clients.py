@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -25,11 +26,13 @@ from typing import Any
 import httpx
 
 from ..core import Bench, Metric, Scenario, percentile
-from ..systems import ServerProcess, System
+from ..systems import System
 
 SERVERS = [System("scoped", "hypercorn-asyncio"), System("sdk", "uvicorn")]
 OURS, SDK = "scoped-a2a A2AClient", "a2a-sdk ClientFactory"
+OURS_TRIO = "scoped-a2a A2AClient (trio)"
 STREAM_EVENTS = 200
+SEND_ROUNDS = 4
 SLOW_SECONDS = 5
 
 
@@ -54,32 +57,65 @@ class Clients(Scenario):
         async with bench.servers(SERVERS) as running:
             for system, proc in running.items():
                 where = f"to {system.name} / {system.server}"
-                for client in (OURS, SDK):
-                    if bench.wants(f"{client} / {where}"):
-                        await self.measure(bench, client, where, proc)
+                clients = [c for c in (OURS, SDK) if bench.wants(f"{c} / {where}")]
+                async with contextlib.AsyncExitStack() as stack:
+                    kits: dict[str, Kit] = {}
+                    for client in clients:
+                        http = await stack.enter_async_context(httpx.AsyncClient(
+                            timeout=None, limits=httpx.Limits(max_connections=64)))
+                        kits[client] = await (_ours if client == OURS else _sdk)(proc.url, http)
+                    await self.send_rates(bench, kits, where, proc.url)
+                    for client, kit in kits.items():
+                        await self.measure(bench, client, where, kit)
 
-    async def measure(self, bench: Bench, client: str, where: str, proc: ServerProcess) -> None:
+    async def send_rates(self, bench: Bench, kits: dict[str, Kit], where: str,
+                         url: str) -> None:
+        """Blocking sends per second, the clients taking turns in rounds (A B C, C B A, ...) on
+        the same server: a change in the machine's load or the server's state during the run
+        falls on all alike (measured one after the other, the first client's 5 s and the
+        second's saw different machines: c=1 ratios of 0.72 to 1.64 between runs). Our client
+        on trio takes its turns too (each in a trio run of its own, in a thread, with a client
+        of its own warmed for a fifth of a second: ``control`` rows)."""
+        rounds = 2 if bench.sizes.quick else SEND_ROUNDS
+        rates: dict[str, Callable[[int, float, float], Awaitable[tuple[int, float]]]] = {
+            client: functools.partial(_rate, kit[0]) for client, kit in kits.items()}
+        if OURS in kits:
+            rates[OURS_TRIO] = functools.partial(_trio_rate, url)
+        for c in (1, 16):
+            for rate in rates.values():
+                await rate(c, bench.sizes.warmup, 0.0)
+            done = dict.fromkeys(rates, 0)
+            took = dict.fromkeys(rates, 0.0)
+            for r in range(rounds):
+                for client in (list(rates) if r % 2 == 0 else list(reversed(rates))):
+                    n, seconds = await rates[client](c, 0.0, bench.sizes.duration / rounds)
+                    done[client] += n
+                    took[client] += seconds
+            per_s = {client: done[client] / took[client] for client in rates}
+            for client, value in per_s.items():
+                role = {OURS: "subject", OURS_TRIO: "control"}.get(client, "peer")
+                bench.record(client, where, f"send_c{c}", value, "sends/s", role=role)
+            if SDK in per_s and OURS in per_s:
+                bench.progress(f"sends c={c} {where}: ours over the a2a-sdk's client "
+                               f"{per_s[OURS] / per_s[SDK]:.2f} (asyncio), "
+                               f"{per_s[OURS_TRIO] / per_s[SDK]:.2f} (trio)")
+
+    async def measure(self, bench: Bench, client: str, where: str, kit: Kit) -> None:
         role = "subject" if client == OURS else "peer"
-        maker = _ours if client == OURS else _sdk
-        async with httpx.AsyncClient(timeout=None,
-                                     limits=httpx.Limits(max_connections=64)) as http:
-            send, stream, give_up = await maker(proc.url, http)
-            for c in (1, 16):
-                rate = await _rate(send, c, bench.sizes.warmup, bench.sizes.duration)
-                bench.record(client, where, f"send_c{c}", rate, "sends/s", role=role)
-            runs = max(3, bench.sizes.stream_runs // 3)
-            await stream(STREAM_EVENTS)  # warm: the server's first stream costs ~12 % more
-            start, cpu = time.perf_counter(), time.process_time()
-            events = 0
-            for _ in range(runs):
-                events += await stream(STREAM_EVENTS)
-            eps = events / (time.perf_counter() - start)
-            # This process runs only the client (the servers are processes of their own): its
-            # CPU per event is the client's work, a figure the machine's load hardly moves.
-            cpu_us = (time.process_time() - cpu) / max(events, 1) * 1e6
-            bench.record(client, where, "stream_eps", eps, "events/s", role=role)
-            bench.record(client, where, "stream_cpu", cpu_us, "us", role=role)
-            delays = await self.cancels(bench, give_up)
+        _, stream, give_up = kit
+        runs = max(3, bench.sizes.stream_runs // 3)
+        await stream(STREAM_EVENTS)  # warm: the server's first stream costs ~12 % more
+        start, cpu = time.perf_counter(), time.process_time()
+        events = 0
+        for _ in range(runs):
+            events += await stream(STREAM_EVENTS)
+        eps = events / (time.perf_counter() - start)
+        # This process runs only the client (the servers are processes of their own): its
+        # CPU per event is the client's work, a figure the machine's load hardly moves.
+        cpu_us = (time.process_time() - cpu) / max(events, 1) * 1e6
+        bench.record(client, where, "stream_eps", eps, "events/s", role=role)
+        bench.record(client, where, "stream_cpu", cpu_us, "us", role=role)
+        delays = await self.cancels(bench, give_up)
         if delays:
             p50, p99 = percentile(delays, 50) * 1e3, percentile(delays, 99) * 1e3
             bench.record(client, where, "cancel_p50", p50, "ms", role=role)
@@ -117,8 +153,9 @@ class Clients(Scenario):
 
 
 async def _rate(send: Callable[[], Awaitable[None]], concurrency: int, warmup: float,
-                duration: float) -> float:
-    """Sends per second with ``concurrency`` in flight, after ``warmup`` seconds."""
+                duration: float) -> tuple[int, float]:
+    """Sends completed with ``concurrency`` in flight over about ``duration`` seconds after
+    ``warmup`` seconds, and the seconds they took (from the warm-up's end to the last one)."""
     done = 0
     counting = False
     stop = time.perf_counter() + warmup + duration
@@ -135,7 +172,39 @@ async def _rate(send: Callable[[], Awaitable[None]], concurrency: int, warmup: f
     counting = True
     began = time.perf_counter()
     await asyncio.gather(*workers)
-    return done / (time.perf_counter() - began)
+    return done, time.perf_counter() - began
+
+
+async def _trio_rate(url: str, concurrency: int, warmup: float, duration: float
+                     ) -> tuple[int, float]:
+    """:func:`_rate` for our client on trio: one trio run in a worker thread, with its own
+    client (card fetched, warmed at least 0.2 s), so the asyncio loop here only waits."""
+    import anyio
+    import trio
+
+    from scoped_a2a import A2AClient
+
+    async def main() -> tuple[int, float]:
+        async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=64)
+                                     ) as http, A2AClient(url, http=http, timeout=None) as client:
+            await client.card()
+            done, counting = 0, False
+            stop = time.perf_counter() + max(warmup, 0.2) + duration
+
+            async def worker() -> None:
+                nonlocal done
+                while time.perf_counter() < stop:
+                    await client.send("echo hi")
+                    done += counting
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(concurrency):
+                    tg.start_soon(worker)
+                await anyio.sleep(max(warmup, 0.2))
+                counting, began = True, time.perf_counter()
+            return done, time.perf_counter() - began
+
+    return await asyncio.to_thread(trio.run, main)
 
 
 Kit = tuple[Callable[[], Awaitable[None]], Callable[[int], Awaitable[int]],

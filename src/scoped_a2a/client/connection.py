@@ -14,6 +14,7 @@ choice is made again on the next call). Errors: a card that cannot be fetched ra
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import ssl
 from collections.abc import Mapping, Sequence
@@ -53,6 +54,20 @@ def card_url(url: str) -> str:
     return url.rstrip("/") + CARD_PATH
 
 
+@functools.cache
+def default_tls() -> ssl.SSLContext:
+    """httpx's default trust (certifi's bundle, or ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as set at
+    first use), built once per process for the httpx clients this module creates.
+
+    Why: httpx builds one per client, loading the CA bundle: ~50 ms of CPU in the event loop,
+    whatever the URL's scheme. A Temporal worker starting 100 step activities at once spent 5 s
+    of CPU on it before their first heartbeats, past a 5 s heartbeat timeout on a loaded
+    machine. Shared only by clients that speak HTTP/1.1 alone (httpcore sets the context's ALPN
+    to ``http/1.1`` on each connection: the same for all of them); gRPC builds its own.
+    """
+    return httpx.create_ssl_context()
+
+
 class AgentConnection:
     """The card and the transport of one agent (``A2AClient``'s parameters of the same names;
     see :class:`~.client.A2AClient`)."""
@@ -86,7 +101,8 @@ class AgentConnection:
         self._binding = transport
         self.url = url
         self._owns_http = http is None
-        self.http = http if http is not None else httpx.AsyncClient(timeout=None)
+        self.http = http if http is not None else httpx.AsyncClient(
+            timeout=None, verify=default_tls())
         self._card = card
         self._want = version
         self._rpc_url = rpc_url

@@ -21,10 +21,9 @@ Cyclic garbage first. On asyncio, each of hypercorn's ended connections is a ref
 connection, found with ``gc.DEBUG_SAVEALL``) that only the cyclic collector frees, and
 gc_tuning.py's thresholds make a full collection wait for about two million allocations: a
 quiet server after a burst never reached one. So a full ``gc.collect()`` runs before each trim
-(on the event loop; it walks only what is not frozen, milliseconds after a burst). Measured
-under load (load average 8, 100 connections): once 415 -> 171 MB in use; in other runs it
-found the same 3,500 objects and freed little (365 MB stayed in use with ~500 tracked objects
-alive): what holds that is not found yet (docs/memory.md).
+(on the event loop; it walks only what is not frozen, milliseconds after a burst). What else
+stayed in use after some bursts was the memory store's pinned tasks, evicted now as their
+readers let go (store/memory.py, ``_unpinned``; docs/memory.md).
 
 Cancellation: the loop ends at once; a trim already running finishes in its thread (it cannot
 be interrupted, and takes a fraction of a second). Errors: never raises.
