@@ -135,7 +135,8 @@ class Runner:
         principal: Principal = ANONYMOUS,
         owner: str | None = None,
     ) -> Run:
-        """Start a run of the agent for ``task`` in the server nursery; return it at once.
+        """Start a run of the agent for ``task`` in the server nursery (in a task of it that
+        waits for a run, or a new one: workers.py); return it at once.
 
         Synchronous on purpose: a caller takes its hold (``with run.hold():``) right after, with
         no checkpoint in between, so no cancellation can fall into the gap.
