@@ -40,6 +40,7 @@ from .limits import CallerLimits, CallerRuns
 from .outcome import end_of
 from .policy import RunPolicy
 from .run import ParkedRuns, Run, RunWatch
+from .workers import RunWorkers
 
 log = logging.getLogger("scoped_a2a.runs")
 _outages = OutageLog(log)  # store/outage_log.py
@@ -72,6 +73,7 @@ class Runner:
             launcher.bind(self)
         self.closing = False
         self._nursery: TaskGroup | None = None
+        self._workers: RunWorkers | None = None  # the nursery's tasks that execute runs
         self._runs: dict[str, Run] = {}
         self._parked = ParkedRuns(policy.max_parked_runs)
         self.callers = CallerRuns(caller_limits)
@@ -90,7 +92,13 @@ class Runner:
     def attach(self, nursery: TaskGroup) -> None:
         """Use ``nursery`` as the server nursery for every run started from now on."""
         self._nursery = nursery
+        self._workers = RunWorkers(nursery)
         self.ending.attach(nursery)
+
+    @property
+    def idle_workers(self) -> int:
+        """How many tasks of the nursery wait to execute the next run (workers.py)."""
+        return self._workers.idle if self._workers is not None else 0
 
     @property
     def active(self) -> int:
@@ -127,7 +135,8 @@ class Runner:
         principal: Principal = ANONYMOUS,
         owner: str | None = None,
     ) -> Run:
-        """Start a run of the agent for ``task`` in the server nursery; return it at once.
+        """Start a run of the agent for ``task`` in the server nursery (in a task of it that
+        waits for a run, or a new one: workers.py); return it at once.
 
         Synchronous on purpose: a caller takes its hold (``with run.hold():``) right after, with
         no checkpoint in between, so no cancellation can fall into the gap.
@@ -167,14 +176,17 @@ class Runner:
         self.callers.add(principal.id, run)
         if run.watch is not None:
             run.watch.started(run)
+        assert self._workers is not None  # made with the nursery
+        # A task of the nursery executes the run: an idle one if there is one (workers.py).
         if self.observe is NOOP:  # why: one coroutine frame less per run when nobody observes
-            self._nursery.start_soon(self._execute, run, ctx, continuing, redeliverable,
-                                     principal.id, name=f"scoped_a2a run {task.id}")
+            self._workers.start(
+                self._execute(run, ctx, continuing, redeliverable, principal.id),
+                name=f"scoped_a2a run {task.id}")
         else:
-            self._nursery.start_soon(
-                self.observe.run, self._execute, run, ctx, continuing, redeliverable,
-                principal.id, name=f"scoped_a2a run {task.id}",
-            )
+            self._workers.start(
+                self.observe.run(self._execute, run, ctx, continuing, redeliverable,
+                                 principal.id),
+                name=f"scoped_a2a run {task.id}")
         return run
 
     # --- launching through a durable queue (shared stores) -------------------------------
@@ -450,7 +462,10 @@ class Runner:
         await self._idle.wait()
 
     def cancel_all(self, reason: str) -> None:
-        """Cancel every run now (synchronously); each records its end with ``reason``."""
+        """Cancel every run now (synchronously); each records its end with ``reason``. Idle
+        workers end (only a shutdown calls this: no run starts after it)."""
+        if self._workers is not None:
+            self._workers.stop()
         for run in list(self._runs.values()):
             run.cancel(reason)
 
@@ -464,6 +479,8 @@ class Runner:
         if not self.closing and self.watch is not None:
             self.watch.closing()
         self.closing = True
+        if self._workers is not None:
+            self._workers.stop()  # the nursery's idle tasks end; busy ones after their run
 
     async def shutdown(self, grace: float) -> None:
         """Refuse new work, give runs ``grace`` seconds, then cancel the rest.
