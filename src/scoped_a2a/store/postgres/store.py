@@ -67,6 +67,7 @@ from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bound
 from ..claims import PriorSend, claim_key
 from ..handover import HandoverTransport
 from ..process_leases import DEFAULT_LEASE, ProcessLeases
+from ..push_watches import PushWatches
 from ..snapshot import apply_event
 from ..sqlite.records import DECODERS, KIND_OF, TRAJECTORY, decode_task
 from ..sqlite.retention import Retention
@@ -76,6 +77,7 @@ from .connection import Pool
 from .handover import PostgresHandover
 from .leases import PostgresLeases
 from .listener import Waiters
+from .push_watches import PostgresPushWatches
 from .schema import NOW
 
 log = logging.getLogger("scoped_a2a.postgres")
@@ -141,6 +143,8 @@ class PostgresTaskStore(TaskStore):
         self.queue: Any = None  # the run queue (queue.py), set by open_postgres_store
         self.leases = PostgresLeases(pool, lease)
         """This process's liveness lease over its interactive runs (store/liveness.py)."""
+        self.watches = PostgresPushWatches(pool, self.leases)
+        """Who watches each push config (store/push_watches.py)."""
         self.handover = PostgresHandover(pool, self.leases.process_id,
                                          handover or sealer)
         """Carries follow-ups to the process holding their run (store/handover.py)."""
@@ -148,6 +152,10 @@ class PostgresTaskStore(TaskStore):
     def process_leases(self) -> ProcessLeases | None:
         """This process's liveness lease (its opener keeps it alive: ``open_postgres_store``)."""
         return self.leases
+
+    def push_watches(self) -> PushWatches | None:
+        """Push watches handed between this store's processes (:mod:`.push_watches`)."""
+        return self.watches
 
     def handover_transport(self) -> HandoverTransport | None:
         """LISTEN/NOTIFY between the processes of this schema (:mod:`.handover`)."""
