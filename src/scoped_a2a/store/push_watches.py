@@ -18,7 +18,7 @@ last state change delivered.
 
 What this promises: a state change is delivered once while its watch's owner lives; a
 delivery in flight when its owner is killed is made again by the adopter (the same delivery id,
-``X-A2A-Notification-Id``, so a receiver can drop the copy); a replica shut down cleanly
+its ``Idempotency-Key`` header, so a receiver can drop the copy); a replica shut down cleanly
 finishes the delivery in flight, then hands the rest over (nothing is made twice).
 
 Implementations: Redis (``store/redis/push_watches.py``), PostgreSQL
