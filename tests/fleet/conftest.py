@@ -66,9 +66,18 @@ async def _open(fleet: Fleet, **options: Any) -> AsyncIterator[Any]:
             yield store
 
 
+PAIRS = {("redis", "asyncio"), ("postgres", "trio")}
+"""The (store, backend) pairs a test marked ``pairs`` runs on: each store and each backend
+once, half the runs (the slowest real-process tests: suite time)."""
+
+
 @pytest.fixture(params=["redis", "postgres"])
 def fleet(request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str
           ) -> Iterator[Fleet]:
+    if (request.node.get_closest_marker("pairs") is not None
+            and (request.param, anyio_backend) not in PAIRS):
+        pytest.skip(f"runs on {sorted(PAIRS)} only (each store and each backend once: "
+                    "suite time)")
     redis: RedisServer | None = None
     if request.param == "redis":
         if REDIS_SERVER is None:

@@ -19,7 +19,8 @@ from ..helpers import rpc, text_message
 from ..push_receiver import Receiver, eventually, receiving
 from .conftest import Fleet, states_of
 
-pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
+# conftest: 3.11 only; fleet/conftest: Redis on asyncio and PostgreSQL on trio only.
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python, pytest.mark.pairs]
 TASKS = 5
 OPTS = ("--lease", "2", "--claim-idle", "1", "--grace", "1",
         "--allow-webhook-host", "127.0.0.1")
