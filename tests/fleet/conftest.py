@@ -113,3 +113,16 @@ def states_of(received: list[Any]) -> dict[str, list[str]]:
 
 
 Starter = Callable[..., Proc]
+
+
+async def watched_states(fleet: Fleet) -> dict[str, str]:
+    """Each push watch's recorded state, by task id, as the store holds it
+    (store/push_watches.py): what an adopter would resume from."""
+    async with fleet.store() as store:
+        if fleet.kind == "redis":
+            raw = await store.conn.client.hgetall(f"{store.keys.base}pushw:at")
+            return {bytes(k).decode().split("\n")[0]: bytes(v).decode().split("\n")[1]
+                    for k, v in raw.items()}
+        rows = await store.pool.run(lambda c: c.execute(
+            "SELECT t.id, p.state FROM push p JOIN tasks t ON t.seq = p.task").fetchall())
+        return {str(t): str(s) for t, s in rows}
