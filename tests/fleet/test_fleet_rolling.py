@@ -19,11 +19,9 @@ import anyio
 import httpx
 import pytest
 
-from scoped_a2a.protocol.trajectory import TrajectoryEvent
-from scoped_a2a.protocol.types import TaskStatusUpdateEvent
-
 from ..helpers import rpc, sse_events, text_message
 from ..push_receiver import Receiver, eventually, receiving
+from ..redis.util import log_of
 from .conftest import Fleet, states_of
 from .test_fleet_push import has, send_with_push
 
@@ -33,16 +31,6 @@ OPTS = ("--lease", "2", "--claim-idle", "1", "--grace", "1",
         "--allow-webhook-host", "127.0.0.1")
 PUSHED, DETACHED, INTERACTIVE = 3, 3, 3
 V1 = {"A2A-Version": "1.0"}
-
-
-async def runs_of(store: Any, task_id: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The task's ``start`` events and the states of its status updates, from the store."""
-    page = await store.read(task_id, 0, max_events=10_000, max_bytes=1 << 30)
-    starts = [e.event.data for e in page.entries
-              if isinstance(e.event, TrajectoryEvent) and e.event.data.get("type") == "start"]
-    states = [e.event.status.state.name for e in page.entries
-              if isinstance(e.event, TaskStatusUpdateEvent)]
-    return starts, states
 
 
 async def test_a_rolling_restart_under_load_loses_nothing(fleet: Fleet) -> None:
@@ -125,7 +113,7 @@ async def test_a_rolling_restart_under_load_loses_nothing(fleet: Fleet) -> None:
             with anyio.fail_after(30):
                 for task_id in pushed + detached:
                     while True:
-                        starts, states = await runs_of(store, task_id)
+                        starts, states = await log_of(store, task_id)
                         if "COMPLETED" in states:
                             break
                         await anyio.sleep(0.1)
