@@ -93,7 +93,7 @@ class PushService:
         self.owners = store.push_watches()
         """Who watches each config when several processes share the store (None: we do)."""
         self.leaving = False
-        self._adopting = anyio.CancelScope()
+        self._adopting: anyio.CancelScope | None = None  # (made in the loop: anyio needs one)
 
     # --- lifetime -------------------------------------------------------------------------
 
@@ -132,7 +132,8 @@ class PushService:
         record what they leave undelivered.
         """
         self.closing = True
-        self._adopting.cancel()
+        if self._adopting is not None:
+            self._adopting.cancel()
         if self.owners is not None:
             # Another process delivers what is left: hand over every watch now, except those
             # delivering, which stop after the delivery in flight (_Leaving).
