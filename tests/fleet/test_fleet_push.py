@@ -10,6 +10,7 @@ its watches over at once: tests/fleet/test_fleet_rolling.py.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import anyio
@@ -58,7 +59,9 @@ async def test_a_killed_replicas_due_pushes_are_made_by_another_once(fleet: Flee
                     break
                 await anyio.sleep(0.05)
         a.kill()
+        killed = time.monotonic()
         await eventually(lambda: has(receiver, ids, "TASK_STATE_COMPLETED"), 30)
+        print(f"{fleet.kind}: every end pushed {time.monotonic() - killed:.2f} s after SIGKILL")
         # A marker through B, pushed after the others: a second copy of any of them would
         # have been sent before it (one watcher per config, each in log order).
         marker = await send_with_push(client, url_b, "quick", hook)
