@@ -189,6 +189,10 @@ class Supervisor:
                 self.workers[i] = None
                 self._exited(proc.pid)
                 if self.signals:
+                    # A worker still starting when the signal came dies of it before its
+                    # handlers are in place: that is the stop we asked for, not a failure.
+                    if code in (-signal.SIGTERM, -signal.SIGINT):
+                        code = 0
                     if code and not self.status:
                         self.status = code
                     continue
