@@ -194,14 +194,15 @@ class PushService:
         await self.store.set_push_config(task_id, stored)
         if not state.terminal:
             running = self._watches.get((task_id, stored.id))
-            if self.owners is not None and (running is None or running.scope.cancel_called):
+            if self.owners is None:
+                await self.store.push_progress(task_id, stored.id, after, state.value, v1)
+            elif running is None or running.scope.cancel_called:
                 # One process watches a config, whichever replica set (or replaced) it.
                 at = await self.owners.own(task_id, stored.id, (after, state.value, v1))
                 if at is None:
                     return stored  # a live replica watches it and reads the config as it is
                 after, state = at[0], TaskState(at[1])
-            else:
-                await self.store.push_progress(task_id, stored.id, after, state.value, v1)
+            # (else: the watch running here goes on from its own progress)
             self._watch(task_id, stored.id, v1=v1, after=after, state=state)
         return stored
 
