@@ -5,9 +5,9 @@ Two real ``serve`` processes on one PostgreSQL database, a 2 s liveness lease. R
 interactive streams (each message with a fixed messageId, as a client that resends it would
 have); A is SIGKILLed while all of them run. Then, within the lease plus 5 s, every task reads
 canceled with the reason ``process-lost`` through B; each message resent through B runs once
-more (a new task, completed; a second resend answers with that same task). A resend through B
-that reaches it before A's lease lapsed waits for the lease rule, then runs again. A lone
-server killed and restarted: the new process records the old one's run lost.
+more (a new task, completed; a second resend answers with that same task). The tests whose
+assertions are the same on Redis (a resend before the lease lapsed, a lone server restarted)
+are in tests/fleet/test_fleet_lease.py, once for both stores.
 """
 
 from __future__ import annotations
@@ -117,74 +117,3 @@ async def test_sigkill_a_replica_with_interactive_runs_in_flight(
                 if not rows:
                     break
                 await anyio.sleep(0.1)
-
-
-async def test_a_resend_through_another_replica_before_the_lease_lapsed_runs_again(
-    pg_url: str, serve: Callable[..., Proc],
-) -> None:
-    # The resend reaches B while A's run is still recorded as working: B probes which process
-    # runs it (runtime/handover.py settle, over NOTIFY), hears nothing, and waits for the lease
-    # rule to record it; then runs the message again.
-    a = serve(pg_url, "--lease", str(LEASE))
-    b = serve(pg_url, "--lease", str(LEASE))
-    url_a, url_b = await a.url(), await b.url()
-    lost = text_message(f"sleep-in {a.pid} 120")
-    async with httpx.AsyncClient(timeout=60) as client:
-        async with anyio.create_task_group() as tg:
-            async def hold() -> None:
-                req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
-                       "params": {"message": lost}}
-                try:
-                    async with client.stream("POST", url_a, json=req, headers=V1) as resp:
-                        async for _ in sse_events(resp):
-                            pass
-                except httpx.HTTPError:
-                    pass
-
-            tg.start_soon(hold)
-            await a.wait_for(r"run start task=\S+ .*mode=interactive")
-            a.kill()
-        again = (await rpc(client, url_b, "SendMessage", {"message": lost}))["result"]
-        assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
-        assert b.text().count(f"run start task={again['task']['id']} ") == 1
-
-
-async def test_a_lone_server_killed_and_restarted_records_its_runs_and_reruns_a_resend(
-    pg_url: str, serve: Callable[..., Proc],
-) -> None:
-    # One server, SIGKILLed under a stream with a fixed messageId, restarted: the restarted
-    # process is a new one, and records the old one's run lost once its lease lapses.
-    first = serve(pg_url, "--lease", str(LEASE))
-    url = await first.url()
-    message = text_message(f"sleep-in {first.pid} 120")
-    ids: list[str] = []
-    async with httpx.AsyncClient(timeout=60) as client:
-
-        async def stream() -> None:
-            req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
-                   "params": {"message": message}}
-            try:
-                async with client.stream("POST", url, json=req, headers=V1) as resp:
-                    async for _, event in sse_events(resp):
-                        ids.append(event["result"].get("task", {}).get("id", ""))
-            except httpx.HTTPError:
-                pass
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stream)
-            await first.wait_for(r"run start task=\S+ .*mode=interactive")
-            first.kill()
-        second = serve(pg_url, "--lease", str(LEASE))
-        url = await second.url()
-        with anyio.fail_after(LEASE + 5):
-            while True:
-                got = (await rpc(client, url, "GetTask", {"id": ids[0]}))["result"]
-                if got["status"]["state"] not in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"):
-                    break
-                await anyio.sleep(0.1)
-        assert got["status"]["state"] == "TASK_STATE_CANCELED", got
-        assert got["status"]["message"]["metadata"] == {"reason": LOST_REASON}, got
-        again = (await rpc(client, url, "SendMessage", {"message": message}))["result"]
-        assert again["task"]["id"] != ids[0], again
-        assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
-        await second.wait_for(r"process \S+ stopped renewing its lease: 1 interactive run")

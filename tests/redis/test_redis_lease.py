@@ -6,7 +6,8 @@ client that resends it would have) and 50 detached sends are queued; A is SIGKIL
 of them are in flight. Then, within the lease plus 5 s, every interactive task reads canceled
 with the reason ``process-lost`` on B; each message resent through B runs once more (a new
 task, completed; a second resend answers with that same task); every detached run completes
-exactly once.
+exactly once. The tests whose assertions are the same on PostgreSQL (a lone server restarted,
+a resend through another replica) are in tests/fleet/test_fleet_lease.py, once for both stores.
 """
 
 from __future__ import annotations
@@ -129,95 +130,3 @@ async def test_sigkill_a_replica_with_runs_in_flight(
             assert states.count("COMPLETED") == 1, (task_id, states)
             taken_over += any(s["attempt"] == 2 for s in starts)
         assert taken_over >= 1  # some were in flight on A when it was killed
-
-
-async def test_a_lone_server_killed_and_restarted_records_its_runs_and_reruns_a_resend(
-    redis_server: RedisServer, spawn: Callable[..., Proc],
-) -> None:
-    # The issue's first report: one server, SIGKILLed under a stream with a fixed messageId,
-    # restarted; the resend hung and the task stayed working. The restarted process is a new
-    # one: it records the old one's runs lost once their lease lapses.
-    opts = ["--store", redis_server.url, "--port", "0", "--lease", str(LEASE)]
-    first = spawn("serve", *opts)
-    url = await first.url()
-    message = text_message(f"sleep-in {first.pid} 120")
-    ids: list[str] = []
-    async with httpx.AsyncClient(timeout=60) as client:
-
-        async def stream() -> None:
-            req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
-                   "params": {"message": message}}
-            try:
-                async with client.stream("POST", url, json=req, headers=V1) as resp:
-                    async for _, event in sse_events(resp):
-                        ids.append(event["result"].get("task", {}).get("id", ""))
-            except httpx.HTTPError:
-                pass
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stream)
-            await first.wait_for(r"run start task=\S+ .*mode=interactive")
-            first.kill()
-        second = spawn("serve", *opts)
-        url = await second.url()
-        with anyio.fail_after(LEASE + 5):
-            while True:
-                got = (await rpc(client, url, "GetTask", {"id": ids[0]}))["result"]
-                if got["status"]["state"] not in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"):
-                    break
-                await anyio.sleep(0.1)
-        assert got["status"]["state"] == "TASK_STATE_CANCELED", got
-        assert got["status"]["message"]["metadata"] == {"reason": LOST_REASON}, got
-        again = (await rpc(client, url, "SendMessage", {"message": message}))["result"]
-        assert again["task"]["id"] != ids[0], again
-        assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
-        await second.wait_for(r"process \S+ stopped renewing its lease: 1 interactive run")
-
-
-async def test_a_resend_through_another_replica_right_after_a_hang_up_or_a_crash_runs_again(
-    redis_server: RedisServer, spawn: Callable[..., Proc],
-) -> None:
-    # The resend reaches B while A's run is still recorded as working: B asks which process
-    # runs it (runtime/handover.py settle) and waits for what ends it, then runs it again.
-    opts = ["--store", redis_server.url, "--port", "0", "--lease", str(LEASE)]
-    a, b = spawn("serve", *opts), spawn("serve", *opts)
-    url_a, url_b = await a.url(), await b.url()
-    async with httpx.AsyncClient(timeout=60) as client:
-
-        async def started_on_a(message: dict[str, Any]) -> str:
-            """Stream ``message`` to A until its run has started; then hang up."""
-            req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
-                   "params": {"message": message}}
-            async with client.stream("POST", url_a, json=req, headers=V1) as resp:
-                async for _, event in sse_events(resp):
-                    task_id: str = event["result"]["task"]["id"]
-                    await a.wait_for(rf"run start task={task_id} ")
-                    return task_id
-            raise AssertionError("no event")
-
-        # 1. The caller hung up on A; its resend through B runs the message again.
-        hung_up = text_message(f"sleep-in {a.pid} 60")
-        first = await started_on_a(hung_up)
-        again = (await rpc(client, url_b, "SendMessage", {"message": hung_up}))
-        assert again["result"]["task"]["id"] != first, again
-        assert b.text().count(f"run start task={again['result']['task']['id']} ") == 1
-
-        # 2. A dies with the run; the resend through B (before A's lease lapsed) runs again.
-        lost = text_message(f"sleep-in {a.pid} 120")
-        async with anyio.create_task_group() as tg:
-            async def hold() -> None:
-                req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
-                       "params": {"message": lost}}
-                try:
-                    async with client.stream("POST", url_a, json=req, headers=V1) as resp:
-                        async for _ in sse_events(resp):
-                            pass
-                except httpx.HTTPError:
-                    pass
-
-            tg.start_soon(hold)
-            await a.wait_for(r"run start task=\S+ .*\n(.*\n)*.*run start task=")
-            a.kill()
-        again = (await rpc(client, url_b, "SendMessage", {"message": lost}))["result"]
-        assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
-        assert b.text().count(f"run start task={again['task']['id']} ") == 1

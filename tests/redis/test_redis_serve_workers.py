@@ -3,8 +3,9 @@
 A real supervisor with two workers on the test's backend: both workers take connections (the
 kernel spreads them, SO_REUSEPORT); a SIGKILLed worker is started again and serves; SIGTERM
 reaches both, which drain their runs in flight (answered ``completed`` within ``--grace``)
-and the supervisor exits 0. With the memory or an SQLite store, ``--workers 2`` is one line
-and exit status 2.
+and the supervisor exits 0. ``/metrics`` answers for both workers whichever one a scrape
+reaches, and keeps counting the runs of the one killed. With the memory or an SQLite store,
+``--workers 2`` is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from ..helpers import text_message
@@ -46,6 +48,16 @@ async def until(check: Callable[[], bool], proc: Proc, timeout: float = 60) -> N
     raise AssertionError(proc.text()[-3000:])
 
 
+async def completed_runs(url: str) -> float:
+    """``scoped_a2a_runs_total{outcome="completed"}`` summed over its reasons, from one scrape
+    on a new connection (the kernel picks the worker)."""
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(
+            max_keepalive_connections=0)) as client:
+        page = (await client.get(f"{url}metrics")).text
+    return sum(float(v) for v in re.findall(
+        r'^scoped_a2a_runs_total\{outcome="completed",[^}]*\} (\S+)$', page, re.M))
+
+
 def pid_of(task: dict[str, Any]) -> int:
     m = re.search(r"pid=(\d+)", task["status"]["message"]["parts"][0]["text"])
     assert m is not None, task
@@ -56,7 +68,7 @@ async def test_two_workers_share_the_port_restart_and_drain(
     redis_server: RedisServer, spawn: Callable[..., Proc],
 ) -> None:
     sup = spawn("serve", "--store", redis_server.url, "--port", "0", "--workers", "2",
-                "--grace", "10", "--lease", "2")
+                "--grace", "10", "--lease", "2", "--metrics")
     await until(lambda: sup.text().count("serving on") >= 2, sup)
     workers = {int(i): int(p) for i, p in re.findall(r"worker (\d) started \(pid (\d+)\)",
                                                      sup.text())}
@@ -65,12 +77,17 @@ async def test_two_workers_share_the_port_restart_and_drain(
 
     # Both workers take connections.
     seen: set[int] = set()
+    sent = 0
     with anyio.fail_after(60):
         while seen != set(workers.values()):
             task = await send(url, "hello")
+            sent += 1
             assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
             seen.add(pid_of(task))
             assert seen <= set(workers.values()), (seen, workers)
+    # /metrics on whichever worker a scrape reaches counts the runs of both.
+    for _ in range(6):
+        assert await completed_runs(url) == sent, sup.text()[-2000:]
 
     # A killed worker is started again, and serves.
     os.kill(workers[1], signal.SIGKILL)
@@ -82,9 +99,13 @@ async def test_two_workers_share_the_port_restart_and_drain(
     with anyio.fail_after(60):
         while True:
             task = await send(url, "hello")
+            sent += 1
             assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
             if pid_of(task) == new_pid:
                 break
+    # ... the killed worker's runs still count (its live gauges went with it).
+    for _ in range(4):
+        assert await completed_runs(url) == sent, sup.text()[-2000:]
 
     # SIGTERM reaches both workers: the runs in flight on each are answered, completed.
     answers: list[dict[str, Any]] = []

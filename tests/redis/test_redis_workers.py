@@ -29,6 +29,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
 STARTED = r"worker \S+ started"
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def rpc_request(method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
 
@@ -40,7 +44,7 @@ def detached(text: str) -> dict[str, Any]:
 async def test_a_sigkilled_workers_run_completes_on_another_worker_exactly_once(
     redis_server: RedisServer, spawn: Callable[..., Proc],
 ) -> None:
-    workers = [spawn("worker", "--store", redis_server.url, "--claim-idle", "1")
+    workers = [spawn("worker", "--store", redis_server.url, "--claim-idle", "1", "--lease", "2")
                for _ in range(2)]
     for worker in workers:
         await worker.wait_for(STARTED)
@@ -64,6 +68,15 @@ async def test_a_sigkilled_workers_run_completes_on_another_worker_exactly_once(
             assert [s for s in states if s in ("COMPLETED", "FAILED", "CANCELED")] == ["COMPLETED"]
             got = await rpc(client, url, "GetTask", {"id": task_id})
             assert got["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            # The victim's consumer name goes once its entry has moved to the survivor and its
+            # process's lease lapsed (store/redis/consumers.py); the survivor's stays.
+            victim_name = (await victim.wait_for(r"worker (\S+) started")).group(1)
+            survivor_name = (await survivor.wait_for(r"worker (\S+) started")).group(1)
+            await survivor.wait_for(rf"removed the consumer {re.escape(victim_name)} ",
+                                    timeout=30)
+            infos = await store.conn.client.xinfo_consumers(store.keys.runs, "workers")
+            names = {_text(i.get("name", i.get(b"name"))) for i in infos}
+            assert names == {survivor_name}, infos
     # The queue holds nothing more: the run was acknowledged once its end was recorded.
     await survivor.wait_for(rf"run end task={task_id} outcome=completed")
 

@@ -101,7 +101,8 @@ async def serve(args: argparse.Namespace, make_app: Callable[..., Any],
         async with anyio.create_task_group() as nursery:
             # The server nursery is opened here so the worker can start runs in it at once.
             app = make_app(store, nursery)
-            await app.push.resume(await store.pending_pushes())
+            # Push watches left by stopped processes are adopted by the app's push service
+            # (store/push_watches.py), not resumed from pending_pushes by every replica.
             if not args.no_worker:
                 worker = Worker(store.queue, app.runner, concurrency=args.concurrency,
                                 claim_idle=args.claim_idle)

@@ -24,8 +24,14 @@ process, and an SQLite file is served by one process (it keeps the running tasks
 that process's memory, and a second ``serve`` on the file is refused); either is refused with
 one line (:func:`check_workers`).
 
-Per-process, and documented so (docs/redis.md): per-caller limits, the request body budget,
-``/metrics`` and the console (each worker answers for itself; a scrape reaches one worker).
+``--metrics``: the workers share one directory for their metrics (prometheus_client's
+multiprocess mode, ``PROMETHEUS_MULTIPROC_DIR``, made here unless it is set already), so a
+scrape reaching any worker answers for all of them (observe/metrics.py); the supervisor marks
+each worker that exits dead in it (its live gauges go, its counts stay) and removes the
+directory it made at the end.
+
+Per-process, and documented so (docs/redis.md): per-caller limits, the request body budget and
+the console (a console session shows the runs of the worker it reached).
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ import argparse
 import contextlib
 import ctypes
 import logging
+import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from types import FrameType
 
@@ -102,13 +111,20 @@ class Supervisor:
         self.quick_exits = [0] * args.workers
         self.signals = 0
         self.status = 0
+        self.env = dict(os.environ)
+        self.metrics_dir: str | None = None
+        """The directory the workers share their metrics in (``--metrics``), if made here."""
+        if getattr(args, "metrics", False) and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            self.metrics_dir = tempfile.mkdtemp(prefix="scoped-a2a-metrics-")
+            self.env["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
 
     def _start(self, i: int, argv: list[str]) -> None:
         # A session of its own: a signal to the supervisor's process group (Ctrl-C in a
         # terminal, ``timeout``, some process managers) reaches the workers once, through the
         # supervisor; twice would be the "second signal" that stops them at once.
         proc = subprocess.Popen([sys.executable, "-m", "scoped_a2a", *argv],
-                                start_new_session=True, preexec_fn=_die_with_parent)
+                                start_new_session=True, preexec_fn=_die_with_parent,
+                                env=self.env)
         self.workers[i] = proc
         self.started[i] = time.monotonic()
         log.info("worker %d started (pid %d)", i + 1, proc.pid)
@@ -148,6 +164,17 @@ class Supervisor:
                     signal.signal(s, handler)
         finally:
             holder.close()
+            if self.metrics_dir is not None:
+                shutil.rmtree(self.metrics_dir, ignore_errors=True)
+
+    def _exited(self, pid: int) -> None:
+        """A worker exited: its live gauges leave the shared metrics (its counts stay)."""
+        directory = self.env.get("PROMETHEUS_MULTIPROC_DIR")
+        if directory and getattr(self.args, "metrics", False):
+            with contextlib.suppress(ImportError, OSError):
+                from prometheus_client import multiprocess
+
+                multiprocess.mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
 
     def _supervise(self, argv: list[str]) -> int:
         while True:
@@ -160,7 +187,12 @@ class Supervisor:
                     alive += 1
                     continue
                 self.workers[i] = None
+                self._exited(proc.pid)
                 if self.signals:
+                    # A worker still starting when the signal came dies of it before its
+                    # handlers are in place: that is the stop we asked for, not a failure.
+                    if code in (-signal.SIGTERM, -signal.SIGINT):
+                        code = 0
                     if code and not self.status:
                         self.status = code
                     continue

@@ -7,11 +7,20 @@
   the moment its end was recorded (histogram);
 - ``scoped_a2a_streams_open``: SSE requests (stream, subscribe) open now;
 - ``scoped_a2a_store_errors_total{operation}``: task store operations that failed.
+
+Several processes (``serve --workers N``): the supervisor gives its workers one directory in
+``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode), each worker writes its
+values there, and ``GET /metrics`` on any worker answers for all of them: counters and
+histograms summed over every worker that ran (a restarted worker's counts are kept), gauges
+summed over the live ones. One view, not per-worker labels: a scrape through the shared port
+reaches whichever worker the kernel picks, so per-worker series could only be read one random
+worker at a time (docs/observability.md).
 """
 
 from __future__ import annotations
 
 import contextvars
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -40,8 +49,11 @@ class Metrics(Observer):
 
         self.registry = registry if registry is not None else CollectorRegistry()
         reg = self.registry
+        self.shared = shared_directory() is not None
+        """Whether the values are shared with the other workers of ``serve --workers``."""
         self.runs_active = Gauge("scoped_a2a_runs_active", "Runs executing now, by mode",
-                                 ["mode"], registry=reg)
+                                 ["mode"], registry=reg,
+                                 multiprocess_mode="livesum")  # (only used when shared)
         self.runs = Counter("scoped_a2a_runs", "Runs ended, by outcome and reason",
                             ["outcome", "reason"], registry=reg)
         self.run_seconds = Histogram("scoped_a2a_run_duration_seconds", "Run duration",
@@ -51,7 +63,7 @@ class Metrics(Observer):
             "From a run losing its last caller to its end being recorded",
             buckets=_LATENCY_BUCKETS, registry=reg)
         self.streams_open = Gauge("scoped_a2a_streams_open", "SSE streams open now",
-                                  registry=reg)
+                                  registry=reg, multiprocess_mode="livesum")
         self.store_errors = Counter("scoped_a2a_store_errors", "Task store operations that failed",
                                     ["operation"], registry=reg)
         for mode in ("interactive", "detached"):  # present (at 0) before the first run
@@ -94,6 +106,17 @@ class Metrics(Observer):
         self.store_errors.labels(operation).inc()
 
     def metrics_page(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        if not self.shared:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        every = CollectorRegistry()  # read from every worker's files on each scrape
+        MultiProcessCollector(every)  # type: ignore[no-untyped-call]
+        return generate_latest(every), CONTENT_TYPE_LATEST
+
+
+def shared_directory() -> str | None:
+    """The directory the workers of ``serve --workers`` share their metrics in, if any."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import anyio
 import httpx
 
+from ..protocol.errors import InvalidParams
+from ..protocol.types import TaskPushNotificationConfig
 from .settings import Resolver
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -164,3 +166,31 @@ async def check_url(
                 f"--allow-webhook-host {host} (PushSettings(allow_hosts=[...]) in the API)"
             )
     return Target(url, host, addresses[0])
+
+
+MAX_FIELD = 4096
+"""Characters a config's id, token or credentials may have at most."""
+
+
+def check_fields(config: TaskPushNotificationConfig) -> None:
+    """Raise InvalidParams (-32602) saying what is wrong with a config's id, token or
+    authentication (control characters, too long, a scheme that is not one word)."""
+    for name, value in (("id", config.id), ("token", config.token)):
+        if value is not None and (len(value) > MAX_FIELD or _has_control(value)):
+            raise InvalidParams(f"invalid push notification config: {name} must be at most "
+                                f"{MAX_FIELD} characters, without control characters")
+    auth = config.authentication
+    if auth is not None:
+        if not auth.scheme or any(c.isspace() for c in auth.scheme) or len(auth.scheme) > 64:
+            raise InvalidParams("invalid push notification config: authentication.scheme "
+                                "must be one word such as 'Bearer'")
+        if auth.credentials is not None and (
+            len(auth.credentials) > MAX_FIELD or _has_control(auth.credentials)
+        ):
+            raise InvalidParams("invalid push notification config: authentication."
+                                "credentials must be at most 4096 characters, without "
+                                "control characters")
+
+
+def _has_control(value: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in value)

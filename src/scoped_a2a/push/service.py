@@ -13,6 +13,14 @@ Shutdown. ``shutdown`` first lets the watches finish for ``grace`` seconds (the 
 ended, so every watch has a bounded amount of work left), then cancels the rest. A cancelled
 watch records its delivery in flight, and every state change it had not read yet, as
 ``undelivered`` with the reason, and logs each: none is dropped silently.
+
+Several processes (a store with ``push_watches()``: Redis, PostgreSQL). Each watch is owned by
+one process (store/push_watches.py): the one that accepted its config, until it stops. Then
+another process adopts it (every serving process checks every third of the lease,
+:mod:`.fleet`) and resumes after the last state change delivered. On shutdown a watch waiting
+for events is handed over at once, one delivering finishes that delivery first (within
+``grace``), and none records its unread state changes undelivered: they are another replica's
+to deliver. A watch that learns another process took it (its own lease had lapsed) stops.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from ..runtime.tail import tail
 from ..store.base import LogEntry, LogPage, TaskStore
 from . import payload as payloads
 from .delivery import Sender
-from .guard import WebhookRefused
+from .fleet import adopt_loop, hand_on
+from .guard import WebhookRefused, check_fields
 from .records import DeliveryLog, DeliveryRecord
 from .settings import PushSettings
 
@@ -41,7 +50,6 @@ log = logging.getLogger("scoped_a2a.push")
 
 RECORD_TIMEOUT = 2.0
 """Seconds a cancelled watch may take (shielded) to record what it leaves undelivered."""
-_MAX_FIELD = 4096
 
 
 @dataclass(eq=False, slots=True)
@@ -56,6 +64,15 @@ class _Watch:
     config: TaskPushNotificationConfig | None = None  # as last read from the store
     stop_reason: str | None = None  # set by whoever cancels the watch
     record_rest: bool = True  # on cancellation, record unread state changes as undelivered
+    busy: bool = False  # handling a page of the log (maybe a delivery in flight)
+
+
+class _Leaving(Exception):
+    """A watch stops between two deliveries: this process leaves it to another (shutdown)."""
+
+
+class _NotOurs(Exception):
+    """Another process took this watch over (this one's lease had lapsed): stop quietly."""
 
 
 class PushService:
@@ -73,6 +90,10 @@ class PushService:
         self._idle = anyio.Event()
         self._idle.set()
         self._shutdown_reason: str | None = None
+        self.owners = store.push_watches()
+        """Who watches each config when several processes share the store (None: we do)."""
+        self.leaving = False
+        self._adopting: anyio.CancelScope | None = None  # (made in the loop: anyio needs one)
 
     # --- lifetime -------------------------------------------------------------------------
 
@@ -91,6 +112,10 @@ class PushService:
     async def serving(self, nursery: TaskGroup, *, grace: float) -> AsyncIterator[None]:
         """Deliver from ``nursery`` for the ``async with`` body, then drain (:meth:`shutdown`)."""
         self.attach(nursery)
+        if self.owners is not None:
+            self._adopting = anyio.CancelScope()
+            nursery.start_soon(adopt_loop, self, self.owners, self._adopting,
+                               name="scoped_a2a push adoption")
         try:
             yield
         finally:
@@ -107,6 +132,15 @@ class PushService:
         record what they leave undelivered.
         """
         self.closing = True
+        if self._adopting is not None:
+            self._adopting.cancel()
+        if self.owners is not None:
+            # Another process delivers what is left: hand over every watch now, except those
+            # delivering, which stop after the delivery in flight (_Leaving).
+            self.leaving = True
+            for watch in list(self._watches.values()):
+                if not watch.busy:
+                    watch.scope.cancel()
         with anyio.move_on_after(max(grace, 0.0) if math.isfinite(grace) else math.inf):
             await self._idle.wait()
         self._shutdown_reason = (
@@ -125,21 +159,7 @@ class PushService:
         """
         if self.closing:
             raise ServerUnavailable("the server is shutting down and accepts no new configs")
-        for name, value in (("id", config.id), ("token", config.token)):
-            if value is not None and (len(value) > _MAX_FIELD or _has_control(value)):
-                raise InvalidParams(f"invalid push notification config: {name} must be at most "
-                                    f"{_MAX_FIELD} characters, without control characters")
-        auth = config.authentication
-        if auth is not None:
-            if not auth.scheme or any(c.isspace() for c in auth.scheme) or len(auth.scheme) > 64:
-                raise InvalidParams("invalid push notification config: authentication.scheme "
-                                    "must be one word such as 'Bearer'")
-            if auth.credentials is not None and (
-                len(auth.credentials) > _MAX_FIELD or _has_control(auth.credentials)
-            ):
-                raise InvalidParams("invalid push notification config: authentication."
-                                    "credentials must be at most 4096 characters, without "
-                                    "control characters")
+        check_fields(config)
         try:
             await self.sender.check(config.url)
         except WebhookRefused as exc:
@@ -173,7 +193,16 @@ class PushService:
                                 "notification configs; delete one first")
         await self.store.set_push_config(task_id, stored)
         if not state.terminal:
-            await self.store.push_progress(task_id, stored.id, after, state.value, v1)
+            running = self._watches.get((task_id, stored.id))
+            if self.owners is None:
+                await self.store.push_progress(task_id, stored.id, after, state.value, v1)
+            elif running is None or running.scope.cancel_called:
+                # One process watches a config, whichever replica set (or replaced) it.
+                at = await self.owners.own(task_id, stored.id, (after, state.value, v1))
+                if at is None:
+                    return stored  # a live replica watches it and reads the config as it is
+                after, state = at[0], TaskState(at[1])
+            # (else: the watch running here goes on from its own progress)
             self._watch(task_id, stored.id, v1=v1, after=after, state=state)
         return stored
 
@@ -224,33 +253,47 @@ class PushService:
 
     async def _run_watch(self, watch: _Watch) -> None:
         ended = False
+        finished = True  # ended with nothing left to deliver (nobody is to adopt it)
         try:
             with watch.scope:
                 try:
                     await self._follow(watch)
+                    ended = True
+                except _Leaving:
+                    pass  # handed over below, as a cancelled watch is
+                except _NotOurs:
+                    ended, finished = True, False
+                    log.warning("push watch of task %s config %s stopped: another process took "
+                                "it over (this one's lease had lapsed)", watch.task_id,
+                                watch.config_id)
                 except TaskNotFound:
+                    ended = True
                     log.warning("push watch of task %s config %s ended: the task was evicted "
                                 "from the store; state changes after position %d are not pushed",
                                 watch.task_id, watch.config_id, watch.cursor)
                 except Exception:
+                    ended, finished = True, False
                     log.exception("push watch of task %s config %s failed", watch.task_id,
                                   watch.config_id)
                     if watch.current is not None and watch.current.status == "pending":
                         watch.current.finish("failed", "internal error; see the server log")
-                ended = True
         finally:
-            if not ended:
-                reason = (watch.stop_reason or self._shutdown_reason
-                          or "the server nursery was cancelled before it could be delivered")
-                with anyio.move_on_after(RECORD_TIMEOUT, shield=True) as recording:
-                    try:
+            reason = (watch.stop_reason or self._shutdown_reason
+                      or "the server nursery was cancelled before it could be delivered")
+            with anyio.move_on_after(RECORD_TIMEOUT, shield=True) as recording:
+                try:
+                    if not ended and self.owners is not None and watch.record_rest:
+                        await hand_on(self.owners, watch)  # another replica delivers the rest
+                    elif not ended:
                         await self._record_undelivered(watch, reason)
-                    except Exception:  # never replace the cancellation on its way out
-                        log.exception("recording the undelivered pushes of task %s failed",
-                                      watch.task_id)
-                if recording.cancelled_caught:
-                    log.error("could not record the undelivered pushes of task %s within %gs",
-                              watch.task_id, RECORD_TIMEOUT)
+                    if self.owners is not None and finished and (ended or not watch.record_rest):
+                        await self.owners.done(watch.task_id, watch.config_id)
+                except Exception:  # never replace the cancellation on its way out
+                    log.exception("recording the undelivered pushes of task %s failed",
+                                  watch.task_id)
+            if recording.cancelled_caught:
+                log.error("could not record the undelivered pushes of task %s within %gs",
+                          watch.task_id, RECORD_TIMEOUT)
             key = (watch.task_id, watch.config_id)
             if self._watches.get(key) is watch:
                 del self._watches[key]
@@ -265,9 +308,15 @@ class PushService:
                 log.warning("push watch of task %s lagged past the log's retained window; "
                             "state changes before position %d were not delivered",
                             watch.task_id, page.first_retained)
-            for entry in page.entries:
-                await self._handle(watch, entry)
-                watch.cursor = entry.position
+            watch.busy = True
+            try:
+                for entry in page.entries:
+                    if self.leaving:
+                        raise _Leaving
+                    await self._handle(watch, entry)
+                    watch.cursor = entry.position
+            finally:
+                watch.busy = False
 
         while not watch.state.terminal:
             await tail(self.store, watch.task_id, watch.cursor, on_page)
@@ -303,8 +352,12 @@ class PushService:
         await self.sender.deliver(record, body, lambda: self._config(watch))
         watch.current = None
         # A durable store remembers it: a restart resumes after this delivery, not before.
-        await self.store.push_progress(watch.task_id, watch.config_id, entry.position,
-                                       watch.state.value, watch.v1)
+        if self.owners is None:
+            await self.store.push_progress(watch.task_id, watch.config_id, entry.position,
+                                           watch.state.value, watch.v1)
+        elif not await self.owners.progress(watch.task_id, watch.config_id,
+                                            (entry.position, watch.state.value, watch.v1)):
+            raise _NotOurs
 
     async def _record_undelivered(self, watch: _Watch, reason: str) -> None:
         """Record the delivery in flight and every unread state change as undelivered."""
@@ -341,7 +394,3 @@ class PushService:
 def _log_undelivered(record: DeliveryRecord) -> None:
     log.warning("push undelivered task=%s config=%s state=%s attempts=%d: %s", record.task_id,
                 record.config_id, record.state.name.lower(), record.attempts, record.reason)
-
-
-def _has_control(value: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in value)

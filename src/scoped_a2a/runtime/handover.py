@@ -16,7 +16,10 @@ and answers its caller from the shared event log, exactly as the holder would ha
    (:class:`HandedRun`); when it lets go before the run parks again or ends (a hang-up), the
    sender publishes ``release`` and the holder drops its hold, so the hang-up cancels the run
    as it would have on the holder. The holder drops its hold by itself once the run parks
-   again or ends (the caller's answer).
+   again or ends (the caller's answer). If the sender dies meanwhile (its ``release`` can
+   never come), the holder drops the holds it keeps for that sender once the sender's liveness
+   lease has lapsed (checked every third of the lease, :meth:`Handovers._drop_orphans`): the
+   caller's connection died with its process, which is a hang-up.
 
 No reply within :data:`HANDOVER_WAIT` seconds: if the log shows the message was taken (the
 reply was lost), the caller follows the log as usual; if the task ended meanwhile (its holder
@@ -102,7 +105,8 @@ class Handovers:
         self.settle_wait = settle_wait if settle_wait is not None else (
             min(SETTLE_WAIT, leases.lease * 4 / 3 + 1) if leases is not None else 0.0)
         self._replies: dict[str, list[object]] = {}  # hand-over id -> [Event, Envelope | None]
-        self._holds: dict[str, anyio.CancelScope] = {}  # hand-over id -> the hold kept here
+        # hand-over id -> (the sender's process, the hold kept here for its caller)
+        self._holds: dict[str, tuple[str, anyio.CancelScope]] = {}
         self._tg: TaskGroup | None = None
         transport.listen(self._received)
 
@@ -118,7 +122,7 @@ class Handovers:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     started.set()
-                    await anyio.sleep(math.inf)
+                    await self._drop_orphans()
             self._tg = None
 
         nursery.start_soon(serve, name="scoped_a2a hand-over")
@@ -239,9 +243,9 @@ class Handovers:
                 assert isinstance(event, anyio.Event)
                 event.set()
         elif env.kind == RELEASE:
-            scope = self._holds.get(env.id)
-            if scope is not None:
-                scope.cancel()
+            hold = self._holds.get(env.id)
+            if hold is not None:
+                hold[1].cancel()
         elif env.kind == PROBE and self._tg is not None:
             run = self.runner.get(env.task_id)
             if run is not None:
@@ -272,6 +276,31 @@ class Handovers:
         if not reply.code and env.detach_reason is None:
             self._post(self._hold, env, stack)
 
+    async def _drop_orphans(self) -> None:
+        """Every third of the lease, until cancelled: drop the holds kept for senders whose
+        lease lapsed (they died with their caller's connection). Never raises for store
+        trouble (logged, rate-limited; the next period tries again)."""
+        leases = self.store.process_leases()
+        if leases is None:
+            await anyio.sleep(math.inf)
+            return
+        while True:
+            await anyio.sleep(leases.lease / 3)
+            senders = {sender for sender, _ in self._holds.values()}
+            if not senders:
+                continue
+            try:
+                alive = await leases.alive(senders)
+            except ServerUnavailable as exc:
+                _outages.failed("orphans", "could not check the senders of hand-overs: %s", exc)
+                continue
+            _outages.recovered("orphans")
+            for hand_id, (sender, scope) in list(self._holds.items()):
+                if sender not in alive:
+                    log.info("hand-over %s: its sender %s stopped renewing its lease; the "
+                             "hold kept for its caller goes (a hang-up)", hand_id, sender)
+                    scope.cancel()
+
     def _post(self, fn: Callable[..., object], *args: object) -> None:
         tg = self._tg
         if tg is not None:
@@ -288,7 +317,7 @@ class Handovers:
         """Keep the hold taken for the sender's caller until the run parks again or ends, or
         the sender says its caller let go (``release``)."""
         scope = anyio.CancelScope()
-        self._holds[env.id] = scope
+        self._holds[env.id] = (env.sender, scope)
         try:
             with stack, scope:
                 await tail(self.store, env.task_id, env.position)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .handover import HandoverTransport
     from .launcher import RunLauncher
     from .process_leases import ProcessLeases
+    from .push_watches import PushWatches
 
 
 def page_bounds(request: ListTasksRequest) -> tuple[int, int | None]:
@@ -242,6 +243,12 @@ class TaskStore(abc.ABC):
         """The liveness lease a shared store keeps for this process's interactive runs
         (store/liveness.py); None: the store outlives no process, or recovers at its next
         start (SQLite)."""
+        return None
+
+    def push_watches(self) -> PushWatches | None:
+        """Who watches each push config, when several processes share the store
+        (store/push_watches.py); None: this process watches every config it was given, and a
+        store that survives it resumes them at its next start (``pending_pushes``)."""
         return None
 
     def handover_transport(self) -> HandoverTransport | None:

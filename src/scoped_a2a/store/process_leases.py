@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Protocol
 
 DEFAULT_LEASE = 10.0
@@ -37,6 +38,10 @@ class ProcessLeases(Protocol):
     async def covers(self, task_id: str) -> bool:
         """Whether the task was stored for an interactive run, covered by some process's lease
         (a queued run is not). Raises ServerUnavailable."""
+
+    async def alive(self, process_ids: Collection[str]) -> set[str]:
+        """Those of ``process_ids`` whose lease is current (not lapsed, not retired).
+        Raises ServerUnavailable."""
 
     async def retire(self) -> None:
         """On a clean exit: forget this process unless it still has runs registered (then its

@@ -53,6 +53,7 @@ from ...protocol.types import (
 from ..base import LogEntry, TaskEnded, TaskStore
 from ..handover import HandoverTransport
 from ..process_leases import DEFAULT_LEASE, ProcessLeases
+from ..push_watches import PushWatches
 from ..records import DECODERS, KIND_OF, TRAJECTORY, decode_task
 from ..retention import Retention
 from ..sealing import Sealer
@@ -62,6 +63,7 @@ from .connection import Conn, Pool
 from .handover import PostgresHandover
 from .leases import PostgresLeases
 from .listener import Waiters
+from .push_watches import PostgresPushWatches
 
 log = logging.getLogger("scoped_a2a.postgres")
 _encode = msgspec.json.Encoder().encode
@@ -121,6 +123,8 @@ class PostgresCore(TaskStore):
         self.queue: Any = None  # the run queue (queue.py), set by open_postgres_store
         self.leases = PostgresLeases(pool, lease)
         """This process's liveness lease over its interactive runs (store/liveness.py)."""
+        self.watches = PostgresPushWatches(pool, self.leases)
+        """Who watches each push config (store/push_watches.py)."""
         self.batcher = Batcher(pool, self.channel, max_events_per_task,
                                min(SNAP_EVERY, max_events_per_task), sync_events,
                                self._committed)
@@ -132,6 +136,10 @@ class PostgresCore(TaskStore):
     def process_leases(self) -> ProcessLeases | None:
         """This process's liveness lease (its opener keeps it alive: ``open_postgres_store``)."""
         return self.leases
+
+    def push_watches(self) -> PushWatches | None:
+        """Push watches handed between this store's processes (:mod:`.push_watches`)."""
+        return self.watches
 
     def handover_transport(self) -> HandoverTransport | None:
         """LISTEN/NOTIFY between the processes of this schema (:mod:`.handover`)."""

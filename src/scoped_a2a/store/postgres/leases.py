@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Collection
 
 from ...protocol.ids import new_id
 from ..process_leases import DEFAULT_LEASE
@@ -107,6 +108,15 @@ class PostgresLeases:
             "SELECT process IS NOT NULL FROM tasks WHERE id = %s", (task_id,)),
             retry=True)
         return bool(row and row[0])
+
+    async def alive(self, process_ids: Collection[str]) -> set[str]:
+        ids = list(process_ids)
+        if not ids:
+            return set()
+        rows = await self.pool.run(lambda c: c.all(
+            f"SELECT id FROM processes WHERE id = ANY(%s) AND expires >= {NOW}",
+            (ids,)), retry=True)
+        return {str(r[0]) for r in rows}
 
     async def retire(self) -> None:
         await self.pool.run(lambda c: c.execute(

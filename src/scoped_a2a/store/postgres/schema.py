@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version this code writes; a schema of a newer version is refused."""
 
 NOW = "extract(epoch from clock_timestamp())"
@@ -81,6 +81,14 @@ MIGRATIONS: dict[int, list[str]] = {
         # Hand-over envelopes too large for a NOTIFY payload (handover.py), kept a minute.
         """CREATE TABLE handover (
             id text PRIMARY KEY, body bytea NOT NULL, expires double precision NOT NULL)""",
+    ],
+    2: [
+        # The process whose watch delivers the config's pushes (push_watches.py): NULL while
+        # being taken, '' released, '-' ended. Watches of a version-1 schema were resumed by
+        # every process: they start released, so one process adopts each.
+        "ALTER TABLE push ADD COLUMN owner text",
+        "UPDATE push SET owner = ''",
+        "CREATE INDEX push_owner ON push (owner) WHERE owner IS NOT NULL AND owner <> '-'",
     ],
 }
 

@@ -15,11 +15,24 @@ whole or not at all.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from ..liveness import DEFAULT_LEASE
 from . import scripts
 from .connection import RedisConnection
+
+ALIVE = """
+-- KEYS: processes zset.  ARGV: process ids.  Returns 1 per current lease, 0 otherwise.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i, p in ipairs(ARGV) do
+  local exp = redis.call('ZSCORE', KEYS[1], p)
+  out[i] = (exp and tonumber(exp) >= now) and 1 or 0
+end
+return out
+"""
 
 MAX_TASKS = 1000
 """Tasks of one lapsed process handed out per check (the next check gets the rest)."""
@@ -39,6 +52,7 @@ class RedisLeases:
         self._beat = conn.script(scripts.HEARTBEAT)
         self._lapsed = conn.script(scripts.LAPSED)
         self._retire = conn.script(scripts.RETIRE_PROCESS)
+        self._alive = conn.script(ALIVE)
         self._first = True
 
     @property
@@ -68,6 +82,13 @@ class RedisLeases:
     async def covers(self, task_id: str) -> bool:
         key = self.conn.keys.task(task_id)
         return bool(await self.conn.call(lambda: self.conn.client.hexists(key, "proc")))
+
+    async def alive(self, process_ids: Collection[str]) -> set[str]:
+        ids = list(process_ids)
+        if not ids:
+            return set()
+        raw = await self.conn.run(self._alive, [self.conn.keys.processes], ids)
+        return {i for i, ok in zip(ids, raw or (), strict=False) if ok == 1}
 
     async def retire(self) -> None:
         await self.conn.run(self._retire, [self.conn.keys.processes, self.runs_key],

@@ -31,6 +31,7 @@ from ...protocol.types import Message, Task
 from ..launcher import Job, RunRegistry
 from . import scripts
 from .connection import RedisConnection
+from .consumers import DeadConsumers
 
 log = logging.getLogger("scoped_a2a.redis.queue")
 
@@ -77,6 +78,8 @@ class RunQueue:
         self._retire = conn.script(scripts.RETIRE)
         self._release = conn.script(scripts.RELEASE)
         self._runners: weakref.WeakSet[RunRegistry] = weakref.WeakSet()
+        self.consumers = DeadConsumers(conn, self.key, GROUP)
+        """Removes the consumer names of workers that died (:mod:`.consumers`)."""
         conn.cancel_handlers.append(self._on_cancel)
 
     # --- RunLauncher ----------------------------------------------------------------------
@@ -147,6 +150,8 @@ class RunQueue:
         """Up to ``count`` entries whose worker has not renewed them for ``min_idle_ms``."""
         got = await self.conn.call(lambda: self.conn.client.xautoclaim(
             self.key, GROUP, consumer, min_idle_ms, "0-0", count=count))
+        # After the claim: a dead worker's entries have just moved to a live one.
+        await self.consumers.forget_dead()
         return self._jobs(got[1])
 
     async def claim(self, job: Job, token: str, lease_ms: int) -> tuple[int, Task | None]:

@@ -54,6 +54,7 @@ from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend
 from ..handover import HandoverTransport
 from ..launcher import RunLauncher
 from ..liveness import DEFAULT_LEASE, ProcessLeases
+from ..push_watches import PushWatches
 from ..records import DECODERS, KIND_OF, decode_task
 from ..snapshot import apply_event
 from . import scripts
@@ -61,6 +62,7 @@ from .claims import RedisClaims
 from .connection import RedisConnection
 from .handover import RedisHandover
 from .leases import RedisLeases
+from .push_watches import RedisPushWatches
 from .queue import RunQueue
 
 _encode = msgspec.json.Encoder().encode
@@ -119,6 +121,8 @@ class RedisTaskStore(TaskStore):
         self._push_delete = conn.script(scripts.PUSH_DELETE)
         self.leases = RedisLeases(conn, lease)
         """This process's liveness lease over its interactive runs (store/liveness.py)."""
+        self.watches = RedisPushWatches(conn, self.leases)
+        """Who watches each push config (store/push_watches.py)."""
         self.handover = RedisHandover(conn)
         """Carries follow-ups to the process holding their run (store/handover.py)."""
         self.claims = RedisClaims(conn, self.claim_keep_ms)
@@ -130,6 +134,10 @@ class RedisTaskStore(TaskStore):
     def run_launcher(self) -> RunLauncher | None:
         """The run queue: detached runs are queued durably and executed by any worker."""
         return self.queue if self.durable_runs else None
+
+    def push_watches(self) -> PushWatches | None:
+        """Push watches handed between this store's processes (:mod:`.push_watches`)."""
+        return self.watches
 
     def handover_transport(self) -> HandoverTransport | None:
         """Pub/sub channels between the processes of this Redis (:mod:`.handover`)."""

@@ -1,0 +1,163 @@
+"""Any replica answers any call, on Redis and on PostgreSQL: follow-ups to a run parked on one
+replica, sent through another, are handed over (runtime/handover.py; Redis pub/sub, PostgreSQL
+LISTEN/NOTIFY) and answered from the shared log. Real ``serve`` processes, both backends.
+
+Replicas A and B behind a round-robin client: conversations of ask -> answer (100 on Redis, 20
+on PostgreSQL), each answer through the replica that does not hold the run (half as blocking
+sends, half as streams); all complete, each on its holder, with the whole answer (one is larger
+than a NOTIFY payload: PostgreSQL carries it through its ``handover`` table, which the test
+checks; there a forged, unsealed envelope is dropped too). A second answer to a run no longer
+waiting is refused as the holder would refuse it; a caller that hangs up on a handed-over
+follow-up cancels the run (reason hang-up). The *sender* SIGKILLed while its caller follows a
+handed-over answer: the holder drops the hold it kept for that caller once the sender's lease
+lapsed, which cancels the run as a hang-up would (it used to run on, held for nobody). The
+holder SIGKILLed while its run waits: an answer through another replica is answered by the
+lease rule (canceled, process-lost).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from scoped_a2a.protocol.types import Message, Part, Role
+from scoped_a2a.store.handover import HAND, Envelope, encode
+from scoped_a2a.store.liveness import LOST_REASON
+
+from ..helpers import rpc, sse_events, text_message
+from .conftest import Fleet
+
+pytestmark = pytest.mark.anyio
+CONVERSATIONS = {"redis": 100, "postgres": 20}
+BIG = 20_000  # characters of the large answer (> the 8000-byte NOTIFY payload limit)
+LEASE = 2.0
+V1 = {"A2A-Version": "1.0"}
+
+
+def answer_to(task: dict[str, Any], text: str) -> dict[str, Any]:
+    return text_message(text, taskId=task["id"], contextId=task["contextId"])
+
+
+async def stream(client: httpx.AsyncClient, url: str, params: dict[str, Any]
+                 ) -> list[dict[str, Any]]:
+    req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": params}
+    async with client.stream("POST", url, json=req, headers=V1) as resp:
+        return [event async for _, event in sse_events(resp)]
+
+
+async def test_answers_through_the_other_replica(fleet: Fleet) -> None:
+    a, b, c = (fleet.serve("--lease", str(LEASE)) for _ in range(3))
+    urls = [await a.url(), await b.url()]
+    url_c = await c.url()
+    procs = [a, b]
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    done: dict[int, str] = {}
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+
+        async def conversation(i: int) -> None:
+            first, other = urls[i % 2], urls[(i + 1) % 2]
+            asked = (await rpc(client, first, "SendMessage",
+                               {"message": text_message("ask")}))["result"]["task"]
+            assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+            name = f"n{i}" + ("x" * BIG if i == 3 else "")
+            if i % 4 < 2:
+                got = await rpc(client, other, "SendMessage", {"message": answer_to(asked, name)})
+                assert "result" in got, str(got)[:500]
+                final = got["result"]["task"]
+            else:
+                events = await stream(client, other, {"message": answer_to(asked, name)})
+                assert "result" in events[-1], str(events[-1])[:500]
+                final = events[-1]["result"]["statusUpdate"]
+            assert final["status"]["state"] == "TASK_STATE_COMPLETED", str(final)[:500]
+            text = final["status"]["message"]["parts"][0]["text"]
+            # It ran on its holder, with the whole answer.
+            assert text.startswith(f"hi {name} pid={procs[i % 2].pid}"), text[:200]
+            done[i] = asked["id"]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(CONVERSATIONS[fleet.kind]):
+                tg.start_soon(conversation, i)
+        assert len(done) == CONVERSATIONS[fleet.kind]
+
+        if fleet.kind == "postgres":
+            await _postgres_envelopes(fleet, client, urls[0], a)
+
+        # A second answer, through the other replica, to a run no longer waiting: the holder's
+        # refusal (-32004 "working"), or the task's end, exactly as on the holder.
+        asked = (await rpc(client, urls[0], "SendMessage",
+                           {"message": text_message("ask")}))["result"]["task"]
+        first = await rpc(client, urls[1], "SendMessage", {"message": answer_to(asked, "x")})
+        assert first["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", first
+        again = await rpc(client, urls[1], "SendMessage", {"message": answer_to(asked, "y")})
+        assert again["error"]["code"] == -32004, again
+
+        # A caller that hangs up on its handed-over answer cancels the run, as on the holder.
+        asked = (await rpc(client, urls[0], "SendMessage",
+                           {"message": text_message("ask 60")}))["result"]["task"]
+        req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+               "params": {"message": answer_to(asked, "z")}}
+        async with client.stream("POST", urls[1], json=req, headers=V1) as resp:
+            async for _ in sse_events(resp):
+                break  # hang up after the first event (the task resumed, working)
+        await a.wait_for(rf"run end task={asked['id']} outcome=canceled .*reason=hang-up",
+                         timeout=20)
+
+        # The sender (C) dies while its caller follows a handed-over answer: the hold B keeps
+        # for that caller goes once C's lease lapsed, and the run ends as on a hang-up.
+        asked = (await rpc(client, urls[1], "SendMessage",
+                           {"message": text_message("ask 60")}))["result"]["task"]
+        resumed = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            async def follow() -> None:
+                req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                       "params": {"message": answer_to(asked, "orphan")}}
+                try:
+                    async with client.stream("POST", url_c, json=req, headers=V1) as resp:
+                        async for _ in sse_events(resp):
+                            resumed.set()  # handed over: B holds the run for this caller
+                except httpx.HTTPError:
+                    pass  # C was killed under it
+
+            tg.start_soon(follow)
+            with anyio.fail_after(20):
+                await resumed.wait()
+            c.kill()
+        await b.wait_for(rf"run end task={asked['id']} outcome=canceled .*reason=hang-up",
+                         timeout=LEASE * 2 + 5)
+        assert "the hold kept for its caller goes" in b.text(), b.text()[-2000:]
+
+        # The holder is SIGKILLed while its run waits: the answer through the other replica is
+        # answered by the lease rule.
+        asked = (await rpc(client, urls[0], "SendMessage",
+                           {"message": text_message("ask")}))["result"]["task"]
+        a.kill()
+        got = await rpc(client, urls[1], "SendMessage", {"message": answer_to(asked, "late")})
+        final = got["result"]["task"]
+        assert final["status"]["state"] == "TASK_STATE_CANCELED", got
+        assert final["status"]["message"]["metadata"] == {"reason": LOST_REASON}, got
+
+
+async def _postgres_envelopes(fleet: Fleet, client: httpx.AsyncClient, url: str,
+                              holder: Any) -> None:
+    """PostgreSQL only: the large answer went through the ``handover`` table, and a forged
+    (unsealed) NOTIFY, which any role of the database may send, is dropped."""
+    async with fleet.store() as store:
+        carried = await store.pool.query("SELECT length(body) FROM handover")
+        assert [n > BIG for (n,) in carried] == [True], carried  # the large answer's
+        asked = (await rpc(client, url, "SendMessage",
+                           {"message": text_message("ask")}))["result"]["task"]
+        forged = encode(Envelope(HAND, "forged", sender="nobody", task_id=asked["id"],
+                                 message=Message(message_id="forged", role=Role.USER,
+                                                 parts=[Part(text="evil")],
+                                                 task_id=asked["id"],
+                                                 context_id=asked["contextId"])))
+        payload = f"* {base64.b64encode(forged).decode()}"
+        await store.pool.run(lambda c: c.execute(
+            "SELECT pg_notify(%s, %s)", (store.handover.channel, payload)))
+        await holder.wait_for("dropped a hand-over envelope that does not open")
+        got = (await rpc(client, url, "GetTask", {"id": asked["id"]}))["result"]
+        assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", got
