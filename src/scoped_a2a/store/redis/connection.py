@@ -45,6 +45,7 @@ from coredis.retry import (
 from ...protocol.errors import ServerUnavailable
 from ...protocol.ids import new_id
 from ..outage_log import OutageLog
+from .batch import BATCH, Batcher
 from .local import LocalView
 
 log = logging.getLogger("scoped_a2a.redis")
@@ -185,6 +186,8 @@ class RedisConnection:
         self._tick = 0
         self.local = LocalView(self.confirmed_at)
         """Entries, snapshots and positions this process knows without asking (:mod:`.local`)."""
+        self.batcher = Batcher(self.call, client.register_script(BATCH))
+        """Sends the script calls that arrive together in one round trip (:mod:`.batch`)."""
 
     @classmethod
     @asynccontextmanager
@@ -206,6 +209,7 @@ class RedisConnection:
         async with client, anyio.create_task_group() as tg:
             conn = cls(client, url, Keys(prefix), op_timeout=op_timeout)
             tg.start_soon(conn._listen, name="scoped_a2a redis listener")
+            tg.start_soon(conn.batcher.run, name="scoped_a2a redis batches")
             try:
                 yield conn
             finally:
@@ -242,7 +246,11 @@ class RedisConnection:
         return self.client.register_script(source)
 
     async def run(self, script: Script[bytes], keys: list[str], args: list[Any]) -> Any:
-        """Run a registered script through :meth:`call`; its reply as Redis gave it."""
+        """Run a registered script (in the next batch, :mod:`.batch`, if it is one of the
+        store's, else on its own through :meth:`call`); its reply as Redis gave it."""
+        source = script.script if isinstance(script.script, str) else script.script.decode()
+        if self.batcher.handles(source):
+            return await self.batcher.submit(source, keys, args)
         return await self.call(lambda: script(keys, args))
 
     async def publish_cancel(self, task_id: str) -> None:

@@ -59,7 +59,8 @@ APPEND = _TERMINAL + """
 -- KEYS: task hash, log stream, push hash, ended zset, tasks zset, lease
 -- ARGV: expected last position, op, kind, event, snapshot ('' = unchanged), state, timestamp,
 --       max events, ended ttl ms, max ended tasks, now ms, task id, lease token ('' = none),
---       the task's wake-up channel (gets the new position), key prefix, claim keep ms
+--       the task's wake-up channel (gets the new position), key prefix, claim keep ms,
+--       1 if the writing process is subscribed to that channel (else 0)
 -- Returns {code, position}: 1 appended, 2 already appended (retry), -1 no such task,
 -- -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is not ours.
 local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op', 'proc')
@@ -112,8 +113,12 @@ if TERMINAL[ARGV[6]] then
     end
   end
 end
--- the new position: a listener learns it without asking (store/redis/local.py)
-redis.call('PUBLISH', ARGV[14], pos)
+-- the new position: a listener learns it without asking (store/redis/local.py); the writing
+-- process's own listener (ARGV[17] = 1 when it is subscribed) needs no word of its own appends
+local mine = tonumber(ARGV[17] or 0)
+if mine == 0 or redis.call('PUBSUB', 'NUMSUB', ARGV[14])[2] > mine then
+  redis.call('PUBLISH', ARGV[14], pos)
+end
 return {1, pos}
 """
 

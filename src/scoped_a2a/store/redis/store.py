@@ -195,7 +195,7 @@ class RedisTaskStore(TaskStore):
         keys, args = self.create_args(task, new_id(), owner, leased=True)
         tick = self.conn.tick()
         self.check_created(task.id, await self.conn.run(self._create, keys, args))
-        self.local.snapshot_is(task.id, args[1])
+        self.local.snapshot_is(task.id, args[1], 0)
         self.local.saw(task.id, 0, tick)
         # Its runner appends next: a copy of its own to fold into spares that append a read.
         self._remember(task.id, _decode_task(args[1]), 0)
@@ -239,7 +239,7 @@ class RedisTaskStore(TaskStore):
                 task.status.timestamp or "", self.max_events_per_task,
                 int(self.ended_ttl * 1000), self.max_ended_tasks, int(time.time() * 1000),
                 task_id, token, self.keys.appended(task_id), self.keys.base,
-                self.claim_keep_ms,
+                self.claim_keep_ms, self._subscribed(task_id),
             ]
             tick = self.conn.tick()
             code, pos = await self.conn.run(self._append, keys, args)
@@ -257,6 +257,11 @@ class RedisTaskStore(TaskStore):
             # -2: the task is terminal; -4: our lease went to another worker.
             raise TaskEnded(task_id)
 
+    def _subscribed(self, task_id: str) -> int:
+        """1 if this process hears ``task_id``'s channel (its own appends need no message
+        there: they wake its waiters directly), else 0."""
+        return 0 if self.conn.confirmed_at(task_id) is None else 1
+
     def prime(self, task_id: str, snapshot: bytes, position: int) -> Task:
         """Seed the writer's cache with a snapshot just read; return a separate copy of it."""
         self._remember(task_id, _decode_task(snapshot), position)
@@ -271,6 +276,11 @@ class RedisTaskStore(TaskStore):
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
     ) -> LogPage:
         max_events = max(1, max_events)
+        local = self.local.page(task_id, after, max_events, max_bytes, self.max_events_per_task)
+        if local is not None:  # all there is, as far as this process can know (.local)
+            entries, last, task, first = local
+            nxt = entries[-1].position if entries else max(after, first - 1)
+            return LogPage(entries, nxt, nxt < last, task, first)
         held, size, full = self.local.held(task_id, after, max_events, max_bytes)
         page = await self._read(task_id, after, max_events, max_bytes, held, size, full)
         if page is None:  # what was held no longer applies: read it all from Redis
@@ -302,8 +312,7 @@ class RedisTaskStore(TaskStore):
         if held and held[0].position <= last - self.max_events_per_task:
             return None  # the log's cap dropped some of them: say so, as Redis would
         self.local.saw(task_id, last, tick)
-        if snap:
-            self.local.snapshot_is(task_id, bytes(snap))
+        self.local.snapshot_is(task_id, bytes(snap) if snap else None, last)
         task = self.local.snapshot(task_id)
         if task is None:
             return None  # forgotten meanwhile (evicted, unsubscribed): no snapshot to reuse
