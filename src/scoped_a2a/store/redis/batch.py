@@ -9,7 +9,8 @@ writes in one transaction, this module sends every queued call together.
 How. :data:`BATCH` is one Lua script holding each script of :mod:`.scripts` as a function; its
 arguments list the calls (which script, its keys, its arguments), and it runs them one after
 the other, in the order they were submitted, and returns each one's reply. Each call keeps the
-semantics it has alone (its checks happen where its writes do); a Lua error in one call is
+semantics it has alone (its checks happen where its writes do; it names its keys in its
+arguments, which is why the store needs one Redis, not a Cluster); a Lua error in one call is
 that call's error only (``pcall``). One batch is in flight at a time: calls that arrive
 meanwhile are the next batch (at most :data:`MAX_BATCH` calls each), so a lone caller pays
 no wait and a crowd pays one round trip per batch. Redis' ``INFO commandstats`` counts one
@@ -34,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import msgspec
 from coredis.commands.script import Script
 
 from ...protocol.errors import ServerUnavailable
@@ -42,6 +44,7 @@ from . import scripts
 MAX_BATCH = 256
 """Calls per batch, at most (bounds the time Redis spends in one script)."""
 
+_pack = msgspec.msgpack.Encoder().encode
 _ERROR = b"\x00error"  # first element of the reply of a call that raised a Lua error
 
 SCRIPTS: tuple[str, ...] = (
@@ -57,19 +60,17 @@ BATCH = (
     "local calls = {\n"
     + "".join(f"function(KEYS, ARGV)\n{source}\nend,\n" for source in SCRIPTS)
     + """}
--- ARGV: n, then per call (script number, number of keys, number of arguments), then every
--- call's arguments in order; KEYS: every call's keys in order. Returns one reply per call.
-local n = tonumber(ARGV[1])
+-- ARGV[1]: the calls, MessagePack: {{script number, {keys}, {arguments}}, ...} (one argument
+-- for Redis to take, not hundreds). Returns one reply per call.
 local out = {}
-local k, a = 0, 1 + 3 * n
-for i = 1, n do
-  local h = 1 + 3 * (i - 1)
-  local nk, na = tonumber(ARGV[h + 2]), tonumber(ARGV[h + 3])
-  local keys, args = {}, {}
-  for j = 1, nk do keys[j] = KEYS[k + j] end
-  for j = 1, na do args[j] = ARGV[a + j] end
-  k, a = k + nk, a + na
-  local ok, reply = pcall(calls[tonumber(ARGV[h + 1])], keys, args)
+for i, call in ipairs(cmsgpack.unpack(ARGV[1])) do
+  local args = call[3]
+  for j, arg in ipairs(args) do
+    if string.byte(arg, 1) == 0 then  -- binary, in hex (batch._text)
+      args[j] = arg:sub(3):gsub('..', function(h) return string.char(tonumber(h, 16)) end)
+    end
+  end
+  local ok, reply = pcall(calls[call[1]], call[2], args)
   if not ok then
     if type(reply) == 'table' and reply.err then reply = reply.err end
     reply = {'\\0error', tostring(reply)}
@@ -112,17 +113,21 @@ class Batcher:
         self.batches = 0
         """Batches sent so far (each one script call, one round trip)."""
 
-    def handles(self, source: str) -> bool:
-        return source in self._index
-
-    async def submit(self, source: str, keys: list[str], args: list[Any]) -> Any:
-        """Run the script ``source`` with ``keys`` and ``args`` in the next batch; its reply.
+    async def submit(self, script: Script[bytes], keys: list[str], args: list[Any]) -> Any:
+        """Run ``script`` (one of :data:`SCRIPTS`) with ``keys`` and ``args`` in the next
+        batch; its reply.
 
         Raises ServerUnavailable if the batch fails or the loop is not running.
         """
         if not self._running:
             raise _closed()
-        call = _Call(self._index[source], keys, args)
+        try:
+            # Text only: the scripts compare their arguments as Redis passes them (strings).
+            text = [a.decode() if type(a) is bytes else str(a) if type(a) in (int, float)
+                    else a for a in args]
+        except UnicodeDecodeError:
+            text = [_text(a) for a in args]
+        call = _Call(self._index[_source(script)], keys, text)
         self._queue.append(call)
         self._wake.set()
         try:
@@ -134,6 +139,9 @@ class Batcher:
         if call.error is not None:
             raise call.error
         return call.reply
+
+    def handles(self, script: Script[bytes]) -> bool:
+        return _source(script) in self._index
 
     async def run(self) -> None:
         """Send batch after batch until cancelled; then fail the calls still waiting."""
@@ -151,15 +159,11 @@ class Batcher:
             self._queue.clear()
 
     async def _send(self, batch: list[_Call]) -> None:
-        keys: list[str] = []
-        head: list[Any] = [len(batch)]
-        args: list[Any] = []
+        packed = _pack([(call.which, call.keys, call.args) for call in batch])
         for call in batch:
             call.sent = True
-            head += (call.which, len(call.keys), len(call.args))
-            keys += call.keys
-            args += call.args
-        argv = head + args
+        argv = [packed]
+        keys: list[str] = []
         try:
             replies = await self._call(lambda: self._script(keys, argv))
         except ServerUnavailable as exc:
@@ -176,6 +180,23 @@ class Batcher:
             else:
                 call.reply = reply
             call.done.set()
+
+
+def _text(arg: Any) -> str:
+    """``arg`` as text; bytes that are not UTF-8 (a message's fingerprint) in hex after a
+    NUL and ``x``, which :data:`BATCH` turns back into those bytes (Redis' MessagePack has no
+    binary type, and no argument of the store's begins with a NUL)."""
+    if type(arg) is bytes:
+        try:
+            return arg.decode()
+        except UnicodeDecodeError:
+            return "\x00x" + arg.hex()
+    return arg if type(arg) is str else str(arg)
+
+
+def _source(script: Script[bytes]) -> str:
+    source = script.script
+    return source if isinstance(source, str) else source.decode()
 
 
 def _closed() -> ServerUnavailable:

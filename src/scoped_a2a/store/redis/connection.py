@@ -248,9 +248,8 @@ class RedisConnection:
     async def run(self, script: Script[bytes], keys: list[str], args: list[Any]) -> Any:
         """Run a registered script (in the next batch, :mod:`.batch`, if it is one of the
         store's, else on its own through :meth:`call`); its reply as Redis gave it."""
-        source = script.script if isinstance(script.script, str) else script.script.decode()
-        if self.batcher.handles(source):
-            return await self.batcher.submit(source, keys, args)
+        if self.batcher.handles(script):
+            return await self.batcher.submit(script, keys, args)
         return await self.call(lambda: script(keys, args))
 
     async def publish_cancel(self, task_id: str) -> None:

@@ -132,6 +132,7 @@ class RedisTaskStore(TaskStore):
         """The message claims (docs/exactly-once.md)."""
         self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
         self._fences: dict[str, str] = {}
+        self._ended: OrderedDict[str, bytes] = OrderedDict()  # snapshots of ends written here
         self.local = conn.local
 
     def run_launcher(self) -> RunLauncher | None:
@@ -187,9 +188,8 @@ class RedisTaskStore(TaskStore):
             raise InvalidParams(f"task {task_id!r} already exists")
 
     async def create(self, task: Task, *, owner: str = "") -> None:
-        # Subscribed first: whoever created a task here follows it here (a blocking send, a
-        # stream), and a position seen after the subscription needs no check later (.local).
-        await self.conn.watch(task.id)
+        # Not subscribed to here: a blocking send is answered by its run, not the log; a
+        # reader that waits subscribes then (one check of the position, then none: .local).
         # Its run executes here (queued runs are stored by the queue's submit): this
         # process's liveness lease covers it until it ends (store/liveness.py).
         keys, args = self.create_args(task, new_id(), owner, leased=True)
@@ -247,6 +247,10 @@ class RedisTaskStore(TaskStore):
                 pos = int(pos)
                 if not task.status.state.terminal:
                     self._remember(task_id, task, pos)
+                elif snap:
+                    self._ended[task_id] = snap  # never changes again (see ended_json)
+                    if len(self._ended) > _CACHE_SIZE:
+                        self._ended.popitem(last=False)
                 self.local.appended(task_id, LogEntry(pos, event, encoded), snap, tick)
                 self.conn.waiters.wake(task_id)
                 return pos
@@ -256,6 +260,12 @@ class RedisTaskStore(TaskStore):
                 raise TaskNotFound(f"task {task_id!r} not found")
             # -2: the task is terminal; -4: our lease went to another worker.
             raise TaskEnded(task_id)
+
+    def ended_json(self, task_id: str) -> bytes | None:
+        """The ended snapshot of ``task_id`` if this process recorded its end (recently):
+        a terminal task refuses every write, so it is what Redis holds (a blocking send's
+        answer needs no read)."""
+        return self._ended.get(task_id)
 
     def _subscribed(self, task_id: str) -> int:
         """1 if this process hears ``task_id``'s channel (its own appends need no message
