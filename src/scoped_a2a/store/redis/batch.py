@@ -31,6 +31,7 @@ cut short may have been executed: as after any lost reply, its op id recognises 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,6 +45,7 @@ from . import scripts
 MAX_BATCH = 256
 """Calls per batch, at most (bounds the time Redis spends in one script)."""
 
+log = logging.getLogger("scoped_a2a.redis")
 _pack = msgspec.msgpack.Encoder().encode
 _ERROR = b"\x00error"  # first element of the reply of a call that raised a Lua error
 
@@ -57,12 +59,14 @@ SCRIPTS: tuple[str, ...] = (
 """Every script the store runs, each a function of :data:`BATCH` (numbered from 1)."""
 
 BATCH = (
+    f"local APPEND = {SCRIPTS.index(scripts.APPEND) + 1}\n"
     "local calls = {\n"
     + "".join(f"function(KEYS, ARGV)\n{source}\nend,\n" for source in SCRIPTS)
     + """}
 -- ARGV[1]: the calls, MessagePack: {{script number, {keys}, {arguments}}, ...} (one argument
 -- for Redis to take, not hundreds). Returns one reply per call.
 local out = {}
+local news = {}  -- the wake-up channel of each task appended to -> {last position, mine}
 for i, call in ipairs(cmsgpack.unpack(ARGV[1])) do
   local args = call[3]
   for j, arg in ipairs(args) do
@@ -70,29 +74,55 @@ for i, call in ipairs(cmsgpack.unpack(ARGV[1])) do
       args[j] = arg:sub(3):gsub('..', function(h) return string.char(tonumber(h, 16)) end)
     end
   end
+  local mine
+  if call[1] == APPEND then mine, args[17] = args[17], 'later' end
   local ok, reply = pcall(calls[call[1]], call[2], args)
   if not ok then
     if type(reply) == 'table' and reply.err then reply = reply.err end
     reply = {'\\0error', tostring(reply)}
   elseif reply == nil then
     reply = false
+  elseif mine and reply[1] > 0 then
+    news[args[14]] = {reply[2], tonumber(mine)}
   end
   out[i] = reply
+end
+-- one announcement per task and batch, of its last position (the writing process's own
+-- listener needs none: it publishes its appends to its readers itself)
+for channel, new in pairs(news) do
+  if new[2] == 0 or redis.call('PUBSUB', 'NUMSUB', channel)[2] > new[2] then
+    redis.call('PUBLISH', channel, new[1])
+  end
 end
 return out
 """
 )
 
 
-class _Call:
-    __slots__ = ("args", "done", "error", "keys", "reply", "sent", "which")
+Done = Callable[[Any, Exception | None], None]
+"""Called with a pushed call's reply, or its error (:meth:`Batcher.push`)."""
 
-    def __init__(self, which: int, keys: list[str], args: list[Any]) -> None:
+
+class _Call:
+    __slots__ = ("args", "done", "error", "keys", "on_done", "reply", "sent", "which")
+
+    def __init__(self, which: int, keys: list[str], args: list[Any],
+                 on_done: Done | None = None) -> None:
         self.which, self.keys, self.args = which, keys, args
         self.done = anyio.Event()
+        self.on_done = on_done
         self.sent = False
         self.reply: Any = None
-        self.error: BaseException | None = None
+        self.error: Exception | None = None
+
+    def finish(self) -> None:
+        if self.on_done is None:
+            self.done.set()
+            return
+        try:
+            self.on_done(self.reply, self.error)
+        except Exception:  # a bug there must not stop every other call's batches
+            log.exception("a batched call's completion failed")
 
 
 class Batcher:
@@ -121,15 +151,7 @@ class Batcher:
         """
         if not self._running:
             raise _closed()
-        try:
-            # Text only: the scripts compare their arguments as Redis passes them (strings).
-            text = [a.decode() if type(a) is bytes else str(a) if type(a) in (int, float)
-                    else a for a in args]
-        except UnicodeDecodeError:
-            text = [_text(a) for a in args]
-        call = _Call(self._index[_source(script)], keys, text)
-        self._queue.append(call)
-        self._wake.set()
+        call = self._queued(script, keys, args, None)
         try:
             await call.done.wait()
         except BaseException:
@@ -139,6 +161,28 @@ class Batcher:
         if call.error is not None:
             raise call.error
         return call.reply
+
+    def push(self, script: Script[bytes], keys: list[str], args: list[Any], on_done: Done
+             ) -> None:
+        """Queue a call whose caller does not wait: ``on_done`` gets its reply or its error
+        (ServerUnavailable if the connection is closed) once its batch returned."""
+        if not self._running:
+            on_done(None, _closed())
+            return
+        self._queued(script, keys, args, on_done)
+
+    def _queued(self, script: Script[bytes], keys: list[str], args: list[Any],
+                on_done: Done | None) -> _Call:
+        try:
+            # Text only: the scripts compare their arguments as Redis passes them (strings).
+            text = [a.decode() if type(a) is bytes else str(a) if type(a) in (int, float)
+                    else a for a in args]
+        except UnicodeDecodeError:
+            text = [_text(a) for a in args]
+        call = _Call(self._index[_source(script)], keys, text, on_done)
+        self._queue.append(call)
+        self._wake.set()
+        return call
 
     def handles(self, script: Script[bytes]) -> bool:
         return _source(script) in self._index
@@ -179,7 +223,7 @@ class Batcher:
                 call.error = ServerUnavailable(f"the task store failed: {message}")
             else:
                 call.reply = reply
-            call.done.set()
+            call.finish()
 
 
 def _text(arg: Any) -> str:
@@ -206,4 +250,4 @@ def _closed() -> ServerUnavailable:
 def _fail(calls: list[_Call], error: ServerUnavailable) -> None:
     for call in calls:
         call.error = error
-        call.done.set()
+        call.finish()

@@ -198,7 +198,8 @@ class LocalView:
                                  and held[-1].position == last):
             return None
         first = max(1, last - cap + 1)
-        out, size = [], 0
+        out: list[LogEntry] = []
+        size = 0
         if last > after:
             start = max(after + 1, first) - held[0].position
             for entry in islice(held, max(start, 0), None):

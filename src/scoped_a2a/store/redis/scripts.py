@@ -67,11 +67,17 @@ local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op', 'proc')
 if not cur[1] then return {-1, 0} end
 local last = tonumber(cur[1])
 if cur[3] == ARGV[2] then return {2, last} end
+local pos = tonumber(ARGV[1]) + 1
+if last >= pos then
+  -- a resent batch: this append may be stored with later ones of its task (its op says)
+  local e = redis.call('XRANGE', KEYS[2], pos .. '-0', pos .. '-0')
+  if e[1] and e[1][2][6] == ARGV[2] then return {2, pos} end
+end
 if TERMINAL[cur[2]] then return {-2, last} end
 if ARGV[13] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[13] then return {-4, last} end
-if last ~= tonumber(ARGV[1]) then return {-3, last} end
-local pos = last + 1
-redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[8], pos .. '-0', 'k', ARGV[3], 'e', ARGV[4])
+if last ~= pos - 1 then return {-3, last} end
+redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[8], pos .. '-0', 'k', ARGV[3], 'e', ARGV[4],
+           'o', ARGV[2])
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'last', pos, 'op', ARGV[2], 'snap', ARGV[5], 'state', ARGV[6],
              'ts', ARGV[7])
@@ -114,10 +120,13 @@ if TERMINAL[ARGV[6]] then
   end
 end
 -- the new position: a listener learns it without asking (store/redis/local.py); the writing
--- process's own listener (ARGV[17] = 1 when it is subscribed) needs no word of its own appends
-local mine = tonumber(ARGV[17] or 0)
-if mine == 0 or redis.call('PUBSUB', 'NUMSUB', ARGV[14])[2] > mine then
-  redis.call('PUBLISH', ARGV[14], pos)
+-- process's own listener (ARGV[17] = 1 when it is subscribed) needs no word of its own
+-- appends; 'later': the batch announces its last append to each task once (store/redis/batch.py)
+if ARGV[17] ~= 'later' then
+  local mine = tonumber(ARGV[17] or 0)
+  if mine == 0 or redis.call('PUBSUB', 'NUMSUB', ARGV[14])[2] > mine then
+    redis.call('PUBLISH', ARGV[14], pos)
+  end
 end
 return {1, pos}
 """

@@ -32,8 +32,6 @@ are recognised by their op id). Errors: ServerUnavailable when Redis is unreacha
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -51,31 +49,27 @@ from ...protocol.types import (
     TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
-from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
+from ..base import LogEntry, LogPage, TaskPage, TaskStore, page_bounds
 from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend
 from ..handover import HandoverTransport
 from ..launcher import RunLauncher
 from ..liveness import DEFAULT_LEASE, ProcessLeases
-from ..snapshot import apply_event
 from . import scripts
 from .claims import RedisClaims
 from .connection import RedisConnection
 from .handover import RedisHandover
 from .leases import RedisLeases
 from .queue import RunQueue
+from .writer import LogWriter
 
 _encode = msgspec.json.Encoder().encode
 _decode_task = msgspec.json.Decoder(Task).decode
 _decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
-_KIND_OF: dict[type[Any], bytes] = {
-    TaskStatusUpdateEvent: b"s", TaskArtifactUpdateEvent: b"a", TrajectoryEvent: b"t",
-}
 _DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {
     b"s": msgspec.json.Decoder(TaskStatusUpdateEvent),
     b"a": msgspec.json.Decoder(TaskArtifactUpdateEvent),
     b"t": msgspec.json.Decoder(TrajectoryEvent),
 }
-_CACHE_SIZE = 1024  # snapshots of tasks this process writes to, to skip a read per append
 
 
 def _entry(raw: Any) -> LogEntry:
@@ -119,7 +113,6 @@ class RedisTaskStore(TaskStore):
         """The durable run queue; workers consume it (``runtime.durable_worker.Worker``)."""
         self.durable_runs = durable_runs
         self._create = conn.script(scripts.CREATE)
-        self._append = conn.script(scripts.APPEND)
         self._read_script = conn.script(scripts.READ)
         self._push_set = conn.script(scripts.PUSH_SET)
         self._push_list = conn.script(scripts.PUSH_LIST)
@@ -130,9 +123,8 @@ class RedisTaskStore(TaskStore):
         """Carries follow-ups to the process holding their run (store/handover.py)."""
         self.claims = RedisClaims(conn, self.claim_keep_ms)
         """The message claims (docs/exactly-once.md)."""
-        self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
-        self._fences: dict[str, str] = {}
-        self._ended: OrderedDict[str, bytes] = OrderedDict()  # snapshots of ends written here
+        self.writer = LogWriter(self)
+        """The append path: folds, batches, pushes (:mod:`.writer`)."""
         self.local = conn.local
 
     def run_launcher(self) -> RunLauncher | None:
@@ -156,11 +148,11 @@ class RedisTaskStore(TaskStore):
         An append without the lease (another worker took the run over) raises TaskEnded, so
         the stale run stops at its next write and records nothing.
         """
-        self._fences[task_id] = token
+        self.writer.fences[task_id] = token
         try:
             yield
         finally:
-            self._fences.pop(task_id, None)
+            self.writer.fences.pop(task_id, None)
 
     # --- tasks ----------------------------------------------------------------------------
 
@@ -198,7 +190,7 @@ class RedisTaskStore(TaskStore):
         self.local.snapshot_is(task.id, args[1], 0)
         self.local.saw(task.id, 0, tick)
         # Its runner appends next: a copy of its own to fold into spares that append a read.
-        self._remember(task.id, _decode_task(args[1]), 0)
+        self.writer.remember(task.id, _decode_task(args[1]), 0)
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         raw = await self.conn.call(
@@ -219,68 +211,18 @@ class RedisTaskStore(TaskStore):
         return bytes(owner or b"").decode()
 
     async def append(self, task_id: str, event: LogEvent) -> int:
-        encoded = _encode(event)
-        kind = _KIND_OF[type(event)]
-        op = new_id()
-        token = self._fences.get(task_id, "")
-        keys = [
-            self.keys.task(task_id), self.keys.log(task_id), self.keys.push(task_id),
-            self.keys.ended, self.keys.tasks, self.keys.lease(task_id),
-        ]
-        while True:
-            cached = self._cache.pop(task_id, None)
-            task, last = cached if cached is not None else await self.get(task_id)
-            snap = b""
-            if not isinstance(event, TrajectoryEvent):  # trajectory events leave it as it is
-                apply_event(task, event)
-                snap = _encode(task)
-            args: list[Any] = [
-                last, op, kind, encoded, snap, task.status.state.value,
-                task.status.timestamp or "", self.max_events_per_task,
-                int(self.ended_ttl * 1000), self.max_ended_tasks, int(time.time() * 1000),
-                task_id, token, self.keys.appended(task_id), self.keys.base,
-                self.claim_keep_ms, self._subscribed(task_id),
-            ]
-            tick = self.conn.tick()
-            code, pos = await self.conn.run(self._append, keys, args)
-            if code in (1, 2):
-                pos = int(pos)
-                if not task.status.state.terminal:
-                    self._remember(task_id, task, pos)
-                elif snap:
-                    self._ended[task_id] = snap  # never changes again (see ended_json)
-                    if len(self._ended) > _CACHE_SIZE:
-                        self._ended.popitem(last=False)
-                self.local.appended(task_id, LogEntry(pos, event, encoded), snap, tick)
-                self.conn.waiters.wake(task_id)
-                return pos
-            if code == -3:
-                continue  # another writer moved the position: re-read and fold again
-            if code == -1:
-                raise TaskNotFound(f"task {task_id!r} not found")
-            # -2: the task is terminal; -4: our lease went to another worker.
-            raise TaskEnded(task_id)
+        return await self.writer.append(task_id, event)
 
     def ended_json(self, task_id: str) -> bytes | None:
         """The ended snapshot of ``task_id`` if this process recorded its end (recently):
         a terminal task refuses every write, so it is what Redis holds (a blocking send's
         answer needs no read)."""
-        return self._ended.get(task_id)
-
-    def _subscribed(self, task_id: str) -> int:
-        """1 if this process hears ``task_id``'s channel (its own appends need no message
-        there: they wake its waiters directly), else 0."""
-        return 0 if self.conn.confirmed_at(task_id) is None else 1
+        return self.writer.ended.get(task_id)
 
     def prime(self, task_id: str, snapshot: bytes, position: int) -> Task:
         """Seed the writer's cache with a snapshot just read; return a separate copy of it."""
-        self._remember(task_id, _decode_task(snapshot), position)
+        self.writer.remember(task_id, _decode_task(snapshot), position)
         return _decode_task(snapshot)
-
-    def _remember(self, task_id: str, task: Task, pos: int) -> None:
-        self._cache[task_id] = (task, pos)
-        if len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
 
     async def read(
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
