@@ -239,6 +239,11 @@ class RedisConnection:
                 raise ServerUnavailable(
                     f"the task store (Redis at {self.url}) failed: {exc}"
                 ) from exc
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+                # coredis' connection was closed under the command: the process is stopping
+                raise ServerUnavailable(
+                    f"the connection to the task store (Redis at {self.url}) closed; "
+                    "try again later") from exc
         raise AssertionError("unreachable")
 
     def script(self, source: str) -> Script[bytes]:
@@ -351,7 +356,21 @@ class RedisConnection:
                             for on_handover in list(self.handover_handlers):
                                 on_handover(payload)
                     tg.cancel_scope.cancel()
-            except Exception as exc:  # the listener must outlive any Redis trouble
+            except BaseException as exc:
+                cancel = _cancellation(exc)
+                if cancel is not None:
+                    if cancel is not exc:
+                        # Stopped (at once, a second signal): what coredis' pub/sub raised as
+                        # its connection closed under it is no news; the stop is.
+                        log.debug("the Redis listener stopped", exc_info=exc)
+                        raise cancel from None
+                    raise
+                if not isinstance(exc, Exception):
+                    raise
+                # Being stopped (asyncio reports coredis' errors without the cancellation)?
+                # Then that is the news, not the closed connection.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                # The listener must outlive any Redis trouble.
                 log.debug("the Redis listener stopped", exc_info=True)
                 _outages.failed("Redis listener", "Redis listener stopped (%s); resubscribing",
                                 exc or type(exc).__name__)
@@ -375,6 +394,18 @@ class RedisConnection:
                         if c.encode() in pubsub.channels]
             if channels:
                 await pubsub.unsubscribe(*channels)
+
+
+def _cancellation(exc: BaseException) -> BaseException | None:
+    """The cancellation in ``exc`` (itself, or one in its group), if there is one."""
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _cancellation(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _connection_of(pubsub: PubSub[bytes]) -> object:

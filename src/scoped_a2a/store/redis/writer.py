@@ -1,16 +1,19 @@
 """Appends to the Redis store's task logs: folded here, checked and stored by one script each
 (:data:`.scripts.APPEND`), sent in batches (:mod:`.batch`).
 
-Two ways. An append that ends a turn (a terminal or interrupted status), and any append to a
-task this process does not hold the latest state of, is *waited for*: it returns once Redis
+Two ways. An append that ends a turn (a terminal or interrupted status), an append of a run
+under a queue lease (a stale worker is refused at once), and any append to a task this process
+does not hold the latest state of, is *waited for*: it returns once Redis
 has stored it (a blocking send is answered only then). The other events of a run executing
 here (artifacts, working statuses, trajectory events) are *pushed*, as the SQLite store pushes
 them: the position and the fold are decided here, in order, the call joins the next batch, and
-the run goes on without waiting for the round trip. A pushed event is published (held for
-this process's readers, announced to the others) only once Redis has stored it, so nothing is
-shown that is not stored; and it is stored before any later append of its task (the batches
-run in order, and every append names the position it expects to follow). At most
-:data:`MAX_PUSHED` pushed appends wait for their batch; beyond that the run waits as well.
+the run goes on without waiting for the round trip (it yields once, so others run meanwhile).
+A pushed event is published (held for this process's readers, announced to the others) only
+once Redis has stored it, so nothing is shown that is not stored; and it is stored before any
+later append of its task (the batches run in order, and every append names the position it
+expects to follow). At most
+:data:`MAX_PUSHED` pushed appends (and :data:`MAX_PUSHED_BYTES`) wait for their batch; beyond
+that the run waits as well.
 
 A pushed append that Redis refuses (the task ended meanwhile, its lease went to another
 worker) or that fails (Redis unreachable) is not lost silently: the run hears of it at its
@@ -29,6 +32,7 @@ from collections import OrderedDict
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import msgspec
 
 from ...protocol.errors import ServerUnavailable, TaskNotFound
@@ -54,6 +58,8 @@ KIND_OF: dict[type[Any], bytes] = {
 CACHE_SIZE = 1024  # tasks whose latest state this process holds, to skip a read per append
 MAX_PUSHED = 4096
 """Pushed appends waiting for their batch, at most (then runs wait for theirs)."""
+MAX_PUSHED_BYTES = 8 << 20
+"""Bytes (events and snapshots) of the pushed appends waiting for their batch, at most."""
 
 
 class LogWriter:
@@ -71,6 +77,7 @@ class LogWriter:
         self._failed: OrderedDict[str, Exception] = OrderedDict()  # pushed appends that failed
         self.pushed = 0
         """Pushed appends waiting for their batch."""
+        self.pushed_bytes = 0
 
     def remember(self, task_id: str, task: Task, pos: int) -> None:
         self.cache[task_id] = (task, pos)
@@ -88,8 +95,15 @@ class LogWriter:
         encoded = _encode(event)
         entry = LogEntry(0, event, encoded)
         cached = self.cache.get(task_id)
-        if cached is not None and not waited and self.pushed < MAX_PUSHED:
+        if (cached is not None and not waited and task_id not in self.fences
+                and self.pushed < MAX_PUSHED
+                and self.pushed_bytes < MAX_PUSHED_BYTES):
+            # Others run before this run's next event (its fold and snapshot cost this
+            # process's time: a run must not hold the loop for thousands of them). A cancel
+            # lands before the event is queued (then it did not happen), not after.
+            await anyio.lowlevel.checkpoint_if_cancelled()
             self._push(task_id, entry, *cached)
+            await anyio.lowlevel.cancel_shielded_checkpoint()
             return entry.position
         return await self._append(task_id, entry)
 
@@ -99,14 +113,17 @@ class LogWriter:
         self.remember(task_id, task, entry.position)
         keys, args = self._call(task_id, entry, snap, task, last)
         tick = self.conn.tick()
+        size = len(entry.encoded) + len(snap)
         self.pushed += 1
+        self.pushed_bytes += size
         self.conn.batcher.push(self._script, keys, args,
-                               partial(self._pushed, task_id, entry, snap, tick))
+                               partial(self._pushed, task_id, entry, snap, tick, size))
 
-    def _pushed(self, task_id: str, entry: LogEntry, snap: bytes, tick: int, reply: Any,
-                error: Exception | None) -> None:
+    def _pushed(self, task_id: str, entry: LogEntry, snap: bytes, tick: int, size: int,
+                reply: Any, error: Exception | None) -> None:
         """A pushed append's batch returned: publish it here, or keep its failure for the run."""
         self.pushed -= 1
+        self.pushed_bytes -= size
         if error is None and reply[0] in (1, 2):
             self.conn.local.appended(task_id, entry, snap, tick)
         else:
