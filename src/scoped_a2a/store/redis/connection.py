@@ -357,13 +357,13 @@ class RedisConnection:
                                 on_handover(payload)
                     tg.cancel_scope.cancel()
             except BaseException as exc:
-                cancel = _cancellation(exc)
-                if cancel is not None:
-                    if cancel is not exc:
+                stopping = _cancellation(exc)
+                if stopping is not None:
+                    if stopping is not exc:
                         # Stopped (at once, a second signal): what coredis' pub/sub raised as
                         # its connection closed under it is no news; the stop is.
                         log.debug("the Redis listener stopped", exc_info=exc)
-                        raise cancel from None
+                        raise stopping from None
                     raise
                 if not isinstance(exc, Exception):
                     raise
