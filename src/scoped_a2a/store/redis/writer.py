@@ -98,13 +98,14 @@ class LogWriter:
         if (cached is not None and not waited and task_id not in self.fences
                 and self.pushed < MAX_PUSHED
                 and self.pushed_bytes < MAX_PUSHED_BYTES):
-            # Others run before this run's next event (its fold and snapshot cost this
+            # Others run before this event is folded (its fold and snapshot cost this
             # process's time: a run must not hold the loop for thousands of them). A cancel
-            # lands before the event is queued (then it did not happen), not after.
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            self._push(task_id, entry, *cached)
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            return entry.position
+            # lands here, before the event is queued (then it did not happen), not after.
+            await anyio.lowlevel.checkpoint()
+            cached = self.cache.get(task_id)  # (read again: another append may have run)
+            if cached is not None and task_id not in self._failed:
+                self._push(task_id, entry, *cached)
+                return entry.position
         return await self._append(task_id, entry)
 
     def _push(self, task_id: str, entry: LogEntry, task: Task, last: int) -> None:
