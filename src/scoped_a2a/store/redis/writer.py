@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -46,9 +46,7 @@ from ...protocol.types import (
 from ..base import LogEntry, TaskEnded
 from ..snapshot import apply_event
 from . import scripts
-
-if TYPE_CHECKING:
-    from .store import RedisTaskStore
+from .connection import Keys, RedisConnection
 
 _encode = msgspec.json.Encoder().encode
 _decode_task = msgspec.json.Decoder(Task).decode
@@ -62,10 +60,23 @@ MAX_PUSHED_BYTES = 8 << 20
 """Bytes (events and snapshots) of the pushed appends waiting for their batch, at most."""
 
 
+class _Store(Protocol):
+    """What the writer needs of its :class:`.store.RedisTaskStore`."""
+
+    conn: RedisConnection
+    keys: Keys
+    max_events_per_task: int
+    ended_ttl: float
+    max_ended_tasks: int
+    claim_keep_ms: int
+
+    async def get(self, task_id: str) -> tuple[Task, int]: ...
+
+
 class LogWriter:
     """The append path of one :class:`.store.RedisTaskStore` (see the module docstring)."""
 
-    def __init__(self, store: RedisTaskStore) -> None:
+    def __init__(self, store: _Store) -> None:
         self.store = store
         self.conn = store.conn
         self.keys = store.keys
