@@ -1,11 +1,11 @@
 """What the Redis store answers from this process's own knowledge, and what it still asks.
 
-Reads always ask Redis (a read sees every write acknowledged before it, whichever process made
-it), but only for what this process does not hold: entries after the ones it appended or read,
-and the snapshot only when it differs. Waits ask nothing once the task's channel subscription
-is confirmed. These tests pin both halves: the answers are the same as before (another
-connection's appends, snapshots and evictions are seen at once), and the round trips saved are
-really saved (counted with Redis' own ``INFO commandstats``, not timed).
+A read asks Redis only for what this process does not hold (entries after the ones it appended
+or read, and the snapshot only when it differs), and nothing when it holds the whole answer.
+Waits ask nothing once the task's channel subscription is confirmed. These tests pin both
+halves: the answers are the same as before (another connection's appends, snapshots and
+evictions are seen at once), and the round trips saved are really saved (counted with Redis'
+own ``INFO commandstats``, not timed).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ knows, so that a read asks Redis only for what is new, and a wait asks nothing a
 Entries are facts: the entry at a position never changes. The entries this process appended or
 read are kept (recent ones, contiguous), and a read asks Redis only for the entries after them.
 The snapshot the process holds is sent to Redis as a digest; Redis returns the snapshot only if
-it differs. A read still goes to Redis every time: it must see every write acknowledged before
-it, whichever process made it.
+it differs. A read whose whole answer is held (:meth:`LocalView.page`: every entry up to the
+task's verified last position, and the snapshot at it) asks nothing: as on PostgreSQL, a write
+another process had acknowledged is then seen once its announcement arrives (milliseconds).
 
 Waits need no such round trip. Let a subscription to a task's channel be confirmed by Redis at
 tick S, and a command (a read, a create, or an append's compare-and-set) be sent at tick T > S

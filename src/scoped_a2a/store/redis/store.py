@@ -5,10 +5,12 @@ state, context, timestamp, creation order, attempts), a stream per task whose en
 ``<position>-0`` (so positions are the same per-task integers as in memory, and "after N" is
 the stream range after ``N-0``), and a hash of push configs per task.
 
-Rules. Every append is one Lua script (:data:`.scripts.APPEND`) that refuses events for a terminal
-task, so terminal states never change whoever writes; the snapshot is folded in Python with
-:func:`..snapshot.apply_event` and written only if the position did not move meanwhile
-(compare-and-set, retried). A run executing under a lease (a queued run) writes only while it
+Rules. Every append is checked by one Lua script (:data:`.scripts.APPEND`, run in a batch:
+:mod:`.batch`) that refuses events for a terminal task, so terminal states never change whoever
+writes; the snapshot is folded in Python with :func:`..snapshot.apply_event` and written only
+if the position did not move meanwhile (compare-and-set). Appends are :mod:`.writer`'s: the
+end of a turn is waited for, a run's other events are pushed (stored in order, shown once
+stored). A run executing under a lease (a queued run) writes only while it
 holds the lease, so a worker that lost its run to another cannot write to the log.
 
 Retention. Each log keeps at most ``max_events_per_task`` events (exact MAXLEN trimming; the
@@ -19,12 +21,13 @@ Waiting. :meth:`wait` sleeps on a local event woken by this process's appends an
 ``appended`` channel (other processes' appends), and re-checks every ``poll_interval`` seconds
 in case a notification was lost while Redis was unreachable.
 
-Round trips (:mod:`.local`). A task created here is subscribed to before it is stored. This
-process keeps the entries it appended or read and the snapshot it last saw: a read asks Redis
-only for the entries after those, and for the snapshot only if it differs (a digest is sent).
-Every read still goes to Redis, so it sees every write acknowledged before it. A wait asks
-nothing once the subscription is confirmed: the channel carries each new position, so a
-wake-up that brings nothing new sends the reader back to sleep instead of to Redis.
+Round trips (:mod:`.local`). A task's channel is subscribed to by its first waiting reader. This
+process keeps the entries it appended or read and the snapshot it last saw: a read that they
+answer entirely (as far as the process can know, :meth:`.local.LocalView.page`) asks nothing;
+otherwise it asks Redis only for the entries after those, and for the snapshot only if it
+differs (a digest is sent). A wait asks nothing once the subscription is confirmed: the channel
+carries each new position, so a wake-up that brings nothing new sends the reader back to
+sleep instead of to Redis.
 
 Cancellation: every method is safe to cancel; an append either happened or not (retried appends
 are recognised by their op id). Errors: ServerUnavailable when Redis is unreachable.
