@@ -157,6 +157,9 @@ async def test_a_lone_server_killed_and_restarted_records_its_runs_and_reruns_a_
         async with anyio.create_task_group() as tg:
             tg.start_soon(stream)
             await first.wait_for(r"run start task=\S+ .*mode=interactive")
+            with anyio.fail_after(10):  # the stream's first frame (its task id) is read too
+                while not ids:
+                    await anyio.sleep(0.01)
             first.kill()
         second = spawn("serve", *opts)
         url = await second.url()
