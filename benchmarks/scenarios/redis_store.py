@@ -10,7 +10,8 @@ what to read. The send and stream figures come from scenarios 1 and 2's own meas
 The Redis cost per request: the extra p50 of a blocking send at c=1 (no queueing), and the
 Redis commands one send and one stream event cost, counted with ``INFO commandstats`` around a
 run of sequential requests (commands Lua scripts issue are counted too; ``scripts`` counts the
-script calls alone, each one round trip).
+script calls alone, each one round trip: the store sends its calls in batches, one script call
+per batch, store/redis/batch.py, so under load a call carries many sends' and events' work).
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ class RedisStore(Scenario):
     notes = ("Both rows are scoped-a2a on the same server, run back to back; ratio lines read "
              "redis/memory (>1: Redis ahead). Redis runs on loopback without persistence; "
              "'cmds' counts every command Redis executed, those inside Lua scripts too, "
-             "'scripts' the script calls (one round trip each).")
+             "'scripts' the script calls (one round trip each; a call is a batch of the store's "
+             "calls, so concurrent requests share them).")
 
     async def run(self, bench: Bench) -> None:
         redis = RedisServer(bench.workdir)

@@ -45,6 +45,7 @@ from coredis.retry import (
 from ...protocol.errors import ServerUnavailable
 from ...protocol.ids import new_id
 from ..outage_log import OutageLog
+from .batch import BATCH, Batcher
 from .local import LocalView
 
 log = logging.getLogger("scoped_a2a.redis")
@@ -185,6 +186,8 @@ class RedisConnection:
         self._tick = 0
         self.local = LocalView(self.confirmed_at)
         """Entries, snapshots and positions this process knows without asking (:mod:`.local`)."""
+        self.batcher = Batcher(self.call, client.register_script(BATCH))
+        """Sends the script calls that arrive together in one round trip (:mod:`.batch`)."""
 
     @classmethod
     @asynccontextmanager
@@ -206,6 +209,7 @@ class RedisConnection:
         async with client, anyio.create_task_group() as tg:
             conn = cls(client, url, Keys(prefix), op_timeout=op_timeout)
             tg.start_soon(conn._listen, name="scoped_a2a redis listener")
+            tg.start_soon(conn.batcher.run, name="scoped_a2a redis batches")
             try:
                 yield conn
             finally:
@@ -235,6 +239,11 @@ class RedisConnection:
                 raise ServerUnavailable(
                     f"the task store (Redis at {self.url}) failed: {exc}"
                 ) from exc
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+                # coredis' connection was closed under the command: the process is stopping
+                raise ServerUnavailable(
+                    f"the connection to the task store (Redis at {self.url}) closed; "
+                    "try again later") from exc
         raise AssertionError("unreachable")
 
     def script(self, source: str) -> Script[bytes]:
@@ -242,7 +251,10 @@ class RedisConnection:
         return self.client.register_script(source)
 
     async def run(self, script: Script[bytes], keys: list[str], args: list[Any]) -> Any:
-        """Run a registered script through :meth:`call`; its reply as Redis gave it."""
+        """Run a registered script (in the next batch, :mod:`.batch`, if it is one of the
+        store's, else on its own through :meth:`call`); its reply as Redis gave it."""
+        if self.batcher.handles(script):
+            return await self.batcher.submit(script, keys, args)
         return await self.call(lambda: script(keys, args))
 
     async def publish_cancel(self, task_id: str) -> None:
@@ -344,7 +356,21 @@ class RedisConnection:
                             for on_handover in list(self.handover_handlers):
                                 on_handover(payload)
                     tg.cancel_scope.cancel()
-            except Exception as exc:  # the listener must outlive any Redis trouble
+            except BaseException as exc:
+                stopping = _cancellation(exc)
+                if stopping is not None:
+                    if stopping is not exc:
+                        # Stopped (at once, a second signal): what coredis' pub/sub raised as
+                        # its connection closed under it is no news; the stop is.
+                        log.debug("the Redis listener stopped", exc_info=exc)
+                        raise stopping from None
+                    raise
+                if not isinstance(exc, Exception):
+                    raise
+                # Being stopped (asyncio reports coredis' errors without the cancellation)?
+                # Then that is the news, not the closed connection.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                # The listener must outlive any Redis trouble.
                 log.debug("the Redis listener stopped", exc_info=True)
                 _outages.failed("Redis listener", "Redis listener stopped (%s); resubscribing",
                                 exc or type(exc).__name__)
@@ -368,6 +394,18 @@ class RedisConnection:
                         if c.encode() in pubsub.channels]
             if channels:
                 await pubsub.unsubscribe(*channels)
+
+
+def _cancellation(exc: BaseException) -> BaseException | None:
+    """The cancellation in ``exc`` (itself, or one in its group), if there is one."""
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _cancellation(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _connection_of(pubsub: PubSub[bytes]) -> object:

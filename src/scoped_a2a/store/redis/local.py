@@ -8,8 +8,9 @@ knows, so that a read asks Redis only for what is new, and a wait asks nothing a
 Entries are facts: the entry at a position never changes. The entries this process appended or
 read are kept (recent ones, contiguous), and a read asks Redis only for the entries after them.
 The snapshot the process holds is sent to Redis as a digest; Redis returns the snapshot only if
-it differs. A read still goes to Redis every time: it must see every write acknowledged before
-it, whichever process made it.
+it differs. A read whose whole answer is held (:meth:`LocalView.page`: every entry up to the
+task's verified last position, and the snapshot at it) asks nothing: as on PostgreSQL, a write
+another process had acknowledged is then seen once its announcement arrives (milliseconds).
 
 Waits need no such round trip. Let a subscription to a task's channel be confirmed by Redis at
 tick S, and a command (a read, a create, or an append's compare-and-set) be sent at tick T > S
@@ -32,31 +33,31 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from itertools import islice
 
-import msgspec
-
 from ...protocol.types import Task
 from ..base import LogEntry
+from ..records import decode_task
 
 MAX_TASKS = 1024
 MAX_ENTRIES = 128
 
-_decode_task = msgspec.json.Decoder(Task).decode
 
 
 class _TaskView:
-    __slots__ = ("_decoded", "_digest", "entries", "heard", "snap", "verified")
+    __slots__ = ("_decoded", "_digest", "entries", "heard", "snap", "snap_at", "verified")
 
     def __init__(self) -> None:
         self.entries: deque[LogEntry] = deque(maxlen=MAX_ENTRIES)  # contiguous positions
         self.snap: bytes | None = None  # the latest snapshot this process has seen
+        self.snap_at = -1  # the position ``snap`` is the task at (-1: not known)
         self._digest: str | None = None
         self._decoded: Task | None = None
         self.verified: tuple[int, int] | None = None  # (confirmation tick, position)
         self.heard = -1  # the highest position announced on the task's channel
 
-    def set_snapshot(self, snap: bytes) -> None:
+    def set_snapshot(self, snap: bytes, position: int) -> None:
         if snap != self.snap:
             self.snap, self._digest, self._decoded = snap, None, None
+        self.snap_at = position
 
     def digest(self) -> str:
         if self._digest is None:
@@ -67,7 +68,7 @@ class _TaskView:
     def snapshot(self) -> Task:
         if self._decoded is None:
             assert self.snap is not None
-            self._decoded = _decode_task(self.snap)
+            self._decoded = decode_task(self.snap)
         return self._decoded
 
 
@@ -113,9 +114,14 @@ class LocalView:
         if view is not None:
             view.heard = max(view.heard, position)
 
-    def snapshot_is(self, task_id: str, snap: bytes) -> None:
-        """Redis holds ``snap`` as the task's snapshot (as of a create, append or read)."""
-        self._view(task_id).set_snapshot(snap)
+    def snapshot_is(self, task_id: str, snap: bytes | None, position: int) -> None:
+        """Redis held ``snap`` as the task's snapshot at ``position`` (a create, or a read);
+        None: the one held here (a read found it unchanged)."""
+        view = self._view(task_id)
+        if snap is not None:
+            view.set_snapshot(snap, position)
+        elif view.snap is not None:
+            view.snap_at = position
 
     def appended(self, task_id: str, entry: LogEntry, snap: bytes, tick: int) -> None:
         """This process appended ``entry`` (sent at ``tick``); ``snap`` b"": unchanged."""
@@ -124,7 +130,11 @@ class LocalView:
             view.entries.clear()
         view.entries.append(entry)
         if snap:
-            view.set_snapshot(snap)
+            view.set_snapshot(snap, entry.position)
+        elif view.snap_at == entry.position - 1:
+            view.snap_at = entry.position  # (a trajectory event leaves the snapshot as it is)
+        else:
+            view.snap_at = -1
         self.saw(task_id, entry.position, tick)
 
     def read(self, task_id: str, entries: Sequence[LogEntry]) -> None:
@@ -168,6 +178,35 @@ class LocalView:
                 return out, size - len(entry.encoded), True
             out.append(entry)
         return out, size, len(out) >= max_events or size >= max_bytes
+
+    def page(self, task_id: str, after: int, max_events: int, max_bytes: int, cap: int
+             ) -> tuple[list[LogEntry], int, Task, int] | None:
+        """The page after ``after`` from what is held, when that is the whole log as far as
+        this process can know: it holds every entry from ``after`` to the task's known last
+        position (:meth:`known_last`: no later append can have happened unheard, except one
+        whose announcement is on its way) and the snapshot at that position. Returns
+        (entries, last position, snapshot, first position the log keeps); None: ask Redis.
+        ``cap``: the log's length limit (entries before ``last - cap`` are gone from Redis).
+        """
+        view = self._tasks.get(task_id)
+        last = self.known_last(task_id)
+        if view is None or last is None or view.snap is None or view.snap_at != last:
+            return None
+        held = view.entries
+        if last > after and not (held and held[0].position <= after + 1
+                                 and held[-1].position == last):
+            return None
+        first = max(1, last - cap + 1)
+        out: list[LogEntry] = []
+        size = 0
+        if last > after:
+            start = max(after + 1, first) - held[0].position
+            for entry in islice(held, max(start, 0), None):
+                size += len(entry.encoded)
+                if out and (len(out) >= max_events or size > max_bytes):
+                    break  # the first entry is always returned
+                out.append(entry)
+        return out, last, view.snapshot(), first
 
     def digest(self, task_id: str) -> str:
         """The digest of the snapshot held ("" if none): Redis sends it only if it differs."""

@@ -59,18 +59,25 @@ APPEND = _TERMINAL + """
 -- KEYS: task hash, log stream, push hash, ended zset, tasks zset, lease
 -- ARGV: expected last position, op, kind, event, snapshot ('' = unchanged), state, timestamp,
 --       max events, ended ttl ms, max ended tasks, now ms, task id, lease token ('' = none),
---       the task's wake-up channel (gets the new position), key prefix, claim keep ms
+--       the task's wake-up channel (gets the new position), key prefix, claim keep ms,
+--       1 if the writing process is subscribed to that channel (else 0)
 -- Returns {code, position}: 1 appended, 2 already appended (retry), -1 no such task,
 -- -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is not ours.
 local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op', 'proc')
 if not cur[1] then return {-1, 0} end
 local last = tonumber(cur[1])
 if cur[3] == ARGV[2] then return {2, last} end
+local pos = tonumber(ARGV[1]) + 1
+if last >= pos then
+  -- a resent batch: this append may be stored with later ones of its task (its op says)
+  local e = redis.call('XRANGE', KEYS[2], pos .. '-0', pos .. '-0')
+  if e[1] and e[1][2][6] == ARGV[2] then return {2, pos} end
+end
 if TERMINAL[cur[2]] then return {-2, last} end
 if ARGV[13] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[13] then return {-4, last} end
-if last ~= tonumber(ARGV[1]) then return {-3, last} end
-local pos = last + 1
-redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[8], pos .. '-0', 'k', ARGV[3], 'e', ARGV[4])
+if last ~= pos - 1 then return {-3, last} end
+redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[8], pos .. '-0', 'k', ARGV[3], 'e', ARGV[4],
+           'o', ARGV[2])
 if ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'last', pos, 'op', ARGV[2], 'snap', ARGV[5], 'state', ARGV[6],
              'ts', ARGV[7])
@@ -112,8 +119,15 @@ if TERMINAL[ARGV[6]] then
     end
   end
 end
--- the new position: a listener learns it without asking (store/redis/local.py)
-redis.call('PUBLISH', ARGV[14], pos)
+-- the new position: a listener learns it without asking (store/redis/local.py); the writing
+-- process's own listener (ARGV[17] = 1 when it is subscribed) needs no word of its own
+-- appends; 'later': the batch announces its last append to each task once (store/redis/batch.py)
+if ARGV[17] ~= 'later' then
+  local mine = tonumber(ARGV[17] or 0)
+  if mine == 0 or redis.call('PUBSUB', 'NUMSUB', ARGV[14])[2] > mine then
+    redis.call('PUBLISH', ARGV[14], pos)
+  end
+end
 return {1, pos}
 """
 

@@ -5,10 +5,12 @@ state, context, timestamp, creation order, attempts), a stream per task whose en
 ``<position>-0`` (so positions are the same per-task integers as in memory, and "after N" is
 the stream range after ``N-0``), and a hash of push configs per task.
 
-Rules. Every append is one Lua script (:data:`.scripts.APPEND`) that refuses events for a terminal
-task, so terminal states never change whoever writes; the snapshot is folded in Python with
-:func:`..snapshot.apply_event` and written only if the position did not move meanwhile
-(compare-and-set, retried). A run executing under a lease (a queued run) writes only while it
+Rules. Every append is checked by one Lua script (:data:`.scripts.APPEND`, run in a batch:
+:mod:`.batch`) that refuses events for a terminal task, so terminal states never change whoever
+writes; the snapshot is folded in Python with :func:`..snapshot.apply_event` and written only
+if the position did not move meanwhile (compare-and-set). Appends are :mod:`.writer`'s: the
+end of a turn is waited for, a run's other events are pushed (stored in order, shown once
+stored). A run executing under a lease (a queued run) writes only while it
 holds the lease, so a worker that lost its run to another cannot write to the log.
 
 Retention. Each log keeps at most ``max_events_per_task`` events (exact MAXLEN trimming; the
@@ -19,12 +21,13 @@ Waiting. :meth:`wait` sleeps on a local event woken by this process's appends an
 ``appended`` channel (other processes' appends), and re-checks every ``poll_interval`` seconds
 in case a notification was lost while Redis was unreachable.
 
-Round trips (:mod:`.local`). A task created here is subscribed to before it is stored. This
-process keeps the entries it appended or read and the snapshot it last saw: a read asks Redis
-only for the entries after those, and for the snapshot only if it differs (a digest is sent).
-Every read still goes to Redis, so it sees every write acknowledged before it. A wait asks
-nothing once the subscription is confirmed: the channel carries each new position, so a
-wake-up that brings nothing new sends the reader back to sleep instead of to Redis.
+Round trips (:mod:`.local`). A task's channel is subscribed to by its first waiting reader. This
+process keeps the entries it appended or read and the snapshot it last saw: a read that they
+answer entirely (as far as the process can know, :meth:`.local.LocalView.page`) asks nothing;
+otherwise it asks Redis only for the entries after those, and for the snapshot only if it
+differs (a digest is sent). A wait asks nothing once the subscription is confirmed: the channel
+carries each new position, so a wake-up that brings nothing new sends the reader back to
+sleep instead of to Redis.
 
 Cancellation: every method is safe to cancel; an append either happened or not (retried appends
 are recognised by their op id). Errors: ServerUnavailable when Redis is unreachable.
@@ -32,8 +35,6 @@ are recognised by their op id). Errors: ServerUnavailable when Redis is unreacha
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -43,20 +44,19 @@ import msgspec
 
 from ...protocol.errors import InvalidParams, ServerUnavailable, TaskNotFound
 from ...protocol.ids import new_id
-from ...protocol.trajectory import LogEvent, TrajectoryEvent
+from ...protocol.trajectory import LogEvent
 from ...protocol.types import (
     ListTasksRequest,
     Task,
     TaskPushNotificationConfig,
 )
-from ..base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
+from ..base import LogEntry, LogPage, TaskPage, TaskStore, page_bounds
 from ..claims import DEFAULT_CLAIM_WINDOW, PriorSend
 from ..handover import HandoverTransport
 from ..launcher import RunLauncher
 from ..liveness import DEFAULT_LEASE, ProcessLeases
 from ..push_watches import PushWatches
-from ..records import DECODERS, KIND_OF, decode_task
-from ..snapshot import apply_event
+from ..records import DECODERS, decode_task
 from . import scripts
 from .claims import RedisClaims
 from .connection import RedisConnection
@@ -64,13 +64,12 @@ from .handover import RedisHandover
 from .leases import RedisLeases
 from .push_watches import RedisPushWatches
 from .queue import RunQueue
+from .writer import LogWriter
 
 _encode = msgspec.json.Encoder().encode
 _decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
 # A stream entry keeps its event's kind (records.py) as a one-byte string.
-_KIND_OF: dict[type[Any], bytes] = {t: bytes((k,)) for t, k in KIND_OF.items()}
 _DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {bytes((k,)): d for k, d in DECODERS.items()}
-_CACHE_SIZE = 1024  # snapshots of tasks this process writes to, to skip a read per append
 
 
 def _entry(raw: Any) -> LogEntry:
@@ -114,7 +113,6 @@ class RedisTaskStore(TaskStore):
         """The durable run queue; workers consume it (``runtime.durable_worker.Worker``)."""
         self.durable_runs = durable_runs
         self._create = conn.script(scripts.CREATE)
-        self._append = conn.script(scripts.APPEND)
         self._read_script = conn.script(scripts.READ)
         self._push_set = conn.script(scripts.PUSH_SET)
         self._push_list = conn.script(scripts.PUSH_LIST)
@@ -127,8 +125,8 @@ class RedisTaskStore(TaskStore):
         """Carries follow-ups to the process holding their run (store/handover.py)."""
         self.claims = RedisClaims(conn, self.claim_keep_ms)
         """The message claims (docs/exactly-once.md)."""
-        self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
-        self._fences: dict[str, str] = {}
+        self.writer = LogWriter(self)
+        """The append path: folds, batches, pushes (:mod:`.writer`)."""
         self.local = conn.local
 
     def run_launcher(self) -> RunLauncher | None:
@@ -156,11 +154,11 @@ class RedisTaskStore(TaskStore):
         An append without the lease (another worker took the run over) raises TaskEnded, so
         the stale run stops at its next write and records nothing.
         """
-        self._fences[task_id] = token
+        self.writer.fences[task_id] = token
         try:
             yield
         finally:
-            self._fences.pop(task_id, None)
+            self.writer.fences.pop(task_id, None)
 
     # --- tasks ----------------------------------------------------------------------------
 
@@ -188,18 +186,17 @@ class RedisTaskStore(TaskStore):
             raise InvalidParams(f"task {task_id!r} already exists")
 
     async def create(self, task: Task, *, owner: str = "") -> None:
-        # Subscribed first: whoever created a task here follows it here (a blocking send, a
-        # stream), and a position seen after the subscription needs no check later (.local).
-        await self.conn.watch(task.id)
+        # Not subscribed to here: a blocking send is answered by its run, not the log; a
+        # reader that waits subscribes then (one check of the position, then none: .local).
         # Its run executes here (queued runs are stored by the queue's submit): this
         # process's liveness lease covers it until it ends (store/liveness.py).
         keys, args = self.create_args(task, new_id(), owner, leased=True)
         tick = self.conn.tick()
         self.check_created(task.id, await self.conn.run(self._create, keys, args))
-        self.local.snapshot_is(task.id, args[1])
+        self.local.snapshot_is(task.id, args[1], 0)
         self.local.saw(task.id, 0, tick)
         # Its runner appends next: a copy of its own to fold into spares that append a read.
-        self._remember(task.id, decode_task(args[1]), 0)
+        self.writer.remember(task.id, decode_task(args[1]), 0)
 
     async def get(self, task_id: str) -> tuple[Task, int]:
         raw = await self.conn.call(
@@ -220,58 +217,28 @@ class RedisTaskStore(TaskStore):
         return bytes(owner or b"").decode()
 
     async def append(self, task_id: str, event: LogEvent) -> int:
-        encoded = _encode(event)
-        kind = _KIND_OF[type(event)]
-        op = new_id()
-        token = self._fences.get(task_id, "")
-        keys = [
-            self.keys.task(task_id), self.keys.log(task_id), self.keys.push(task_id),
-            self.keys.ended, self.keys.tasks, self.keys.lease(task_id),
-        ]
-        while True:
-            cached = self._cache.pop(task_id, None)
-            task, last = cached if cached is not None else await self.get(task_id)
-            snap = b""
-            if not isinstance(event, TrajectoryEvent):  # trajectory events leave it as it is
-                apply_event(task, event)
-                snap = _encode(task)
-            args: list[Any] = [
-                last, op, kind, encoded, snap, task.status.state.value,
-                task.status.timestamp or "", self.max_events_per_task,
-                int(self.ended_ttl * 1000), self.max_ended_tasks, int(time.time() * 1000),
-                task_id, token, self.keys.appended(task_id), self.keys.base,
-                self.claim_keep_ms,
-            ]
-            tick = self.conn.tick()
-            code, pos = await self.conn.run(self._append, keys, args)
-            if code in (1, 2):
-                pos = int(pos)
-                if not task.status.state.terminal:
-                    self._remember(task_id, task, pos)
-                self.local.appended(task_id, LogEntry(pos, event, encoded), snap, tick)
-                self.conn.waiters.wake(task_id)
-                return pos
-            if code == -3:
-                continue  # another writer moved the position: re-read and fold again
-            if code == -1:
-                raise TaskNotFound(f"task {task_id!r} not found")
-            # -2: the task is terminal; -4: our lease went to another worker.
-            raise TaskEnded(task_id)
+        return await self.writer.append(task_id, event)
+
+    def ended_json(self, task_id: str) -> bytes | None:
+        """The ended snapshot of ``task_id`` if this process recorded its end (recently):
+        a terminal task refuses every write, so it is what Redis holds (a blocking send's
+        answer needs no read)."""
+        return self.writer.ended.get(task_id)
 
     def prime(self, task_id: str, snapshot: bytes, position: int) -> Task:
         """Seed the writer's cache with a snapshot just read; return a separate copy of it."""
-        self._remember(task_id, decode_task(snapshot), position)
+        self.writer.remember(task_id, decode_task(snapshot), position)
         return decode_task(snapshot)
-
-    def _remember(self, task_id: str, task: Task, pos: int) -> None:
-        self._cache[task_id] = (task, pos)
-        if len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
 
     async def read(
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
     ) -> LogPage:
         max_events = max(1, max_events)
+        local = self.local.page(task_id, after, max_events, max_bytes, self.max_events_per_task)
+        if local is not None:  # all there is, as far as this process can know (.local)
+            entries, last, task, first = local
+            nxt = entries[-1].position if entries else max(after, first - 1)
+            return LogPage(entries, nxt, nxt < last, task, first)
         held, size, full = self.local.held(task_id, after, max_events, max_bytes)
         page = await self._read(task_id, after, max_events, max_bytes, held, size, full)
         if page is None:  # what was held no longer applies: read it all from Redis
@@ -303,8 +270,7 @@ class RedisTaskStore(TaskStore):
         if held and held[0].position <= last - self.max_events_per_task:
             return None  # the log's cap dropped some of them: say so, as Redis would
         self.local.saw(task_id, last, tick)
-        if snap:
-            self.local.snapshot_is(task_id, bytes(snap))
+        self.local.snapshot_is(task_id, bytes(snap) if snap else None, last)
         task = self.local.snapshot(task_id)
         if task is None:
             return None  # forgotten meanwhile (evicted, unsubscribed): no snapshot to reuse

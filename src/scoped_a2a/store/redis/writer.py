@@ -1,0 +1,206 @@
+"""Appends to the Redis store's task logs: folded here, checked and stored by one script each
+(:data:`.scripts.APPEND`), sent in batches (:mod:`.batch`).
+
+Two ways. An append that ends a turn (a terminal or interrupted status), an append of a run
+under a queue lease (a stale worker is refused at once), and any append to a task this process
+does not hold the latest state of, is *waited for*: it returns once Redis
+has stored it (a blocking send is answered only then). The other events of a run executing
+here (artifacts, working statuses, trajectory events) are *pushed*, as the SQLite store pushes
+them: the position and the fold are decided here, in order, the call joins the next batch, and
+the run goes on without waiting for the round trip (it yields once, so others run meanwhile).
+A pushed event is published (held for this process's readers, announced to the others) only
+once Redis has stored it, so nothing is shown that is not stored; and it is stored before any
+later append of its task (the batches run in order, and every append names the position it
+expects to follow). At most
+:data:`MAX_PUSHED` pushed appends (and :data:`MAX_PUSHED_BYTES`) wait for their batch; beyond
+that the run waits as well.
+
+A pushed append that Redis refuses (the task ended meanwhile, its lease went to another
+worker) or that fails (Redis unreachable) is not lost silently: the run hears of it at its
+next append of anything but an end (TaskEnded, or ServerUnavailable saying its events were
+not stored), so it stops or fails; its end is recorded on top of what Redis holds (the state
+here is dropped and read again). Such a run's readers never saw the events that failed.
+
+Cancellation: a waited append either happened or not (a resend is recognised by its op id);
+a pushed one returns without awaiting. Errors: ServerUnavailable when Redis is unreachable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from functools import partial
+from typing import Any, Protocol
+
+import anyio
+import msgspec
+
+from ...protocol.errors import ServerUnavailable, TaskNotFound
+from ...protocol.ids import new_id
+from ...protocol.trajectory import LogEvent, TrajectoryEvent
+from ...protocol.types import (
+    Task,
+    TaskStatusUpdateEvent,
+)
+from ..base import LogEntry, TaskEnded
+from ..records import KIND_OF as RECORD_KINDS
+from ..snapshot import apply_event
+from . import scripts
+from .connection import Keys, RedisConnection
+
+_encode = msgspec.json.Encoder().encode
+# A stream entry keeps its event's kind (records.py) as a one-byte string.
+KIND_OF: dict[type[Any], bytes] = {t: bytes((k,)) for t, k in RECORD_KINDS.items()}
+CACHE_SIZE = 1024  # tasks whose latest state this process holds, to skip a read per append
+MAX_PUSHED = 4096
+"""Pushed appends waiting for their batch, at most (then runs wait for theirs)."""
+MAX_PUSHED_BYTES = 8 << 20
+"""Bytes (events and snapshots) of the pushed appends waiting for their batch, at most."""
+
+
+class _Store(Protocol):
+    """What the writer needs of its :class:`.store.RedisTaskStore`."""
+
+    conn: RedisConnection
+    keys: Keys
+    max_events_per_task: int
+    ended_ttl: float
+    max_ended_tasks: int
+    claim_keep_ms: int
+
+    async def get(self, task_id: str) -> tuple[Task, int]: ...
+
+
+class LogWriter:
+    """The append path of one :class:`.store.RedisTaskStore` (see the module docstring)."""
+
+    def __init__(self, store: _Store) -> None:
+        self.store = store
+        self.conn = store.conn
+        self.keys = store.keys
+        self._script = store.conn.script(scripts.APPEND)
+        self.cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
+        """Task id -> (its state after the last append decided here, that position)."""
+        self.fences: dict[str, str] = {}
+        self.ended: OrderedDict[str, bytes] = OrderedDict()  # snapshots of ends written here
+        self._failed: OrderedDict[str, Exception] = OrderedDict()  # pushed appends that failed
+        self.pushed = 0
+        """Pushed appends waiting for their batch."""
+        self.pushed_bytes = 0
+
+    def remember(self, task_id: str, task: Task, pos: int) -> None:
+        self.cache[task_id] = (task, pos)
+        self.cache.move_to_end(task_id)
+        if len(self.cache) > CACHE_SIZE:
+            self.cache.popitem(last=False)
+
+    async def append(self, task_id: str, event: LogEvent) -> int:
+        waited = isinstance(event, TaskStatusUpdateEvent) and (
+            event.status.state.terminal or event.status.state.interrupted)
+        failed = self._failed.pop(task_id, None)
+        if failed is not None and not (isinstance(event, TaskStatusUpdateEvent)
+                                       and event.status.state.terminal):
+            raise failed  # an event pushed before this one was not stored (an end still is)
+        encoded = _encode(event)
+        entry = LogEntry(0, event, encoded)
+        cached = self.cache.get(task_id)
+        if (cached is not None and not waited and task_id not in self.fences
+                and self.pushed < MAX_PUSHED
+                and self.pushed_bytes < MAX_PUSHED_BYTES):
+            # Others run before this event is folded (its fold and snapshot cost this
+            # process's time: a run must not hold the loop for thousands of them). A cancel
+            # lands here, before the event is queued (then it did not happen), not after.
+            await anyio.lowlevel.checkpoint()
+            cached = self.cache.get(task_id)  # (read again: another append may have run)
+            if cached is not None and task_id not in self._failed:
+                self._push(task_id, entry, *cached)
+                return entry.position
+        return await self._append(task_id, entry)
+
+    def _push(self, task_id: str, entry: LogEntry, task: Task, last: int) -> None:
+        snap = self._fold(task, entry.event)
+        entry.position = last + 1
+        self.remember(task_id, task, entry.position)
+        keys, args = self._call(task_id, entry, snap, task, last)
+        tick = self.conn.tick()
+        size = len(entry.encoded) + len(snap)
+        self.pushed += 1
+        self.pushed_bytes += size
+        self.conn.batcher.push(self._script, keys, args,
+                               partial(self._pushed, task_id, entry, snap, tick, size))
+
+    def _pushed(self, task_id: str, entry: LogEntry, snap: bytes, tick: int, size: int,
+                reply: Any, error: Exception | None) -> None:
+        """A pushed append's batch returned: publish it here, or keep its failure for the run."""
+        self.pushed -= 1
+        self.pushed_bytes -= size
+        if error is None and reply[0] in (1, 2):
+            self.conn.local.appended(task_id, entry, snap, tick)
+        else:
+            if error is None:
+                code = reply[0]
+                error = TaskNotFound(f"task {task_id!r} not found") if code == -1 else (
+                    TaskEnded(task_id) if code in (-2, -4) else ServerUnavailable(
+                        f"events of task {task_id!r} were not stored (another process wrote "
+                        "to it); try again"))
+            elif isinstance(error, ServerUnavailable):
+                error = ServerUnavailable(f"events of task {task_id!r} were not stored: {error}")
+            self.cache.pop(task_id, None)  # what Redis holds is read again
+            if task_id not in self._failed:
+                self._failed[task_id] = error
+                if len(self._failed) > CACHE_SIZE:
+                    self._failed.popitem(last=False)
+        self.conn.waiters.wake(task_id)
+
+    async def _append(self, task_id: str, entry: LogEntry) -> int:
+        """A waited append: stored (or refused) when it returns."""
+        event = entry.event
+        while True:
+            cached = self.cache.pop(task_id, None)
+            task, last = cached if cached is not None else await self.store.get(task_id)
+            snap = self._fold(task, event)
+            keys, args = self._call(task_id, entry, snap, task, last)
+            tick = self.conn.tick()
+            code, pos = await self.conn.run(self._script, keys, args)
+            if code in (1, 2):
+                entry.position = int(pos)
+                if not task.status.state.terminal:
+                    self.remember(task_id, task, entry.position)
+                elif snap:
+                    self._failed.pop(task_id, None)
+                    self.ended[task_id] = snap  # never changes again (store.ended_json)
+                    if len(self.ended) > CACHE_SIZE:
+                        self.ended.popitem(last=False)
+                self.conn.local.appended(task_id, entry, snap, tick)
+                self.conn.waiters.wake(task_id)
+                return entry.position
+            if code == -3:
+                continue  # another writer moved the position: re-read and fold again
+            if code == -1:
+                raise TaskNotFound(f"task {task_id!r} not found")
+            # -2: the task is terminal; -4: our lease went to another worker.
+            raise TaskEnded(task_id)
+
+    @staticmethod
+    def _fold(task: Task, event: LogEvent) -> bytes:
+        """Fold ``event`` into ``task``; the new snapshot (b"": unchanged, a trajectory event)."""
+        if isinstance(event, TrajectoryEvent):
+            return b""
+        apply_event(task, event)
+        return _encode(task)
+
+    def _call(self, task_id: str, entry: LogEntry, snap: bytes, task: Task, last: int
+              ) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of the APPEND of ``entry`` after position ``last``."""
+        store, keys = self.store, self.keys
+        # A fresh op id per call: a resent batch recognises each of its appends by it.
+        return [
+            keys.task(task_id), keys.log(task_id), keys.push(task_id), keys.ended, keys.tasks,
+            keys.lease(task_id),
+        ], [
+            last, new_id(), KIND_OF[type(entry.event)], entry.encoded, snap,
+            task.status.state.value, task.status.timestamp or "", store.max_events_per_task,
+            int(store.ended_ttl * 1000), store.max_ended_tasks, int(time.time() * 1000),
+            task_id, self.fences.get(task_id, ""), keys.appended(task_id), keys.base,
+            store.claim_keep_ms, 0 if self.conn.confirmed_at(task_id) is None else 1,
+        ]
