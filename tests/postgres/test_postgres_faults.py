@@ -162,7 +162,7 @@ def _tasks_of(url: str, message_id: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-@pytest.mark.one_python  # conftest: 3.11 only (two postmasters and a base backup)
+@pytest.mark.one_python("3.13")  # conftest: 3.13 only (two postmasters and a base backup)
 async def test_a_failover_to_a_standby_is_read_only_until_promoted_and_heals(
     own_postgres: PostgresServer, tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
