@@ -22,7 +22,7 @@ from ..push_receiver import Receiver, eventually, receiving
 from .conftest import Fleet, states_of, watched_states
 
 # conftest: 3.11 only; fleet/conftest: Redis on asyncio and PostgreSQL on trio only.
-pytestmark = [pytest.mark.anyio, pytest.mark.one_python, pytest.mark.pairs]
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python("3.13"), pytest.mark.pairs]
 TASKS = 5
 OPTS = ("--lease", "2", "--claim-idle", "1", "--grace", "1",
         "--allow-webhook-host", "127.0.0.1")
