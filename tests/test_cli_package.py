@@ -131,7 +131,10 @@ def test_import_scoped_a2a_imports_no_store_driver() -> None:
             "print('loaded:', sorted(m for m in sys.modules if m in BLOCKED), flush=True)")
     done = subprocess.run(
         [sys.executable, "-c", _NO_EXTRAS.format(blocked=DRIVERS, body=body)],
-        env=_env(), capture_output=True, text=True, timeout=60)
+        env=_env(), capture_output=True, text=True, timeout=60,
+        # As a user's shell starts it: a test worker whose SIGINT is ignored (an earlier test
+        # in it) would pass that on, and Python then installs no handler of its own.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert done.returncode == 0, done.stderr
     assert "loaded: []" in done.stdout and "tried: []" in done.stdout, done.stdout
 
