@@ -22,7 +22,7 @@ import httpx
 import msgspec
 import pytest
 
-from scoped_a2a import A2AApp, A2AClient, Step
+from scoped_a2a import A2AApp, A2AClient, RunContext, Step
 from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.client.card import AgentCard
 from scoped_a2a.client.client import user_message
@@ -237,6 +237,51 @@ async def test_a_run_a_server_rule_detached_survives_its_step(crm: bool) -> None
             else:
                 assert turn.abandoned.outcome == "canceled", turn.abandoned
                 assert task.status.state is TaskState.CANCELED
+
+
+async def ask_then_work(ctx: RunContext) -> str:
+    """Asks first; the answer ``slow N`` makes the follow-up's run work N seconds."""
+    answer = (await ctx.ask("what now?")).split()
+    await anyio.sleep(float(answer[1]) if answer[:1] == ["slow"] else 0)
+    return "done"
+
+
+CRM = {"evoai_crm_event": "inactivity_action"}
+
+
+@pytest.mark.parametrize(("first", "second", "outcome", "end"), [
+    (None, CRM, "detached", TaskState.COMPLETED),
+    (CRM, None, "detached", TaskState.COMPLETED),
+    (None, None, "canceled", TaskState.CANCELED),
+], ids=["crm-follow-up", "after-a-crm-event", "interactive"])
+async def test_a_follow_up_a_server_rule_detached_survives_its_step(
+        first: dict[str, str] | None, second: dict[str, str] | None, outcome: str,
+        end: TaskState) -> None:
+    """The CRM event that arrives in an ongoing conversation: a follow-up to a task waiting for
+    input, detached by the server's rule, is the run that must survive its caller. The server
+    says so in the task it answers (and in the run's first event), so a polled step that gives
+    up on that turn leaves it running. A run the rule detached stays detached for the
+    follow-ups after it; a conversation the rule never touched is the caller's to cancel."""
+    app = A2AApp(ask_then_work, policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]))
+    async with served(app) as url:
+        async with A2AClient(url) as probe:
+            card = polled(await probe.card())
+        async with A2AClient(url, card=card) as client:
+            async with Step(client, follow=False) as step:
+                asked = await step.turn(user_message("start", metadata=first))
+                assert isinstance(asked, Task), asked
+                assert asked.status.state is TaskState.INPUT_REQUIRED, asked.status
+                with anyio.move_on_after(0.5):
+                    await step.turn(user_message("slow 1.5", metadata=second))
+            turn = step.turns[1]
+            assert turn.abandoned is not None and turn.task_id == asked.id, step.turns
+            assert turn.abandoned.outcome == outcome, turn.abandoned
+            with anyio.fail_after(8):
+                while not (task := await client.get_task(asked.id)).status.state.terminal:
+                    await anyio.sleep(0.05)
+            assert task.status.state is end, task.status
+            marker = (task.metadata or {}).get("detachedBy")
+            assert (marker is not None) == (outcome == "detached"), task.metadata
 
 
 # --- other frameworks' own servers: Google ADK's to_a2a, fasta2a (pydantic-ai) --------------

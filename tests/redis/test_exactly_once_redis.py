@@ -259,10 +259,12 @@ async def test_a_pending_claim_is_seen_elsewhere_until_create_makes_it(
         await a.create(task, owner="o")
         assert await b.claim_message("o", "m1", fp, "other") == PriorSend(task.id, fp, 0, True)
 
-        monkeypatch.setattr(redis_claims, "CLAIM_PENDING", 0.05)
+        # Long enough that the taker's own claim outlives its next two calls on a loaded
+        # machine (at 0.05 s it lapsed too, at load 12, and the taker's CREATE was refused).
+        monkeypatch.setattr(redis_claims, "CLAIM_PENDING", 0.5)
         late, taker = new_task(), new_task()
         assert await a.claim_message("o", "m2", fp, late.id) is None
-        await anyio.sleep(0.2)  # the claim lapses: its sender stalled past the pending time
+        await anyio.sleep(0.7)  # the claim lapses: its sender stalled past the pending time
         assert await b.claim_message("o", "m2", fp, taker.id) is None
         with pytest.raises(ServerUnavailable):
             await a.create(late, owner="o")

@@ -43,6 +43,7 @@ from ..protocol.on_disconnect import (
     DETACHED_KEY,
     ON_DISCONNECT_EXTENSION_URI,
     on_disconnect_choice,
+    with_marker,
 )
 from ..protocol.types import (
     ListTasksResponse,
@@ -177,7 +178,12 @@ class RemoteTask:
             if self.task is None:
                 self.message = event
         elif isinstance(event, Task):
-            self.task = msgspec.structs.replace(event)
+            known, self.task = self.task, msgspec.structs.replace(event)
+            if known is not None and known.id == event.id:
+                # The send's answer said whether the server runs this turn detached; a later
+                # snapshot (a poll, a resubscription) may have been read before the turn's
+                # first event told the task, so it does not change that.
+                self.task.metadata = with_marker(self.task.metadata, _marker(known))
         elif isinstance(event, (TaskStatusUpdateEvent, TaskArtifactUpdateEvent)):
             if self.task is None or self.task.id != event.task_id:
                 self.task = self._start(event)
@@ -222,9 +228,9 @@ class RemoteTask:
         """Why the run must outlive its caller (the caller's choice or the server's word)."""
         if self.detached is not None:
             return self.detached
-        meta = self.task.metadata if self.task is not None else None
-        if meta and meta.get(DETACHED_KEY):
-            return f"the server runs it detached ({meta[DETACHED_KEY]})"
+        marker = _marker(self.task) if self.task is not None else None
+        if marker:
+            return f"the server runs it detached ({marker})"
         return None
 
     async def abandon(self) -> Abandon | None:
@@ -314,3 +320,9 @@ def note(exc: BaseException, abandoned: Abandon | None) -> None:
         return
     with contextlib.suppress(AttributeError, TypeError):  # a type refusing attributes
         exc.add_note(f"scoped-a2a: {abandoned.detail}")
+
+
+def _marker(task: Task) -> str | None:
+    """What ``task`` says of its current run: why its server runs it detached, or None."""
+    value = (task.metadata or {}).get(DETACHED_KEY)
+    return value if isinstance(value, str) else None

@@ -29,7 +29,19 @@ ON_DISCONNECT_KEY = "onDisconnect"
 ON_DISCONNECT_VALUES = ("cancel", "continue")
 
 DETACHED_KEY = "detachedBy"
-"""Task metadata key: why the server runs the task detached (e.g. ``rule evoai_crm_event=...``)."""
+"""Task metadata key: why the server runs the task's current run detached (e.g. ``rule
+evoai_crm_event=...``). Set when the task is created; a follow-up that detaches the run, or
+starts a new run of the task that is not detached, changes it with the metadata of its first
+``working`` status update (``{"detachedBy": reason}``, or ``null`` to remove it), which
+store/snapshot.py folds into the task."""
+
+
+def with_marker(metadata: Mapping[str, Any] | None, marker: str | None) -> dict[str, Any] | None:
+    """A copy of ``metadata`` whose :data:`DETACHED_KEY` is ``marker`` (absent when None)."""
+    out = {k: v for k, v in (metadata or {}).items() if k != DETACHED_KEY}
+    if marker is not None:
+        out[DETACHED_KEY] = marker
+    return out or None
 
 
 def on_disconnect_choice(*metadata: Mapping[str, Any] | None) -> str | None:

@@ -338,7 +338,9 @@ class RunContext:
             ) from None
         finally:
             self._stop_parking()
-        await self._emit(self._status(TaskState.WORKING, None, message=self.message))
+        event = self._status(TaskState.WORKING, None, message=self.message)
+        event.metadata = self._run.take_marker_note()  # a follow-up that detached the run
+        await self._emit(event)
         return self.message
 
     def _stop_parking(self) -> None:

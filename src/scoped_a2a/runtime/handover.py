@@ -136,9 +136,10 @@ class Handovers:
     # --- the sender -----------------------------------------------------------------------
 
     async def hand(self, task: Task, message: Message, detach_reason: str | None,
-                   position: int) -> Run:
+                   position: int, marker: str | None = None) -> Run:
         """Hand ``message`` (a follow-up to ``task``, read at ``position``) to the process
         holding its run; return the stand-in its caller holds while following the log.
+        ``marker``: why this server would run the follow-up detached (:meth:`Runner.resume`).
 
         Raises the holder's refusal (e.g. -32004, the run is not waiting for input), or
         ServerUnavailable while this process shuts down, or when no process answered and the
@@ -151,7 +152,8 @@ class Handovers:
         try:
             await self.transport.send(None, encode(Envelope(
                 HAND, hand_id, sender=self.transport.process_id, task_id=task.id,
-                message=message, detach_reason=detach_reason, position=position)))
+                message=message, detach_reason=detach_reason, position=position,
+                marker=marker)))
             with anyio.move_on_after(HANDOVER_WAIT):
                 event = slot[0]
                 assert isinstance(event, anyio.Event)
@@ -267,7 +269,7 @@ class Handovers:
         reply = Envelope(REPLY, env.id, sender=self.transport.process_id)
         stack = ExitStack()
         try:
-            self.runner.resume(run, env.message, env.detach_reason)
+            self.runner.resume(run, env.message, env.detach_reason, env.marker)
             if env.detach_reason is None:
                 stack.enter_context(run.hold("send"))
         except A2AError as exc:

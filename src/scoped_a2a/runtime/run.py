@@ -20,6 +20,7 @@ import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ..protocol.on_disconnect import DETACHED_KEY
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import Message
 
@@ -132,6 +133,12 @@ class Run:
         self.task_id = task_id
         self.context_id = context_id
         self.detach_reason = detach_reason
+        # What the task says of this run to a client giving up on it (protocol/on_disconnect.py
+        # DETACHED_KEY): why the server runs it detached, None when the caller owns it. A
+        # change the next ``working`` must carry to the task (set by the runner, taken by the
+        # event that records the follow-up's message): ``marker_note``.
+        self.marker: str | None = None
+        self.marker_note: dict[str, str | None] | None = None
         self.scope = anyio.CancelScope()
         self.done = Done()
         self._cancel_reason: str | None = None
@@ -181,6 +188,17 @@ class Run:
         """Make the run detached from now on (a follow-up message asked for it)."""
         if self.detach_reason is None:
             self.detach_reason = reason
+
+    def say_marker(self, marker: str | None, told: str | None) -> None:
+        """Make ``marker`` the run's marker; when the task says ``told``, have the next
+        ``working`` status (:meth:`take_marker_note`) say the change."""
+        self.marker = marker
+        self.marker_note = None if marker == told else {DETACHED_KEY: marker}
+
+    def take_marker_note(self) -> dict[str, str | None] | None:
+        """The metadata the event recording a follow-up's message carries (once), or None."""
+        note, self.marker_note = self.marker_note, None
+        return note
 
     @property
     def cancel_reason(self) -> str | None:

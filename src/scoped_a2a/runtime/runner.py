@@ -27,6 +27,7 @@ from anyio.abc import TaskGroup
 from ..observe import NOOP, Observer
 from ..protocol.deadline import budget_from
 from ..protocol.errors import ServerUnavailable, TaskNotCancelable, UnsupportedOperation
+from ..protocol.on_disconnect import DETACHED_KEY
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
@@ -134,6 +135,7 @@ class Runner:
         redeliverable: bool = False,
         principal: Principal = ANONYMOUS,
         owner: str | None = None,
+        marker: str | None = None,
     ) -> Run:
         """Start a run of the agent for ``task`` in the server nursery (in a task of it that
         waits for a run, or a new one: workers.py); return it at once.
@@ -146,6 +148,9 @@ class Runner:
         ``principal``: the caller the agent sees as ``ctx.principal`` (runs are counted per
         principal for the per-caller limits). ``owner``: the task's owner key (principal and
         tenant; default the principal's id), which scopes what ``ctx.read_task`` may read.
+        ``marker``: when ``continuing``, why the server runs this new run of the task detached
+        (None: its caller owns it), which its first ``working`` tells the task if the task
+        says otherwise (protocol/on_disconnect.py); a new task already says it.
         """
         self.check_accepting()
         assert self._nursery is not None  # check_accepting guarantees it
@@ -156,6 +161,9 @@ class Runner:
             # launch()'s early check together cannot both take the last slot.
             self.callers.check(principal.id)
         run = Run(task.id, task.context_id, detach_reason, self._parked)
+        told = (task.metadata or {}).get(DETACHED_KEY)
+        told = told if isinstance(told, str) else None
+        run.say_marker(marker if continuing else told, told)
         run.owner = principal.id if owner is None else owner
         run.watch = self.watch
         run.set_budget(budget_from(request_metadata, message.metadata))  # deadline extension
@@ -202,6 +210,7 @@ class Runner:
         stored: Callable[[], Awaitable[None]] | None = None,
         principal: Principal = ANONYMOUS,
         owner: str | None = None,
+        marker: str | None = None,
     ) -> Run:
         """Store a ``new`` task (or continue an existing one) and start its run; return it.
 
@@ -214,6 +223,7 @@ class Runner:
         or the run cannot start, the stored task is recorded as ended before this re-raises.
         A new task is owned by ``owner`` (default: ``principal``'s id; with a tenant, see
         :func:`~scoped_a2a.protocol.principal.owner_key`), stored with the task.
+        ``marker``: for a continued task, as :meth:`start`'s.
         Raises ServerUnavailable while shutting down or when the store is unreachable, and
         LimitExceeded (storing nothing) when a new task's principal is at a per-caller limit.
         """
@@ -244,7 +254,7 @@ class Runner:
         if not new:
             return self.start(
                 task, message, request_metadata=request_metadata, detach_reason=detach_reason,
-                continuing=True, principal=principal, owner=owner,
+                continuing=True, principal=principal, owner=owner, marker=marker,
             )
         await self.store.create(task, owner=owner)
         try:
@@ -282,8 +292,12 @@ class Runner:
         log.info("run end task=%s outcome=%s duration_ms=0.0 reason=%s (never started)",
                  task.id, state.name.lower(), reason)
 
-    def resume(self, run: Run, message: Message, detach_reason: str | None) -> None:
+    def resume(self, run: Run, message: Message, detach_reason: str | None,
+               marker: str | None = None) -> None:
         """Hand a follow-up message to a run parked in ``ctx.ask``.
+
+        ``marker``: why the server would run the follow-up detached (None: its caller owns
+        it). A run once detached stays so, so the run's marker only goes from None to one.
 
         Raises ServerUnavailable while shutting down (follow-ups are refused like new sends,
         which is why shutdown may cancel parked runs at once), UnsupportedOperation when the
@@ -298,6 +312,7 @@ class Runner:
             )
         if detach_reason is not None:
             run.detach(detach_reason)
+        run.say_marker(run.marker or marker, run.marker)
         run.deliver(message)
 
     async def _append(self, run: Run, event: LogEvent) -> int:
@@ -339,8 +354,10 @@ class Runner:
                     # An agent that reports its own start (an adapted executor: its first
                     # working may carry a message) gets a new task still submitted.
                     if continuing or not getattr(self.agent, "reports_start", False):
-                        await self._append(run, ctx._status(
-                            TaskState.WORKING, None, message=ctx.message if continuing else None))
+                        first = ctx._status(
+                            TaskState.WORKING, None, message=ctx.message if continuing else None)
+                        first.metadata = run.take_marker_note()
+                        await self._append(run, first)
                     else:
                         ctx.start_pending = True
                     reply = await self.agent(ctx)

@@ -58,7 +58,7 @@ from ..store.base import TaskStore
 from .end_lost import end_not_stored, lost_end
 from .frames import FrameCache
 from .input_modes import InputModes
-from .send_setup import SendSetup
+from .send_setup import SendSetup, accepted
 
 _encode = msgspec.json.Encoder().encode
 
@@ -143,8 +143,11 @@ class Methods:
     async def send_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
         history = req.configuration.history_length if req.configuration else None
+        follow_up = req.message.task_id is not None
         task, run, pos = await self.sends.begin(req, call.dialect.v1, call.principal)
         if req.configuration is not None and req.configuration.return_immediately:
+            if follow_up:
+                task = accepted(task, req.message)
             await out.result(call.dialect.send_result(trim(task, history)))
             return
 

@@ -9,6 +9,7 @@ and its run started, or a follow-up is delivered to its task's run. Used by
 from __future__ import annotations
 
 import anyio
+import msgspec
 
 from ..protocol.deadline import budget_from
 from ..protocol.errors import (
@@ -18,14 +19,16 @@ from ..protocol.errors import (
     UnsupportedOperation,
 )
 from ..protocol.ids import new_id
-from ..protocol.on_disconnect import DETACHED_KEY
+from ..protocol.on_disconnect import DETACHED_KEY, with_marker
 from ..protocol.principal import ANONYMOUS, Principal, owner_key
 from ..protocol.types import (
+    Message,
     SendMessageRequest,
     Task,
     TaskPushNotificationConfig,
     TaskState,
     TaskStatus,
+    TaskStatusUpdateEvent,
     utc_timestamp,
 )
 from ..push.service import PushService
@@ -33,6 +36,7 @@ from ..runtime.handover import Handovers
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
+from ..store.snapshot import applied
 from .input_modes import InputModes
 from .resend import Resends, fingerprint
 
@@ -152,21 +156,40 @@ class SendSetup:
         msg.context_id = task.context_id
         if push_cfg is not None:
             await self._set_push(task.id, push_cfg, v1, pos, task.status.state)
+        marker = self._marker(reason, req)
+        told = (task.metadata or {}).get(DETACHED_KEY)
         # Its claim is made now, not once delivered: after the delivery below nothing may wait
         # before the caller holds the run (a failure below releases the claim again).
         await self.resends.confirm(owner, msg, task.id)
         run = self.runner.get(task.id)
         if run is not None:
-            self.runner.resume(run, msg, reason)
+            self.runner.resume(run, msg, reason, marker)
+            marker = run.marker
         elif self.handovers is not None:
-            # Its run is held by another process (or by none): hand the message over.
-            run = await self.handovers.hand(task, msg, reason, pos)
+            # Its run is held by another process (or by none): hand the message over. A run
+            # once detached stays so, there as here.
+            run = await self.handovers.hand(task, msg, reason, pos, marker)
+            marker = told if isinstance(told, str) else marker
         else:
             run = await self.runner.launch(
                 task, msg, request_metadata=req.metadata, detach_reason=reason, new=False,
-                principal=principal, owner=owner,
+                principal=principal, owner=owner, marker=marker,
             )
+        if marker != told:
+            # The answer (read before the run's first event says it) tells the caller at once
+            # whether this turn's run is detached: a client giving up on it reads it here.
+            task = msgspec.structs.replace(task, metadata=with_marker(task.metadata, marker))
         return task, run, pos
+
+    def _marker(self, reason: str | None, req: SendMessageRequest) -> str | None:
+        """What the task says of a send's run (protocol/on_disconnect.py): why it runs
+        detached, or None. ``returnImmediately`` alone says nothing (a client may poll for
+        its caller and still own the run): then only what else would have detached it."""
+        if reason != "return-immediately":
+            return reason
+        return self.policy.detach_reason(
+            return_immediately=False, message_metadata=req.message.metadata,
+            request_metadata=req.metadata)
 
     async def _new_task(
         self, req: SendMessageRequest, v1: bool, principal: Principal, owner: str, task_id: str,
@@ -177,11 +200,7 @@ class SendSetup:
         context_id = msg.context_id or new_id()
         msg.task_id, msg.context_id = task_id, context_id
         metadata = req.metadata
-        marker = reason
-        if reason == "return-immediately":  # what else would detach it, had the caller waited
-            marker = self.policy.detach_reason(
-                return_immediately=False, message_metadata=msg.metadata,
-                request_metadata=req.metadata)
+        marker = self._marker(reason, req)
         if marker is not None:
             # Said in the task, so a client giving up on it knows to leave it running (a CRM's
             # system event must survive its caller): protocol/on_disconnect.py.
@@ -222,3 +241,20 @@ class SendSetup:
         assert self.push is not None
         await self.push.set_config(task_id, config, v1=v1, after=pos, state=state)
 
+
+
+def accepted(task: Task, message: Message) -> Task:
+    """``task`` as the ``returnImmediately`` answer to a follow-up ``message`` shows it: working,
+    the message last in its history, as the run's first event records it moments later.
+
+    The snapshot :meth:`SendSetup.begin` returns was read before the follow-up, so it still
+    says ``input-required``: a client polling for the turn's end would take that for the
+    answer to this message. Unchanged when the history already holds the message (a resent
+    follow-up answered from the log).
+    """
+    if any(m.message_id == message.message_id for m in task.history or ()):
+        return task
+    return applied(task, TaskStatusUpdateEvent(
+        task_id=task.id, context_id=task.context_id,
+        status=TaskStatus(state=TaskState.WORKING, message=message,
+                          timestamp=utc_timestamp())))

@@ -40,6 +40,7 @@ class Envelope(msgspec.Struct, omit_defaults=True):
     task_id: str = ""
     message: Message | None = None  # HAND: the follow-up
     detach_reason: str | None = None  # HAND: the follow-up asked not to wait
+    marker: str | None = None  # HAND: why the server would run the follow-up detached
     position: int = 0  # HAND: the log position the sender follows from
     code: int = 0  # REPLY: 0 delivered, else the A2A error code the holder refused it with
     text: str = ""  # REPLY: the refusal's message (a probe's: the run's cancel reason)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
+from ..protocol.on_disconnect import DETACHED_KEY, with_marker
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
@@ -22,14 +23,22 @@ def apply_event(task: Task, event: LogEvent) -> None:
     update adds the artifact, replaces one with the same id, or with ``append`` extends its parts.
     Trajectory events leave the snapshot as it is. A status update whose metadata names
     downstream tasks (``DOWNSTREAM_KEY``, written by ``ctx.call``) adds them to the task's
-    metadata, so the tree of calls can be walked from the task.
+    metadata, so the tree of calls can be walked from the task. One whose metadata has
+    ``DETACHED_KEY`` (a follow-up's first ``working``) sets the task's marker to its value, or
+    removes it when the value is null: whether the task's current run is detached.
     """
     if isinstance(event, TaskStatusUpdateEvent):
         task.status = event.status
-        calls = (event.metadata or {}).get(DOWNSTREAM_KEY)
-        if isinstance(calls, list):
-            task.metadata = dict(task.metadata or {})
-            task.metadata[DOWNSTREAM_KEY] = [*task.metadata.get(DOWNSTREAM_KEY, ()), *calls]
+        meta = event.metadata
+        if meta:
+            calls = meta.get(DOWNSTREAM_KEY)
+            if isinstance(calls, list):
+                task.metadata = dict(task.metadata or {})
+                task.metadata[DOWNSTREAM_KEY] = [*task.metadata.get(DOWNSTREAM_KEY, ()), *calls]
+            if DETACHED_KEY in meta:
+                marker = meta[DETACHED_KEY]
+                task.metadata = with_marker(task.metadata,
+                                            marker if isinstance(marker, str) else None)
         if event.status.message is not None:
             if task.history is None:
                 task.history = []
