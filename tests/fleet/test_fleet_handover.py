@@ -161,3 +161,39 @@ async def _postgres_envelopes(fleet: Fleet, client: httpx.AsyncClient, url: str,
         await holder.wait_for("dropped a hand-over envelope that does not open")
         got = (await rpc(client, url, "GetTask", {"id": asked["id"]}))["result"]
         assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", got
+
+
+@pytest.mark.pairs
+async def test_a_follow_up_a_rule_detaches_says_so_through_the_other_replica(
+        fleet: Fleet) -> None:
+    """The CRM event arriving in a conversation whose run waits on replica A, sent through B
+    with ``returnImmediately`` (a polled caller): B's answer says the run is detached
+    (``detachedBy``), and so does the stored task once A's run records the message, so a
+    client giving up on that turn leaves it running. The same through B without the rule's
+    metadata says nothing: that turn is the caller's."""
+    rule = ("--detach-metadata", "evoai_crm_event=inactivity_action")
+    a, b = fleet.serve(*rule), fleet.serve(*rule)
+    urls = [await a.url(), await b.url()]
+    detached = {"returnImmediately": True}
+    async with httpx.AsyncClient(timeout=30) as client:
+        for crm in (True, False):
+            asked = (await rpc(client, urls[0], "SendMessage",
+                               {"message": text_message("ask 60")}))["result"]["task"]
+            assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+            answer = answer_to(asked, "crm" if crm else "me")
+            if crm:
+                answer["metadata"] = {"evoai_crm_event": "inactivity_action"}
+            got = await rpc(client, urls[1], "SendMessage",
+                            {"message": answer, "configuration": detached})
+            task = got["result"]["task"]
+            assert task["status"]["state"] == "TASK_STATE_WORKING", task
+            assert ("detachedBy" in task.get("metadata", {})) is crm, task
+            with anyio.fail_after(20):  # A's run records the answer, with the marker
+                while True:
+                    stored = (await rpc(client, urls[1], "GetTask",
+                                        {"id": asked["id"]}))["result"]
+                    if len(stored.get("history", ())) >= 3:
+                        break
+                    await anyio.sleep(0.05)
+            assert ("detachedBy" in stored.get("metadata", {})) is crm, stored
+            await rpc(client, urls[0], "CancelTask", {"id": asked["id"]})
