@@ -23,7 +23,7 @@ import anyio
 import httpx
 import pytest
 
-from ..helpers import text_message
+from ..helpers import listen_backlogs, somaxconn, text_message
 from .conftest import ROOT, Proc, RedisServer
 from .util import post_json
 
@@ -74,6 +74,9 @@ async def test_two_workers_share_the_port_restart_and_drain(
                                                      sup.text())}
     assert len(workers) == 2, sup.text()
     url = (await sup.wait_for(r"serving on (http://\S+/)")).group(1)
+    # Each worker listens with serve's backlog (the supervisor only holds the port).
+    backlogs = listen_backlogs(int(url.rstrip("/").rsplit(":", 1)[1]))
+    assert backlogs is None or backlogs == [min(1024, somaxconn())] * 2, backlogs
 
     # Both workers take connections.
     seen: set[int] = set()
