@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from anyio.abc import SocketStream
 
@@ -366,7 +367,10 @@ def test_serve_command_takes_http2_flag(backend: str) -> None:
 async def test_the_listen_backlog_is_1024() -> None:
     """hypercorn calls listen() again on the socket serve hands it, with its own default (100)
     unless ``config.backlog`` says otherwise: the kernel's queue must be serve's BACKLOG."""
-    async with served(A2AApp(demo_agent)) as url:
+    async with served(A2AApp(demo_agent)) as url, httpx.AsyncClient() as client:
+        # Answered: hypercorn has listened (the port is announced before it does).
+        card = await client.get(f"{url}.well-known/agent-card.json")
+        assert card.status_code == 200, card.text[:300]
         backlogs = listen_backlogs(_port(url))
     if backlogs is None:
         pytest.skip("ss (iproute2) is not installed: cannot read the listen backlog")
