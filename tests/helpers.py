@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -119,3 +121,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def listen_backlogs(port: int) -> list[int] | None:
+    """The accept-queue limit of each socket listening on TCP ``port`` (``ss``'s Send-Q for a
+    listening socket: the backlog ``listen()`` was last given, capped by somaxconn); None
+    where ``ss`` is not installed."""
+    ss = shutil.which("ss")
+    if ss is None:
+        return None
+    out = subprocess.run([ss, "-Hltn", f"sport = :{port}"], capture_output=True, text=True,
+                         check=True, timeout=10).stdout
+    return [int(line.split()[2]) for line in out.splitlines() if line.startswith("LISTEN")]
+
+
+def somaxconn() -> int:
+    """The kernel's cap on a listen backlog (net.core.somaxconn)."""
+    with open("/proc/sys/net/core/somaxconn") as f:
+        return int(f.read())

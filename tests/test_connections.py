@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from anyio.abc import SocketStream
 
@@ -27,7 +28,7 @@ from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.server.body import MAX_BODY_MESSAGES
 
 from .h2client import RawH2
-from .helpers import free_port, served, text_message
+from .helpers import free_port, listen_backlogs, served, somaxconn, text_message
 
 pytestmark = pytest.mark.anyio
 
@@ -361,6 +362,19 @@ def test_serve_command_takes_http2_flag(backend: str) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+async def test_the_listen_backlog_is_1024() -> None:
+    """hypercorn calls listen() again on the socket serve hands it, with its own default (100)
+    unless ``config.backlog`` says otherwise: the kernel's queue must be serve's BACKLOG."""
+    async with served(A2AApp(demo_agent)) as url, httpx.AsyncClient() as client:
+        # Answered: hypercorn has listened (the port is announced before it does).
+        card = await client.get(f"{url}.well-known/agent-card.json")
+        assert card.status_code == 200, card.text[:300]
+        backlogs = listen_backlogs(_port(url))
+    if backlogs is None:
+        pytest.skip("ss (iproute2) is not installed: cannot read the listen backlog")
+    assert backlogs == [min(1024, somaxconn())], backlogs
 
 
 async def test_h2c_upgrade_is_answered_over_http11() -> None:

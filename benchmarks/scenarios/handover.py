@@ -39,14 +39,18 @@ class Handover(Scenario):
         try:
             await redis.wait_ready()
             for server in SERVERS:
-                store = ("--store", redis.url, "--redis-prefix", f"h-{server}")
-                a = System("scoped", server, store)
-                b = System("scoped", server, (*store, "--no-worker"))
-                async with bench.servers([a, b]) as running:
-                    if a in running and b in running:
-                        await self.measure(bench, server, running[a], running[b])
+                await self.on(bench, server, redis, f"h-{server}")
         finally:
             redis.stop()
+
+    async def on(self, bench: Bench, server: str, redis: RedisServer, prefix: str) -> None:
+        """Start the two replicas over ``redis`` (keys under ``prefix``) and measure."""
+        store = ("--store", redis.url, "--redis-prefix", prefix)
+        a = System("scoped", server, store)
+        b = System("scoped", server, (*store, "--no-worker"))
+        async with bench.servers([a, b]) as running:
+            if a in running and b in running:
+                await self.measure(bench, server, running[a], running[b])
 
     async def measure(self, bench: Bench, server: str, a: ServerProcess,
                       b: ServerProcess) -> None:

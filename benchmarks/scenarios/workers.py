@@ -1,4 +1,6 @@
-"""Scenario 20: ``serve --workers 1`` beside ``--workers 2`` on Redis (send c=64, stream c=16).
+"""Scenario 21: ``serve --workers 1`` beside ``--workers 2`` on Redis (send c=64, stream c=16),
+then two replicas: the push takeover after a SIGKILL (:mod:`.push_takeover`) and the cost of a
+handed-over follow-up (:class:`.handover.Handover`'s measurement).
 
 scoped-a2a with ``--store redis://...`` against one redis-server (loopback, no persistence)
 this scenario starts, on each hypercorn worker class, first as one process, then as
@@ -17,6 +19,8 @@ from typing import Any
 
 from ..core import Bench, Metric, Scenario
 from ..systems import ServerProcess, System
+from .handover import Handover
+from .push_takeover import measure_push_takeover
 from .redis_store import RedisServer, _Relabel, _sizes
 from .send import Send
 from .stream import Stream
@@ -60,9 +64,22 @@ class Workers(Scenario):
                "{:.2f}"),
         Metric("generator_cpu_c64", "generator CPU c=64", "cores", None, False, "{:.2f}"),
         Metric("events_per_s_c16", "events/s c=16", "events/s", "higher", True, "{:.0f}"),
+        # Two replicas (push_takeover.py, handover.py): rows of their own.
+        Metric("push_all_s", "every due end pushed, s after SIGKILL", "s", "lower", False,
+               "{:.2f}"),
+        Metric("push_late_s", "last end pushed, s after its run ended", "s", "lower", False,
+               "{:.2f}"),
+        Metric("push_twice", "deliveries made twice", "", "lower", False, "{:.0f}"),
+        Metric("p50", "handed-over answer p50 ms", "ms", "lower", False, "{:.2f}"),
+        Metric("p99", "handed-over answer p99 ms", "ms", "lower", False, "{:.2f}"),
+        Metric("cpu_ms", "CPU ms per answer (both replicas)", "ms", "lower", False, "{:.2f}"),
     )
     notes = ("Rows run back to back on one redis-server; ratio lines read workers 2 / workers 1 "
-             "(>1: two workers ahead). The generator, Redis and the workers share 2 cores.")
+             "(>1: two workers ahead). The generator, Redis and the workers share 2 cores. "
+             "Push takeover: replica A watches the push configs of 10-40 detached runs that "
+             "replica B executes (slow 3 s) and is SIGKILLed once each pushed working; B adopts "
+             "the watches after A's 2 s lease. Follow-ups: scenario 19's measurement (answer "
+             "through the holder vs through the other replica), repeated in this run.")
 
     async def run(self, bench: Bench) -> None:
         redis = RedisServer(bench.workdir)
@@ -71,6 +88,9 @@ class Workers(Scenario):
             for server in SERVERS:
                 for n in (1, 2):
                     await self.measure(bench, server, n, redis)
+            for server in SERVERS:
+                await measure_push_takeover(bench, server, redis)
+                await Handover().on(bench, server, redis, f"wh-{server}")
         finally:
             redis.stop()
 

@@ -60,3 +60,34 @@ async def test_each_watch_has_one_owner_and_moves_once(fleet: Fleet) -> None:
         await wc.done(t1, "p")
         await wc.release([(t1, "p"), (t2, "p")])
         assert await wb.adopt(10) == [(t2, "p", 0, S, True)]
+
+
+async def test_an_adoption_whose_reply_was_lost_comes_back_at_the_next(fleet: Fleet) -> None:
+    """An adoption the store made but whose answer never reached the caller: the next one
+    returns those watches (Redis: the same batch id, so ADOPT's memo answers), once."""
+    if fleet.kind != "redis":
+        pytest.skip("PostgreSQL cuts a real connection at the commit: "
+                    "tests/postgres/test_postgres_faults.py")
+    from scoped_a2a.protocol.errors import ServerUnavailable
+
+    async with fleet.store() as a, fleet.store() as b:
+        task = new_task()
+        await a.create(task)
+        await a.set_push_config(task.id, TaskPushNotificationConfig(
+            url="http://127.0.0.1:1/hook", id="p", task_id=task.id))
+        wa, wb = a.push_watches(), b.push_watches()
+        assert await wa.own(task.id, "p", (2, W, True)) == (2, W, True)
+        await wa.release([(task.id, "p")])
+        run = b.conn.run
+
+        async def reply_lost(*args: object, **kwargs: object) -> object:
+            await run(*args, **kwargs)  # applied in Redis ...
+            raise ServerUnavailable("Redis did not answer")  # ... and the answer lost
+
+        b.conn.run = reply_lost
+        with pytest.raises(ServerUnavailable):
+            await wb.adopt(10)
+        del b.conn.run  # answers get through again
+        assert await wa.adopt(10) == []  # B's now
+        assert await wb.adopt(10) == [(task.id, "p", 2, W, True)]
+        assert await wb.adopt(10) == []

@@ -31,7 +31,7 @@ import pytest
 
 from scoped_a2a.protocol.errors import ServerUnavailable
 from scoped_a2a.protocol.trajectory import TrajectoryEvent
-from scoped_a2a.protocol.types import Message, Part, Role, TaskState
+from scoped_a2a.protocol.types import Message, Part, Role, TaskPushNotificationConfig, TaskState
 from scoped_a2a.store.postgres import open_postgres_store
 
 from ..helpers import rpc, text_message
@@ -285,3 +285,34 @@ async def _fill_while_writing(url: str, small: Path, tmp_path: Path,
         assert last == 21 - failures
         assert (await store.get(task.id))[0].status.state == TaskState.COMPLETED
         assert any("answers again" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_adoption_whose_reply_was_lost_is_watched_at_the_next(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    """A push watch adoption (store/postgres/push_watches.py) committed unheard: the next
+    adoption returns that watch again (this process owns it, unwatched), and only then."""
+    server = shared_server()
+    async with anyio.create_task_group() as tg:
+        cutter = Cutter(server.port)
+        port = await tg.start(cutter.serve)
+        url = pg_url.replace(f":{server.port}/", f":{port}/")
+        key = tmp_path / "k"
+        async with open_postgres_store(pg_url, key_file=key) as a, \
+                open_postgres_store(url, key_file=key) as b:
+            task = new_task()
+            await a.create(task)
+            await a.set_push_config(task.id, TaskPushNotificationConfig(
+                url="https://hooks.example/a2a", id="c1", task_id=task.id))
+            working = (3, TaskState.WORKING.value, True)
+            assert await a.watches.own(task.id, "c1", working) == working
+            await a.watches.release([(task.id, "c1")])  # A shut down: the watch is free
+            cutter.arm(b"WITH free AS", "after")
+            with pytest.raises(ServerUnavailable, match="may or may not"):
+                await b.watches.adopt(10)
+            assert cutter.cuts == 1
+            assert await a.watches.adopt(10) == []  # B owns it (committed), alive
+            expected = [(task.id, "c1", *working)]
+            assert await b.watches.adopt(10) == expected  # re-adopted: B watches it now
+            assert await b.watches.adopt(10) == []  # answered: nothing more to re-read
+        tg.cancel_scope.cancel()

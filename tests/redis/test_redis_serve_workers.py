@@ -23,7 +23,7 @@ import anyio
 import httpx
 import pytest
 
-from ..helpers import text_message
+from ..helpers import listen_backlogs, somaxconn, text_message
 from .conftest import ROOT, Proc, RedisServer
 from .util import post_json
 
@@ -85,6 +85,10 @@ async def test_two_workers_share_the_port_restart_and_drain(
             assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
             seen.add(pid_of(task))
             assert seen <= set(workers.values()), (seen, workers)
+    # Each worker listens with serve's backlog (the supervisor only holds the port); both have
+    # answered, so hypercorn has listened in both.
+    backlogs = listen_backlogs(int(url.rstrip("/").rsplit(":", 1)[1]))
+    assert backlogs is None or backlogs == [min(1024, somaxconn())] * 2, backlogs
     # /metrics on whichever worker a scrape reaches counts the runs of both.
     for _ in range(6):
         assert await completed_runs(url) == sent, sup.text()[-2000:]

@@ -34,6 +34,7 @@ from .serve_options import (
     add_run_options,
     add_transport_options,
     console_settings,
+    push_settings,
 )
 from .signals import serve_signals
 from .startup import check_host, run_server
@@ -133,8 +134,6 @@ async def _serve(args: argparse.Namespace, app_class: type[A2AApp], loaded: Load
                  store: StoreCommand) -> None:
     """Serve until signalled, with what :func:`run_serve` built and checked before the loop.
     The signal handlers come first; a second signal cancels the whole of it."""
-    from ..push import PushSettings
-
     def make_app(task_store: TaskStore, detached: TaskGroup | None = None) -> A2AApp:
         return app_class(
             loaded.agent,
@@ -158,12 +157,7 @@ async def _serve(args: argparse.Namespace, app_class: type[A2AApp], loaded: Load
             card_signer=signer,
             observe=args.observers,
             console=console_settings(args),
-            push=PushSettings(
-                enabled=not args.no_push,
-                allow_hosts=tuple(args.allow_webhook_host),
-                bearer_token=args.push_bearer_token or None,
-                signing_secret=args.push_signing_secret or None,
-            ),
+            push=push_settings(args),
         )
 
     shutdown = anyio.Event()

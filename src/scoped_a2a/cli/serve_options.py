@@ -20,6 +20,7 @@ from ..server.grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
 from .arg_types import at_least_one, parse_size, port, seconds, seconds_or_zero
 
 if TYPE_CHECKING:
+    from ..push import PushSettings
     from ..server.console.access import ConsoleSettings
 
 
@@ -173,6 +174,18 @@ def add_push_options(parser: argparse.ArgumentParser) -> None:
                    help="sign deliveries with HMAC-SHA256 (Standard Webhooks headers) "
                         "(default: $SCOPED_A2A_PUSH_SIGNING_SECRET)")
     g.add_argument("--no-push", action="store_true", help="switch push notifications off")
+
+
+def push_settings(args: argparse.Namespace) -> PushSettings:
+    """The push settings :func:`add_push_options` asked for (``serve`` and ``worker``)."""
+    from ..push import PushSettings
+
+    return PushSettings(
+        enabled=not args.no_push,
+        allow_hosts=tuple(args.allow_webhook_host),
+        bearer_token=args.push_bearer_token or None,
+        signing_secret=args.push_signing_secret or None,
+    )
 
 
 def add_console_options(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,9 @@
 Redis or PostgreSQL, with no HTTP server (the store module's ``run_worker`` does the work:
 :func:`.store_redis.run_worker`, :func:`.store_postgres.run_worker`).
 
-Run as many workers as you like against one Redis or one PostgreSQL schema. SIGINT/SIGTERM:
+Run as many workers as you like against one Redis or one PostgreSQL schema. Each worker also
+adopts push watches that a stopped process left (store/push_watches.py) and delivers them, so a
+fleet of workers alone still pushes (the webhook options are ``serve``'s). SIGINT/SIGTERM:
 take no new runs, give running ones ``--grace`` seconds, then leave the rest in the queue for
 another worker; a second signal stops at once. An SQLite store is executed by its ``serve``
 process (one process owns the file): ``worker`` refuses it with one line.
@@ -18,6 +20,7 @@ import anyio
 from ..agent_loading import DEFAULT_AGENT
 from .arg_types import at_least_one, seconds_or_zero
 from .help import HelpFormatter, add_log_level
+from .serve_options import add_push_options
 from .signals import on_signals
 from .startup import run_server
 from .stores import add_queue_options, check_store_url
@@ -25,8 +28,9 @@ from .stores import add_queue_options, check_store_url
 WORKER_DESCRIPTION = """\
 Execute the detached runs that `serve --store redis://...` (or postgresql://...) queued, with
 no HTTP server. Run as many workers as you like against one Redis or PostgreSQL.
-SIGINT/SIGTERM: take no new runs, give running ones --grace seconds, then leave the rest in the
-queue for another worker."""
+Workers also deliver push notifications that a stopped serve process left (--allow-webhook-host
+etc. as for serve). SIGINT/SIGTERM: take no new runs, give running ones --grace seconds, then
+leave the rest in the queue for another worker."""
 
 
 def add_worker_parser(sub: Any) -> None:
@@ -50,6 +54,7 @@ def add_worker_parser(sub: Any) -> None:
     w.add_argument("--store", required=True, metavar="redis://HOST:PORT/DB|postgresql://...",
                    help="the Redis or PostgreSQL the servers use")
     add_queue_options(w)
+    add_push_options(w)
 
 
 async def _work(args: argparse.Namespace, agent: Any) -> None:

@@ -1,10 +1,12 @@
 """Push watches across the processes of a shared store: adoption and hand-over
 (store/push_watches.py has the rule; :mod:`.service` the watches).
 
-:func:`adopt_loop` runs in each serving process's server nursery: every third of the lease it
-adopts the watches that a stopped process released or that a dead process left (its lease
-lapsed), a batch at a time, and starts them here. :func:`hand_on` is what a watch does when it
-stops in a process that is leaving (shutdown): it leaves the rest to the next adopter.
+:func:`adopt_loop` runs in each serving (and ``worker``) process's server nursery: every third
+of the lease it adopts the watches that a stopped process released or that a dead process left
+(its lease lapsed), a batch at a time, and starts them here (skipping any it watches already:
+after an adoption whose reply was lost the store also returns what this process owns).
+:func:`hand_on` is what a watch does when it stops in a process that is leaving (shutdown): it
+leaves the rest to the next adopter.
 
 Cancellation: :func:`adopt_loop` runs until cancelled (a batch adopted as it is cancelled is
 started, or left owned by this process, which releases it on exit or whose lease lapses).
@@ -42,6 +44,8 @@ class _Watches(Protocol):
     def _watch(self, task_id: str, config_id: str, *, v1: bool, after: int,
                state: TaskState) -> None: ...
 
+    def watching(self, task_id: str, config_id: str) -> bool: ...
+
 
 class _Watch(Protocol):
     task_id: str
@@ -63,6 +67,8 @@ async def adopt_loop(service: _Watches, owners: PushWatches, scope: anyio.Cancel
             except ServerUnavailable as exc:
                 outages.failed("adopt", "could not check for push watches to adopt: %s", exc)
             for task_id, config_id, cursor, state, v1 in batch:
+                if service.watching(task_id, config_id):
+                    continue  # ours already (re-read after an adoption whose reply was lost)
                 log.info("push watch of task %s config %s adopted from a stopped process, "
                          "resuming after position %d", task_id, config_id, cursor)
                 service._watch(task_id, config_id, v1=v1, after=cursor, state=TaskState(state))

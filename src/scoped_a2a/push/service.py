@@ -16,7 +16,7 @@ watch records its delivery in flight, and every state change it had not read yet
 
 Several processes (a store with ``push_watches()``: Redis, PostgreSQL). Each watch is owned by
 one process (store/push_watches.py): the one that accepted its config, until it stops. Then
-another process adopts it (every serving process checks every third of the lease,
+another process adopts it (every serving or ``worker`` process checks every third of the lease,
 :mod:`.fleet`) and resumes after the last state change delivered. On shutdown a watch waiting
 for events is handed over at once, one delivering finishes that delivery first (within
 ``grace``), and none records its unread state changes undelivered: they are another replica's
@@ -102,6 +102,11 @@ class PushService:
         self._nursery = nursery
         self.closing = False
         self._shutdown_reason = None
+
+    def watching(self, task_id: str, config_id: str) -> bool:
+        """Whether a watch of this config runs here (not being stopped)."""
+        watch = self._watches.get((task_id, config_id))
+        return watch is not None and not watch.scope.cancel_called
 
     @property
     def active(self) -> int:

@@ -66,6 +66,11 @@ STALL_SECONDS = 2.0
 
 MAX_STALL_TIMEOUT = 2**31 / 1000
 """TCP_USER_TIMEOUT is an int of milliseconds: a longer stall timeout (or inf) sets no option."""
+BACKLOG = 1024
+"""Connections the kernel queues before accept (capped by net.core.somaxconn): a burst of
+connects (a balancer's pool, c=64 clients opening at once) is queued, not refused or dropped.
+Set on the socket and as hypercorn's ``config.backlog``: hypercorn calls ``listen()`` again on
+the socket it is given, with its own default (100) unless told."""
 STREAM_SNDBUF = 64 << 10
 """SO_SNDBUF asked for on accepted sockets (the kernel doubles it): what it buffers per client."""
 
@@ -92,7 +97,7 @@ def _listen(host: str, port: int, *, stall_timeout: float | None = None,
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # reuse_port: several processes listen on the port; the kernel spreads connections
     # (serve --workers, cli/workers.py).
-    sock = socket.create_server((host, port), family=family, backlog=1024,
+    sock = socket.create_server((host, port), family=family, backlog=BACKLOG,
                                 reuse_port=reuse_port)
     if stall_timeout is not None and 0 < stall_timeout < MAX_STALL_TIMEOUT:
         user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
@@ -180,6 +185,7 @@ async def serve(
         shown = f"[{host}]" if ":" in host else host
         app.public_url = f"{scheme}://{shown}:{bound_port}/"
     config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket from here
+    config.backlog = BACKLOG  # hypercorn listens again with this (each --workers process too)
     # With an app that drains its own runs, hypercorn's wait only has to cover the answers.
     config.graceful_timeout = ANSWER_SECONDS if drain_runs is not None else grace
     # The app's lifespan shutdown: push deliveries (its runs have ended by then).

@@ -64,6 +64,26 @@ LOST_PARKED_TEXT = ("Canceled: the server process holding this run while it wait
                     "over with a new message")
 
 
+CANCEL_SEP = "\n"
+"""Between a task id and the reason in a cancel request sent to every process (task ids hold no
+control character): ``task id`` alone asks for ``CancelTask``."""
+
+
+def cancel_request(task_id: str, reason: str) -> str:
+    """The payload of a cancel request for ``task_id``'s run, saying why (:func:`cancel_reason`
+    reads it)."""
+    return f"{task_id}{CANCEL_SEP}{reason}"
+
+
+def cancel_reason(payload: str) -> tuple[str, str]:
+    """(task id, reason) of a cancel request: the reason a lapsed lease's request carries
+    (:data:`LOST_REASON`), so that a holder alive after all (a partition) records its run's end
+    with it, not as a ``CancelTask`` (it hears the request before the reaper records the end);
+    ``CancelTask`` for a bare task id (a caller's CancelTask through another replica)."""
+    task_id, _, reason = payload.partition(CANCEL_SEP)
+    return task_id, reason or "CancelTask"
+
+
 def lost_event(task_id: str, context_id: str, state: TaskState, reason: str,
                text: str) -> TaskStatusUpdateEvent:
     """The ``canceled`` status that ends a run nobody can end any more (its process died),
@@ -149,5 +169,6 @@ async def retire(leases: ProcessLeases, *, renewed: bool = True) -> None:
             log.info("could not retire this process's lease (%s); it lapses by itself", exc)
 
 
-__all__ = ["DEFAULT_LEASE", "LOST_REASON", "ProcessLeases", "keep_alive", "lost_event",
+__all__ = ["DEFAULT_LEASE", "LOST_REASON", "ProcessLeases", "cancel_reason", "cancel_request",
+           "keep_alive", "lost_event",
            "reap", "record_lost", "retire"]

@@ -66,4 +66,7 @@ class PushWatches(Protocol):
 
     async def adopt(self, limit: int) -> list[Pending]:
         """At most ``limit`` watches released, or left by processes whose lease lapsed, now
-        this process's (each adopted by one caller only). Raises ServerUnavailable."""
+        this process's (each adopted by one caller only). A call after one that raised (its
+        reply may have been lost after the store adopted a batch) may also return watches
+        this process owns already, some of which it may be watching: the caller skips those.
+        Raises ServerUnavailable."""

@@ -23,6 +23,7 @@ import socket
 from collections.abc import Collection
 
 from ...protocol.ids import new_id
+from ..liveness import LOST_REASON, cancel_request
 from ..process_leases import DEFAULT_LEASE
 from .connection import Conn, Pool
 from .schema import NOW
@@ -96,7 +97,8 @@ class PostgresLeases:
                              (half, process))
                 if cancels is not None:  # sealed: any role that can connect may NOTIFY
                     await conn.execute("SELECT pg_notify(%s, t) FROM unnest(%s::text[]) t",
-                                       (channel, [cancels.wrap(i.encode()) for i in ids]))
+                                       (channel, [cancels.wrap(cancel_request(
+                                           i, LOST_REASON).encode()) for i in ids]))
                 out.append((process, ids))
             return out
 

@@ -9,9 +9,12 @@ An owner is alive while its ``processes`` row (the liveness lease, :mod:`.leases
 out by the database's clock. Adoption takes rows ``FOR UPDATE SKIP LOCKED``, so two processes
 checking at once take different watches.
 
-Cancellation: each call is one transaction (or one statement), committed whole or not at all
-(a reply lost after an adoption's commit leaves that batch owned by this process and unwatched
-until it exits, then another adopts it). Errors: ServerUnavailable.
+Cancellation: each call is one transaction (or one statement), committed whole or not at all.
+An adoption whose reply was lost (cancelled, or the connection cut after its commit) may have
+made a batch this process's that it does not watch: the next adoption then also returns every
+unended watch the store says this process owns (those it watches already are skipped by the
+caller, ``PushService._watch``), so such a batch is watched one period later, not left until
+the process exits. Errors: ServerUnavailable.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class PostgresPushWatches:
         self.pool = pool
         self.process_id = leases.process_id
         self.period = leases.lease / 3
+        self._unsure = False  # an adoption's reply was lost: re-read what we own
 
     async def own(self, task_id: str, config_id: str, progress: Progress) -> Progress | None:
         me = self.process_id
@@ -90,6 +94,11 @@ class PostgresPushWatches:
 
     async def adopt(self, limit: int) -> list[Pending]:
         me = self.process_id
+        # After a lost reply, also what we own already (the statement's snapshot is from
+        # before its UPDATE, so a watch it takes now is not listed twice).
+        mine = (" UNION ALL SELECT t.id, p.config_id, p.cursor, p.state, p.v1 FROM push p "
+                "JOIN tasks t ON t.seq = p.task WHERE p.owner = %s "
+                "AND NOT (p.state = ANY(%s))") if self._unsure else ""
 
         async def run(conn: Conn) -> list[Pending]:
             rows = await conn.all(
@@ -98,14 +107,17 @@ class PostgresPushWatches:
                 f"WHERE p.owner IS NOT NULL AND p.owner <> %s AND p.owner <> %s "
                 f"AND NOT (p.state = ANY(%s)) "
                 f"AND (p.owner = '' OR pr.id IS NULL OR pr.expires < {NOW}) "
-                f"LIMIT %s FOR UPDATE OF p SKIP LOCKED) "
-                f"UPDATE push p SET owner = %s FROM free, tasks t "
+                f"LIMIT %s FOR UPDATE OF p SKIP LOCKED), "
+                f"taken AS (UPDATE push p SET owner = %s FROM free, tasks t "
                 f"WHERE p.task = free.task AND p.config_id = free.config_id "
                 f"AND t.seq = p.task "
-                f"RETURNING t.id, p.config_id, p.cursor, p.state, p.v1",
-                (ENDED, me, _TERMINAL, limit, me))
+                f"RETURNING t.id, p.config_id, p.cursor, p.state, p.v1) "
+                f"SELECT * FROM taken{mine}",
+                (ENDED, me, _TERMINAL, limit, me, *((me, _TERMINAL) if mine else ())))
             return [(str(t), str(c), int(cur), str(st), bool(v1))
                     for t, c, cur, st, v1 in rows]
 
+        self._unsure = True  # until the answer is here: it may commit unheard
         result: list[Pending] = await self.pool.run(run, transaction=False)  # one statement
+        self._unsure = False
         return result

@@ -30,6 +30,7 @@ import msgspec
 
 from ...protocol.types import Message, Task, TaskState
 from ..launcher import Job, RunRegistry
+from ..liveness import cancel_reason
 from .connection import Conn
 from .core import load_snapshot
 from .schema import NOW
@@ -75,12 +76,13 @@ class PostgresRunQueue:
         opened = self.cancels.unwrap(payload)
         if opened is None:
             return
-        task_id = opened.decode(errors="replace")
+        task_id, reason = cancel_reason(opened.decode(errors="replace"))
         for runner in list(self._runners):
             run = runner.get(task_id)
             if run is not None:
-                log.info("cancelling task %s at the request of another process", task_id)
-                run.cancel("CancelTask")
+                log.info("cancelling task %s at the request of another process (%s)", task_id,
+                         reason)
+                run.cancel(reason)
 
     async def submit(self, task: Task, message: Message, *,
                      request_metadata: Mapping[str, Any] | None, detach_reason: str,

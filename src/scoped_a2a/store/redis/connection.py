@@ -44,6 +44,7 @@ from coredis.retry import (
 
 from ...protocol.errors import ServerUnavailable
 from ...protocol.ids import new_id
+from ..liveness import cancel_reason
 from ..outage_log import OutageLog
 from .batch import BATCH, Batcher
 from .local import LocalView
@@ -171,8 +172,9 @@ class RedisConnection:
         self.keys = keys
         self.op_timeout = op_timeout
         self.waiters = _Waiters()
-        self.cancel_handlers: list[Callable[[str], None]] = []
-        """Called with a task id when any process asks for that task's run to stop."""
+        self.cancel_handlers: list[Callable[[str, str], None]] = []
+        """Called with a task id and the reason when any process asks for that task's run to
+        stop (store/liveness.py: cancel_reason)."""
         self.process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         """This process's id among those sharing the Redis (liveness leases, hand-over)."""
         self.handover_handlers: list[Callable[[bytes], None]] = []
@@ -348,9 +350,10 @@ class RedisConnection:
                                 self.local.forget(task_id)
                             self.waiters.wake(task_id)
                         elif channel == cancel:
-                            task_id = data.decode() if isinstance(data, bytes) else str(data)
+                            task_id, why = cancel_reason(
+                                data.decode() if isinstance(data, bytes) else str(data))
                             for handler in list(self.cancel_handlers):
-                                handler(task_id)
+                                handler(task_id, why)
                         elif channel in handover:
                             payload = data if isinstance(data, bytes) else str(data).encode()
                             for on_handover in list(self.handover_handlers):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from ..liveness import DEFAULT_LEASE
+from ..liveness import DEFAULT_LEASE, LOST_REASON
 from . import scripts
 from .connection import RedisConnection
 
@@ -73,7 +73,8 @@ class RedisLeases:
     async def lapsed(self) -> list[tuple[str, list[str]]]:
         raw = await self.conn.run(
             self._lapsed, [self.conn.keys.processes],
-            [self.conn.keys.base, self.process_id, self._lease_ms // 2, MAX_TASKS, 20])
+            [self.conn.keys.base, self.process_id, self._lease_ms // 2, MAX_TASKS, 20,
+             LOST_REASON])
         out: list[tuple[str, list[str]]] = []
         for i in range(0, len(raw or ()), 2):
             out.append((bytes(raw[i]).decode(), [bytes(t).decode() for t in raw[i + 1]]))

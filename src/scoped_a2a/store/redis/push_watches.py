@@ -11,7 +11,9 @@ Redis' clock, has lapsed.
 
 Each call is one Lua script, applied whole or not at all. :data:`ADOPT` remembers its last
 answer per process for a minute under the batch id it was called with, so a call retried after
-a lost reply gets the same watches back instead of leaving them adopted and unwatched.
+a lost reply gets the same watches back instead of leaving them adopted and unwatched: the
+batch id changes only once an answer has arrived, so the next adoption after one that raised
+is that retry.
 
 Cancellation: a cancelled call either ran or not. Errors: ServerUnavailable.
 """
@@ -159,6 +161,7 @@ class RedisPushWatches:
         self._done = conn.script(DONE)
         self._release = conn.script(RELEASE)
         self._adopt = conn.script(ADOPT)
+        self._batch = new_id()  # kept until an adoption is answered (ADOPT's memo)
 
     async def own(self, task_id: str, config_id: str, progress: Progress) -> Progress | None:
         raw = await self.conn.run(
@@ -185,7 +188,8 @@ class RedisPushWatches:
     async def adopt(self, limit: int) -> list[Pending]:
         raw = await self.conn.run(
             self._adopt, [self._owners, self._at, self._free, self._owner_set, self._procs],
-            [self.process_id, limit, self._base, new_id()])
+            [self.process_id, limit, self._base, self._batch])
+        self._batch = new_id()
         out: list[Pending] = []
         items = list(raw or ())
         for i in range(0, len(items) - 1, 2):

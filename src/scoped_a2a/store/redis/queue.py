@@ -87,12 +87,13 @@ class RunQueue:
     def bind(self, runner: RunRegistry) -> None:
         self._runners.add(runner)
 
-    def _on_cancel(self, task_id: str) -> None:
+    def _on_cancel(self, task_id: str, reason: str) -> None:
         for runner in list(self._runners):
             run = runner.get(task_id)
             if run is not None:
-                log.info("cancelling task %s at the request of another process", task_id)
-                run.cancel("CancelTask")
+                log.info("cancelling task %s at the request of another process (%s)", task_id,
+                         reason)
+                run.cancel(reason)
 
     async def submit(
         self,

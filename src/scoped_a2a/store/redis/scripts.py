@@ -298,7 +298,8 @@ return 0
 """
 
 LAPSED = _TERMINAL + _NOW + """
--- KEYS: processes zset.  ARGV: key prefix, reaper id, hand-out ms, max tasks, max processes
+-- KEYS: processes zset.  ARGV: key prefix, reaper id, hand-out ms, max tasks, max processes,
+-- the reason sent with each cancel request
 -- Returns {process id, {task id, ...}, ...}: lapsed processes handed to this caller (for
 -- hand-out ms) with running tasks; forgets lapsed processes with none (and ended task ids).
 local out = {}
@@ -323,8 +324,9 @@ for _, p in ipairs(dead) do
     table.insert(out, p)
     table.insert(out, running)
     for _, id in ipairs(running) do
-      -- a process that is alive after all (a partition) stops the run at once
-      redis.call('PUBLISH', ARGV[1] .. 'cancel', id)
+      -- a process that is alive after all (a partition) stops the run at once, and records
+      -- it with the lost-process reason (store/liveness.py: cancel_reason)
+      redis.call('PUBLISH', ARGV[1] .. 'cancel', id .. '\\n' .. ARGV[6])
     end
   end
 end
