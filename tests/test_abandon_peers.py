@@ -284,6 +284,16 @@ async def test_a_follow_up_a_server_rule_detached_survives_its_step(
             assert (marker is not None) == (outcome == "detached"), task.metadata
 
 
+async def test_a_callers_own_detached_by_is_not_repeated_by_the_server() -> None:
+    """``detachedBy`` is the server's word: a caller that puts it in its request metadata
+    (to make its task look detached to others giving up on it) does not see it stored."""
+    async with served(A2AApp(demo_agent)) as url, A2AClient(url) as client:
+        task = await client.send(user_message("hi"), metadata={"detachedBy": "forged", "k": 1})
+        assert isinstance(task, Task), task
+        stored = await client.get_task(task.id)
+    assert stored.metadata == {"k": 1}, stored.metadata
+
+
 # --- other frameworks' own servers: Google ADK's to_a2a, fasta2a (pydantic-ai) --------------
 
 FRAMEWORKS = Path(__file__).with_name("framework_peers.py")

@@ -201,10 +201,11 @@ class SendSetup:
         msg.task_id, msg.context_id = task_id, context_id
         metadata = req.metadata
         marker = self._marker(reason, req)
-        if marker is not None:
+        if marker is not None or (metadata and DETACHED_KEY in metadata):
             # Said in the task, so a client giving up on it knows to leave it running (a CRM's
-            # system event must survive its caller): protocol/on_disconnect.py.
-            metadata = {**(metadata or {}), DETACHED_KEY: marker}
+            # system event must survive its caller): protocol/on_disconnect.py. Only the
+            # server says it: a caller's own ``detachedBy`` in its request is not repeated.
+            metadata = with_marker(metadata, marker)
         task = Task(
             id=task_id,
             context_id=context_id,
