@@ -8,6 +8,7 @@ when its executor is cancelled), and our own server as the control. Both backend
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -103,6 +104,26 @@ async def test_multi_turn_step_on_the_sdk(sdk_url: str, binding: str) -> None:
         assert _text(second) == "chunk0 chunk1 chunk2 ", second
     assert [t.state for t in step.turns] == [TaskState.INPUT_REQUIRED, TaskState.COMPLETED]
     assert all(t.abandoned is None for t in step.turns)
+
+
+@pytest.mark.parametrize("peer", ["sdk", "ours"])
+async def test_multi_turn_polled_step(sdk_url: str, peer: str) -> None:
+    """A step that polls (a card without streaming): the answer to its follow-up was read
+    before the follow-up was taken, so it may still say input-required; the turn waits for
+    the task to move on, and ends with the answer to this message, not the last question."""
+    async with contextlib.AsyncExitStack() as stack:
+        url = sdk_url if peer == "sdk" else await stack.enter_async_context(
+            served(A2AApp(demo_agent)))
+        async with A2AClient(url) as probe:
+            card = polled(await probe.card())
+        client = await stack.enter_async_context(A2AClient(url, card=card))
+        step = await stack.enter_async_context(Step(client, follow=False))
+        first = await step.turn("ask me" if peer == "sdk" else "ask")
+        assert isinstance(first, Task) and first.status.state is TaskState.INPUT_REQUIRED, first
+        second = await step.turn("slow answer")
+        assert isinstance(second, Task), second
+        assert second.id == first.id and second.status.state is TaskState.COMPLETED, second
+    assert [t.state for t in step.turns] == [TaskState.INPUT_REQUIRED, TaskState.COMPLETED]
 
 
 @pytest.mark.parametrize("binding", BINDINGS)

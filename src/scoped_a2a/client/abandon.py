@@ -188,9 +188,20 @@ class RemoteTask:
             if self.task is None or self.task.id != event.task_id:
                 self.task = self._start(event)
             apply_event(self.task, event)
-        if self.task is not None and not self.task.status.state.interrupted:
+        if self.task is not None and (not self.task.status.state.interrupted
+                                      or self._new_status(self.task)):
             self._moved = True
         return self.message if self.message is not None else self.task
+
+    def _new_status(self, task: Task) -> bool:
+        """True when ``task``'s status is not the one the follow-up was sent to (a new
+        question asked since counts as the task moving on, though it never left input-required
+        between two polls)."""
+        prev = self.previous
+        if prev is None or prev.id != task.id:
+            return False
+        then, now = prev.status.timestamp, task.status.timestamp
+        return then is not None and now is not None and then != now
 
     def _start(self, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent) -> Task:
         prev = self.previous

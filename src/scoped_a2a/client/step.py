@@ -258,7 +258,8 @@ class Step(FollowedTurns):
         metadata: dict[str, Any] | None,
     ) -> Task | Message:
         # Polled on the caller's behalf: still its interactive turn (cancelled if given up on).
-        turn.remote = remote = self.client.remote_task(msg, held=False, metadata=metadata)
+        turn.remote = remote = self.client.remote_task(msg, held=False, metadata=metadata,
+                                                       previous=self._continued(msg))
         result = await self.client.send(msg, return_immediately=True, metadata=metadata)
         remote.see(result)
         if isinstance(result, Message):
@@ -273,9 +274,10 @@ class Step(FollowedTurns):
     async def _poll_until_end(self, task: Task, on_event: OnEvent | None,
                               remote: RemoteTask | None = None) -> Task:
         """Poll ``GetTask`` until the task ends or needs input; return it (each read is also
-        folded into ``remote``)."""
+        folded into ``remote``, whose word decides: a follow-up's answer may predate it and
+        still show the question it answers)."""
         failures = 0
-        while not _ends(task.status.state):
+        while not (remote.settled if remote is not None else _ends(task.status.state)):
             await anyio.sleep(self.backoff.delay(failures) if failures else self.poll_interval)
             try:
                 task = await self.client.get_task(task.id)
