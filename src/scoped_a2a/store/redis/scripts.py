@@ -187,11 +187,21 @@ return false
 """
 
 RELEASE_MESSAGE = """
--- KEYS: claim hash, the task's claims set.  ARGV: task id
-if redis.call('HGET', KEYS[1], 'task') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('SREM', KEYS[2], KEYS[1])
+-- KEYS: claim hash, the task's claims set, task hash.  ARGV: task id
+-- Drops the claim of a send that failed, unless it is the made claim of a queued run's task:
+-- a CREATE whose reply was lost looks failed to its sender, yet the run it queued will
+-- execute, so the resend must find that task, not run the message a second time. An
+-- interactive task (its hash names the process whose lease covers it) has no run once its
+-- sender failed: its claim goes, and the resend runs the message as a new task. A pending
+-- claim (a follow-up's, or a task never stored) goes. Returns 1 dropped, 0 kept.
+local cur = redis.call('HMGET', KEYS[1], 'task', 'made')
+if cur[1] ~= ARGV[1] then return 0 end
+if cur[2] == '1' and redis.call('EXISTS', KEYS[3]) == 1
+   and not redis.call('HGET', KEYS[3], 'proc') then
+  return 0
 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], KEYS[1])
 return 1
 """
 
