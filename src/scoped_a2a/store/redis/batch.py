@@ -66,7 +66,7 @@ BATCH = (
 -- ARGV[1]: the calls, MessagePack: {{script number, {keys}, {arguments}}, ...} (one argument
 -- for Redis to take, not hundreds). Returns one reply per call.
 local out = {}
-local news = {}  -- the wake-up channel of each task appended to -> {last position, mine}
+local news = {}  -- the wake-up channel of each task appended to -> its last position
 for i, call in ipairs(cmsgpack.unpack(ARGV[1])) do
   local args = call[3]
   for j, arg in ipairs(args) do
@@ -74,25 +74,25 @@ for i, call in ipairs(cmsgpack.unpack(ARGV[1])) do
       args[j] = arg:sub(3):gsub('..', function(h) return string.char(tonumber(h, 16)) end)
     end
   end
-  local mine
-  if call[1] == APPEND then mine, args[17] = args[17], 'later' end
+  local append = call[1] == APPEND
+  if append then args[17] = 'later' end
   local ok, reply = pcall(calls[call[1]], call[2], args)
   if not ok then
     if type(reply) == 'table' and reply.err then reply = reply.err end
     reply = {'\\0error', tostring(reply)}
   elseif reply == nil then
     reply = false
-  elseif mine and reply[1] > 0 then
-    news[args[14]] = {reply[2], tonumber(mine)}
+  elseif append and reply[1] > 0 then
+    news[args[14]] = reply[2]
   end
   out[i] = reply
 end
--- one announcement per task and batch, of its last position (the writing process's own
--- listener needs none: it publishes its appends to its readers itself)
-for channel, new in pairs(news) do
-  if new[2] == 0 or redis.call('PUBSUB', 'NUMSUB', channel)[2] > new[2] then
-    redis.call('PUBLISH', channel, new[1])
-  end
+-- one announcement per task and batch, of its last position, whoever listens (the writer's
+-- own listener too: counting listeners cost more than a PUBLISH to none, and a count that
+-- left the writer out would miss another process's follower while Redis had dropped the
+-- writer's subscription unnoticed)
+for channel, last in pairs(news) do
+  redis.call('PUBLISH', channel, last)
 end
 return out
 """

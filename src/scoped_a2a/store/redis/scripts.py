@@ -60,7 +60,7 @@ APPEND = _TERMINAL + """
 -- ARGV: expected last position, op, kind, event, snapshot ('' = unchanged), state, timestamp,
 --       max events, ended ttl ms, max ended tasks, now ms, task id, lease token ('' = none),
 --       the task's wake-up channel (gets the new position), key prefix, claim keep ms,
---       1 if the writing process is subscribed to that channel (else 0)
+--       'later' if the batch announces the position (else this call does)
 -- Returns {code, position}: 1 appended, 2 already appended (retry), -1 no such task,
 -- -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is not ours.
 local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op', 'proc')
@@ -119,15 +119,9 @@ if TERMINAL[ARGV[6]] then
     end
   end
 end
--- the new position: a listener learns it without asking (store/redis/local.py); the writing
--- process's own listener (ARGV[17] = 1 when it is subscribed) needs no word of its own
--- appends; 'later': the batch announces its last append to each task once (store/redis/batch.py)
-if ARGV[17] ~= 'later' then
-  local mine = tonumber(ARGV[17] or 0)
-  if mine == 0 or redis.call('PUBSUB', 'NUMSUB', ARGV[14])[2] > mine then
-    redis.call('PUBLISH', ARGV[14], pos)
-  end
-end
+-- the new position: a listener learns it without asking (store/redis/local.py); 'later': the
+-- batch announces its last append to each task once (store/redis/batch.py)
+if ARGV[17] ~= 'later' then redis.call('PUBLISH', ARGV[14], pos) end
 return {1, pos}
 """
 
