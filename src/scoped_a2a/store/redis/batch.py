@@ -44,6 +44,8 @@ from . import scripts
 
 MAX_BATCH = 256
 """Calls per batch, at most (bounds the time Redis spends in one script)."""
+HOLD_TURNS = 8
+"""Turns of the event loop a batch of pushed calls alone waits for more before it is sent."""
 
 log = logging.getLogger("scoped_a2a.redis")
 _pack = msgspec.msgpack.Encoder().encode
@@ -140,6 +142,7 @@ class Batcher:
         self._queue: list[_Call] = []
         self._wake = anyio.Event()
         self._running = True  # from the start: the connection starts run() before any call
+        self._urgent = False  # a caller waits for a queued call (submit): send without holding
         self.batches = 0
         """Batches sent so far (each one script call, one round trip)."""
 
@@ -181,6 +184,8 @@ class Batcher:
             text = [_text(a) for a in args]
         call = _Call(self._index[_source(script)], keys, text, on_done)
         self._queue.append(call)
+        if on_done is None:
+            self._urgent = True
         self._wake.set()
         return call
 
@@ -193,9 +198,17 @@ class Batcher:
             while True:
                 await self._wake.wait()
                 self._wake = anyio.Event()
+                # Pushed calls alone (a run's events, nobody waiting for them) wait a few turns
+                # of the loop for what follows them, as a run's next events and its end
+                # (waited for) come right after: one round trip for them all, not two.
+                for _ in range(HOLD_TURNS):
+                    if self._urgent or len(self._queue) >= MAX_BATCH:
+                        break
+                    await anyio.lowlevel.checkpoint()
                 while self._queue:
                     batch = self._queue[:MAX_BATCH]
                     del self._queue[:MAX_BATCH]
+                    self._urgent = any(call.on_done is None for call in self._queue)
                     await self._send(batch)
         finally:
             self._running = False
