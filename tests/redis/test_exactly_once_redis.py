@@ -278,3 +278,54 @@ async def test_a_pending_claim_is_seen_elsewhere_until_create_makes_it(
         assert await b.claim_message("o", "m3", fp, task.id) == PriorSend(task.id, fp, 4, False)
         await a.confirm_message("o", "m3", task.id)
         assert await b.claim_message("o", "m3", fp, task.id) == PriorSend(task.id, fp, 4, True)
+
+
+async def test_a_released_claim_of_a_stored_queued_run_stays(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A detached send whose CREATE was stored but whose reply was lost looks failed to its
+    sender, which releases its claim: the claim stays (the queued run will execute), so the
+    resend finds that task and does not run the message a second time (PostgreSQL had this bug:
+    claims.release). An interactive task's claim, and a claim whose task was never stored, go:
+    their resends run anew."""
+    from scoped_a2a.protocol.errors import ServerUnavailable
+    from scoped_a2a.store.redis import open_redis_store
+
+    from .test_redis_store import new_task
+
+    fp = b"f" * 16
+    async with open_redis_store(redis_server.url) as store:
+        batcher = store.conn.batcher
+        send_batch = batcher._call
+        lost = [True]
+
+        async def reply_lost(fn: Callable[[], Any]) -> Any:
+            await send_batch(fn)  # Redis executes the batch ...
+            if lost[0]:
+                lost[0] = False
+                raise ServerUnavailable("the reply was lost")  # ... its sender never hears
+            return None
+
+        queued = new_task()
+        assert await store.claim_message("o", "m1", fp, queued.id) is None
+        monkeypatch.setattr(batcher, "_call", reply_lost)
+        with pytest.raises(ServerUnavailable):
+            await store.queue.submit(queued, queued.history[0], request_metadata=None,
+                                     detach_reason="test", owner="o")
+        monkeypatch.setattr(batcher, "_call", send_batch)
+        assert not lost[0], "the CREATE's reply was not the one lost"
+        await store.release_message("o", "m1", queued.id)  # what the failed send does
+        got = await store.claim_message("o", "m1", fp, "resent")
+        assert got == PriorSend(queued.id, fp, 0, True), (
+            f"the resend of a stored queued run's message got {got} (None: it runs again)")
+
+        interactive = new_task()
+        assert await store.claim_message("o", "m2", fp, interactive.id) is None
+        await store.create(interactive, owner="o")
+        await store.release_message("o", "m2", interactive.id)
+        assert await store.claim_message("o", "m2", fp, "resent") is None  # it runs anew
+
+        never = new_task()
+        assert await store.claim_message("o", "m3", fp, never.id) is None
+        await store.release_message("o", "m3", never.id)
+        assert await store.claim_message("o", "m3", fp, "resent") is None

@@ -9,6 +9,7 @@ outage reaches the run instead of vanishing, and nothing a reader was shown is l
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import anyio
 import pytest
@@ -17,7 +18,7 @@ from scoped_a2a.protocol.errors import ServerUnavailable
 from scoped_a2a.protocol.types import Task, TaskState
 from scoped_a2a.runtime.tail import tail
 from scoped_a2a.store.base import LogPage
-from scoped_a2a.store.redis import open_redis_store
+from scoped_a2a.store.redis import open_redis_store, scripts
 from scoped_a2a.store.redis.store import RedisTaskStore
 
 from .conftest import RedisServer
@@ -223,3 +224,33 @@ async def test_a_failing_call_fails_alone_in_its_batch(redis_server: RedisServer
         for t in others:
             assert results[t.id] == "ok"
             assert (await store.get(t.id))[1] == 0
+
+
+
+async def test_a_runs_events_and_its_end_share_one_batch(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run's pushed events wait a few turns of the loop for what follows them: a run that
+    works, emits an artifact and completes sends its three appends in one batch (the first
+    pushed event used to go alone, the rest in the next batch), and all of it is stored."""
+    async with open_redis_store(redis_server.url) as store:
+        batcher = store.conn.batcher
+        send = batcher._send
+        appends: list[int] = []  # the APPEND calls of each batch sent
+
+        async def counted(batch: list[Any]) -> None:
+            appends.append(sum(1 for call in batch if call.which == append_number))
+            await send(batch)
+
+        append_number = batcher._index[scripts.APPEND]
+        task = new_task()
+        await store.create(task)
+        await anyio.sleep(0.5)  # the store's first lease calls (sent at once) are done
+        monkeypatch.setattr(batcher, "_send", counted)
+        await store.append(task.id, status(task, TaskState.WORKING))
+        await store.append(task.id, chunk(task, "0"))
+        await store.append(task.id, status(task, TaskState.COMPLETED))
+        assert [n for n in appends if n] == [3], f"APPEND calls per batch: {appends}"
+        page = await read_all(store, task.id)
+        assert [e.position for e in page.entries] == [1, 2, 3]
+        assert page.task.status.state is TaskState.COMPLETED

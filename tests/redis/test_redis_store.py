@@ -251,3 +251,41 @@ async def test_redis_down_sends_fail_clearly_and_the_server_recovers(
             assert again["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
             listed = await rpc(client, url, "ListTasks", {})
             assert listed["result"]["totalSize"] == 2  # nothing accepted that is not stored
+
+
+async def test_a_follower_elsewhere_wakes_while_the_writers_own_subscription_is_gone(
+    redis_server: RedisServer,
+) -> None:
+    """The writer's listener believes itself subscribed to a task's channel, but Redis dropped
+    that subscription (a pub/sub connection lost unnoticed, simulated by unsubscribing behind the
+    listener's back): another process's follower still hears the append at once, not at its
+    next poll (a batch announced only when it counted a listener besides the writer, and then
+    counted none)."""
+    async with open_redis_store(redis_server.url) as a, open_redis_store(redis_server.url) as b:
+        b.poll_interval = 60.0  # only the announcement can wake it in time
+        task = new_task()
+        await a.create(task)
+        with anyio.fail_after(10):
+            await a.conn.listening.wait()
+            await b.conn.listening.wait()
+            await a.conn.watch(task.id)
+        assert a.conn.confirmed_at(task.id) is not None
+        woke = anyio.Event()
+
+        async def waiter() -> None:
+            await b.wait(task.id, 0)
+            woke.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            with anyio.fail_after(10):
+                while b.conn.confirmed_at(task.id) is None:
+                    await anyio.sleep(0.01)
+            pubsub = a.conn._pubsub
+            assert pubsub is not None
+            await pubsub.unsubscribe(a.keys.appended(task.id))  # Redis forgets; A's store not
+            assert a.conn.confirmed_at(task.id) is not None
+            await a.append(task.id, tick(task, 0))
+            with anyio.fail_after(5):
+                await woke.wait()
+        assert [e.position for e in (await b.read(task.id, 0)).entries] == [1]

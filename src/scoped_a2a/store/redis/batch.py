@@ -44,6 +44,8 @@ from . import scripts
 
 MAX_BATCH = 256
 """Calls per batch, at most (bounds the time Redis spends in one script)."""
+HOLD_TURNS = 8
+"""Turns of the event loop a batch of pushed calls alone waits for more before it is sent."""
 
 log = logging.getLogger("scoped_a2a.redis")
 _pack = msgspec.msgpack.Encoder().encode
@@ -66,7 +68,7 @@ BATCH = (
 -- ARGV[1]: the calls, MessagePack: {{script number, {keys}, {arguments}}, ...} (one argument
 -- for Redis to take, not hundreds). Returns one reply per call.
 local out = {}
-local news = {}  -- the wake-up channel of each task appended to -> {last position, mine}
+local news = {}  -- the wake-up channel of each task appended to -> its last position
 for i, call in ipairs(cmsgpack.unpack(ARGV[1])) do
   local args = call[3]
   for j, arg in ipairs(args) do
@@ -74,25 +76,25 @@ for i, call in ipairs(cmsgpack.unpack(ARGV[1])) do
       args[j] = arg:sub(3):gsub('..', function(h) return string.char(tonumber(h, 16)) end)
     end
   end
-  local mine
-  if call[1] == APPEND then mine, args[17] = args[17], 'later' end
+  local append = call[1] == APPEND
+  if append then args[17] = 'later' end
   local ok, reply = pcall(calls[call[1]], call[2], args)
   if not ok then
     if type(reply) == 'table' and reply.err then reply = reply.err end
     reply = {'\\0error', tostring(reply)}
   elseif reply == nil then
     reply = false
-  elseif mine and reply[1] > 0 then
-    news[args[14]] = {reply[2], tonumber(mine)}
+  elseif append and reply[1] > 0 then
+    news[args[14]] = reply[2]
   end
   out[i] = reply
 end
--- one announcement per task and batch, of its last position (the writing process's own
--- listener needs none: it publishes its appends to its readers itself)
-for channel, new in pairs(news) do
-  if new[2] == 0 or redis.call('PUBSUB', 'NUMSUB', channel)[2] > new[2] then
-    redis.call('PUBLISH', channel, new[1])
-  end
+-- one announcement per task and batch, of its last position, whoever listens (the writer's
+-- own listener too: counting listeners cost more than a PUBLISH to none, and a count that
+-- left the writer out would miss another process's follower while Redis had dropped the
+-- writer's subscription unnoticed)
+for channel, last in pairs(news) do
+  redis.call('PUBLISH', channel, last)
 end
 return out
 """
@@ -140,6 +142,7 @@ class Batcher:
         self._queue: list[_Call] = []
         self._wake = anyio.Event()
         self._running = True  # from the start: the connection starts run() before any call
+        self._urgent = False  # a caller waits for a queued call (submit): send without holding
         self.batches = 0
         """Batches sent so far (each one script call, one round trip)."""
 
@@ -181,6 +184,8 @@ class Batcher:
             text = [_text(a) for a in args]
         call = _Call(self._index[_source(script)], keys, text, on_done)
         self._queue.append(call)
+        if on_done is None:
+            self._urgent = True
         self._wake.set()
         return call
 
@@ -193,9 +198,17 @@ class Batcher:
             while True:
                 await self._wake.wait()
                 self._wake = anyio.Event()
+                # Pushed calls alone (a run's events, nobody waiting for them) wait a few turns
+                # of the loop for what follows them, as a run's next events and its end
+                # (waited for) come right after: one round trip for them all, not two.
+                for _ in range(HOLD_TURNS):
+                    if self._urgent or len(self._queue) >= MAX_BATCH:
+                        break
+                    await anyio.lowlevel.checkpoint()
                 while self._queue:
                     batch = self._queue[:MAX_BATCH]
                     del self._queue[:MAX_BATCH]
+                    self._urgent = any(call.on_done is None for call in self._queue)
                     await self._send(batch)
         finally:
             self._running = False

@@ -84,6 +84,10 @@ class RedisClaims:
         await self.conn.run(self._confirm, keys, [task_id, self.keep_ms])
 
     async def release(self, owner: str, message_id: str, task_id: str) -> None:
+        """Drop the claim of a send that failed, unless its task was stored with a queued
+        run (a lost CREATE reply: that run executes, so the resend must find its task;
+        :data:`.scripts.RELEASE_MESSAGE`)."""
         self._pending.pop(task_id, None)
         key = self.keys.claim(claim_key(owner, message_id))
-        await self.conn.run(self._release, [key, self.keys.claims(task_id)], [task_id])
+        keys = [key, self.keys.claims(task_id), self.keys.task(task_id)]
+        await self.conn.run(self._release, keys, [task_id])

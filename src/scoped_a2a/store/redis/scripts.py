@@ -60,7 +60,7 @@ APPEND = _TERMINAL + """
 -- ARGV: expected last position, op, kind, event, snapshot ('' = unchanged), state, timestamp,
 --       max events, ended ttl ms, max ended tasks, now ms, task id, lease token ('' = none),
 --       the task's wake-up channel (gets the new position), key prefix, claim keep ms,
---       1 if the writing process is subscribed to that channel (else 0)
+--       'later' if the batch announces the position (else this call does)
 -- Returns {code, position}: 1 appended, 2 already appended (retry), -1 no such task,
 -- -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is not ours.
 local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op', 'proc')
@@ -119,15 +119,9 @@ if TERMINAL[ARGV[6]] then
     end
   end
 end
--- the new position: a listener learns it without asking (store/redis/local.py); the writing
--- process's own listener (ARGV[17] = 1 when it is subscribed) needs no word of its own
--- appends; 'later': the batch announces its last append to each task once (store/redis/batch.py)
-if ARGV[17] ~= 'later' then
-  local mine = tonumber(ARGV[17] or 0)
-  if mine == 0 or redis.call('PUBSUB', 'NUMSUB', ARGV[14])[2] > mine then
-    redis.call('PUBLISH', ARGV[14], pos)
-  end
-end
+-- the new position: a listener learns it without asking (store/redis/local.py); 'later': the
+-- batch announces its last append to each task once (store/redis/batch.py)
+if ARGV[17] ~= 'later' then redis.call('PUBLISH', ARGV[14], pos) end
 return {1, pos}
 """
 
@@ -187,11 +181,21 @@ return false
 """
 
 RELEASE_MESSAGE = """
--- KEYS: claim hash, the task's claims set.  ARGV: task id
-if redis.call('HGET', KEYS[1], 'task') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('SREM', KEYS[2], KEYS[1])
+-- KEYS: claim hash, the task's claims set, task hash.  ARGV: task id
+-- Drops the claim of a send that failed, unless it is the made claim of a queued run's task:
+-- a CREATE whose reply was lost looks failed to its sender, yet the run it queued will
+-- execute, so the resend must find that task, not run the message a second time. An
+-- interactive task (its hash names the process whose lease covers it) has no run once its
+-- sender failed: its claim goes, and the resend runs the message as a new task. A pending
+-- claim (a follow-up's, or a task never stored) goes. Returns 1 dropped, 0 kept.
+local cur = redis.call('HMGET', KEYS[1], 'task', 'made')
+if cur[1] ~= ARGV[1] then return 0 end
+if cur[2] == '1' and redis.call('EXISTS', KEYS[3]) == 1
+   and not redis.call('HGET', KEYS[3], 'proc') then
+  return 0
 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], KEYS[1])
 return 1
 """
 

@@ -202,5 +202,5 @@ class LogWriter:
             task.status.state.value, task.status.timestamp or "", store.max_events_per_task,
             int(store.ended_ttl * 1000), store.max_ended_tasks, int(time.time() * 1000),
             task_id, self.fences.get(task_id, ""), keys.appended(task_id), keys.base,
-            store.claim_keep_ms, 0 if self.conn.confirmed_at(task_id) is None else 1,
+            store.claim_keep_ms, "",
         ]
