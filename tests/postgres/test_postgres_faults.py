@@ -29,10 +29,11 @@ import httpx
 import psycopg
 import pytest
 
-from scoped_a2a.protocol.errors import ServerUnavailable
+from scoped_a2a.protocol.errors import ServerUnavailable, TaskNotFound
 from scoped_a2a.protocol.trajectory import TrajectoryEvent
 from scoped_a2a.protocol.types import Message, Part, Role, TaskPushNotificationConfig, TaskState
-from scoped_a2a.store.postgres import open_postgres_store
+from scoped_a2a.store.postgres import PostgresTaskStore, open_postgres_store, unstarted
+from scoped_a2a.store.postgres.connection import OutcomeUnknown
 
 from ..helpers import rpc, text_message
 from ..redis.conftest import Proc
@@ -46,7 +47,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_connection_cut_mid_transaction_is_a_clear_error_and_nothing_runs_twice(
-    pg_url: str, tmp_path: Path,
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server = shared_server()
     async with anyio.create_task_group() as tg:
@@ -85,31 +86,65 @@ async def test_a_connection_cut_mid_transaction_is_a_clear_error_and_nothing_run
             got, last = await store.get(task.id)
             assert (got.status.state, last) == (TaskState.COMPLETED, 1)
 
-            # A detached send whose acknowledgment was lost with its commit: the send fails
-            # and releases its claim (server/resend.py); the resend must find that task.
-            sent = new_task()
-            msg = Message(message_id="m1", role=Role.USER, parts=[Part(text="go")])
-            assert await store.claim_message("alice", "m1", b"fp", sent.id) is None
-            cutter.arm(b"INSERT INTO runs", "after")
-            with pytest.raises(ServerUnavailable, match="may or may not"):
-                await store.queue.submit(sent, msg, request_metadata=None,
-                                         detach_reason="test", owner="alice")
-            await store.release_message("alice", "m1", sent.id)
-            prior = await store.claim_message("alice", "m1", b"fp", "the-resend's-task")
-            assert prior is not None and (prior.task_id, prior.created) == (sent.id, True)
-            jobs = await store.queue.read_new("w", 10, 10)
-            assert [j.task_id for j in jobs] == [sent.id]  # queued once, run once
-            # A send that failed before its commit: its claim is released, the resend runs.
-            lost = new_task()
-            assert await store.claim_message("alice", "m2", b"fp", lost.id) is None
-            cutter.arm(b"INSERT INTO runs", "before")
-            with pytest.raises(ServerUnavailable, match="may or may not"):
-                await store.queue.submit(lost, msg, request_metadata=None,
-                                         detach_reason="test", owner="alice")
-            await store.release_message("alice", "m2", lost.id)
-            assert await store.claim_message("alice", "m2", b"fp", "resent") is None
-            assert cutter.cuts == 5
+            # A send whose acknowledgment was lost with its commit, on both sides of it,
+            # detached (its task and queued run in one commit) and blocking (its task).
+            monkeypatch.setattr(unstarted, "SETTLE_WINDOW", 1.0)  # not a minute
+            for i, (when, detached) in enumerate(
+                    [(w, d) for w in ("after", "before") for d in (True, False)]):
+                await _send_cut_at_commit(store, cutter, when, detached, f"m{i}")
+            assert cutter.cuts == 7
         tg.cancel_scope.cancel()
+
+
+async def _send_cut_at_commit(store: PostgresTaskStore, cutter: Cutter, when: str,
+                              detached: bool, message_id: str) -> None:
+    """A send of ``message_id`` whose commit is cut ``when`` (cutter.py); it fails, saying
+    it may have taken effect, and releases its claim as the server does (server/resend.py).
+
+    Committed (``after``): a detached send keeps its claim, so the resend finds that task,
+    queued once; a blocking one's claim goes (the resend runs the message as a new task) and
+    its stored task, never run, is recorded ``canceled``, reason ``not-started``, by the store
+    itself (unstarted.py), not left ``submitted`` until the process ends. Not committed
+    (``before``): nothing is stored, the resend runs the message, and the lost create is
+    forgotten once the settle window has passed."""
+    sent = new_task()
+    msg = Message(message_id=message_id, role=Role.USER, parts=[Part(text="go")])
+    assert await store.claim_message("alice", message_id, b"fp", sent.id) is None
+    before = await store.queue.read_new("w", 10, 10)
+    cutter.arm(b"INSERT INTO runs" if detached else b"INSERT INTO tasks", when)
+    with pytest.raises(ServerUnavailable, match="may or may not") as failed:
+        if detached:
+            await store.queue.submit(sent, msg, request_metadata=None,
+                                     detach_reason="test", owner="alice")
+        else:
+            await store.create(sent, owner="alice")
+    assert isinstance(failed.value, OutcomeUnknown)
+    # Remembered at once (a detached send's task is the queue's: its run is queued with it).
+    assert (sent.id in store.unstarted.pending) is not detached
+    await store.release_message("alice", message_id, sent.id)
+    prior = await store.claim_message("alice", message_id, b"fp", "resent-" + message_id)
+    jobs = [j.task_id for j in await store.queue.read_new("w", 10, 10)]
+    assert before == []
+    if when == "after" and detached:
+        assert prior is not None and (prior.task_id, prior.created) == (sent.id, True)
+        assert jobs == [sent.id]  # queued once, run once
+        return
+    assert (prior, jobs) == (None, []), (when, detached)  # the resend runs it
+    if when == "after":
+        with anyio.fail_after(10):
+            while (await store.get(sent.id))[0].status.state is TaskState.SUBMITTED:
+                await anyio.sleep(0.05)
+        task, _ = await store.get(sent.id)
+        assert task.status.state is TaskState.CANCELED, task.status
+        assert task.status.message is not None and task.status.message.metadata == {
+            "reason": "not-started"}, task.status.message
+        assert not await store.leases.covers(sent.id)  # nothing for the lease rule left
+    else:
+        with anyio.fail_after(10):  # looked for within the window, then forgotten
+            while sent.id in store.unstarted.pending:
+                await anyio.sleep(0.05)
+        with pytest.raises(TaskNotFound):
+            await store.get(sent.id)
 
 
 @pytest.mark.one_python  # conftest: 3.11 only (a real serve process)
@@ -133,6 +168,17 @@ async def test_sends_whose_commit_was_cut_are_resent_safely_through_a_real_serve
             with anyio.fail_after(30):
                 again = await rpc(client, url, "SendMessage", {"message": msg})
             assert again["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+            # The task its first send stored never ran; the server records it canceled (it
+            # stayed submitted until the process ended, before).
+            blocking = msg["messageId"]
+            tasks = await anyio.to_thread.run_sync(_tasks_of, pg_url, blocking)
+            [orphan] = set(tasks) - {again["result"]["task"]["id"]}
+            with anyio.fail_after(30):
+                while (got := (await rpc(client, url, "GetTask", {"id": orphan}))["result"])[
+                        "status"]["state"] == "TASK_STATE_SUBMITTED":
+                    await anyio.sleep(0.1)
+            assert got["status"]["state"] == "TASK_STATE_CANCELED", got
+            assert got["status"]["message"]["metadata"] == {"reason": "not-started"}, got
             # A detached send: its task and queued run committed, the answer lost. Its
             # resend is that task, and the run executes once.
             msg = text_message("sleep 0.2")
@@ -149,9 +195,11 @@ async def test_sends_whose_commit_was_cut_are_resent_safely_through_a_real_serve
     assert cutter.cuts == 2
     tasks = await anyio.to_thread.run_sync(_tasks_of, pg_url, msg["messageId"])
     assert tasks == [task_id]  # one task holds the detached message...
-    log = (await anyio.to_thread.run_sync(_logs, pg_url))[task_id]
-    starts = [e for e in log if e.get("data", {}).get("type") == "start"]
-    assert len(starts) == 1, log  # ... and its run started once
+    logs = await anyio.to_thread.run_sync(_logs, pg_url)
+    starts = [e for e in logs[task_id] if e.get("data", {}).get("type") == "start"]
+    assert len(starts) == 1, logs[task_id]  # ... and its run started once
+    assert not [e for e in logs[orphan] if e.get("data", {}).get("type") == "start"], \
+        logs[orphan]  # the blocking message ran once: in its resend's task
 
 
 def _tasks_of(url: str, message_id: str) -> list[str]:

@@ -63,6 +63,11 @@ class CommitUnknown(psycopg.OperationalError):
     """The connection was lost while its transaction was committing: it may have committed."""
 
 
+class OutcomeUnknown(ServerUnavailable):
+    """What callers get for :class:`CommitUnknown`: the change may have been stored (a
+    store that must settle such a change, unstarted.py, tells it from other outages)."""
+
+
 def display(url: str) -> str:
     """``host:port/database`` of a store URL, without user or password (what logs show); a
     URL naming several hosts (libpq tries them in turn: a failover) shows them all."""
@@ -323,7 +328,7 @@ class Pool:
             self._failing = kind
             self._writes_failing = isinstance(
                 exc, pgerrors.ReadOnlySqlTransaction | pgerrors.DiskFull)
-        return ServerUnavailable(text)
+        return OutcomeUnknown(text) if isinstance(exc, CommitUnknown) else ServerUnavailable(text)
 
     def _drop_idle(self) -> None:
         idle, self._idle = self._idle, []
