@@ -5,21 +5,31 @@ A connection cut in the middle of a transaction (a relay on loopback that cuts i
 nothing is stored and the next call works; after it was sent (committed, the answer lost), the
 error says the request may have taken effect, the change is stored once, and a detached send
 that failed so is not run twice by its resend. Found: the failed send released its message
-claim although its task was stored, so the resend made a second task and both ran.
+claim although its task was stored, so the resend made a second task and both ran. A blocking
+send's task stored so (its run never started) is recorded ``canceled``, reason
+``not-started``, by the store once the database answers; it stayed ``submitted`` until its
+process ended, before.
 
 A failover to a read-only server: a real standby made with ``pg_basebackup``, the primary
 stopped, the store on a URL naming both hosts; reads work, writes say the server is read-only,
 and once the standby is promoted writes work, the listener is back and what the primary had
 committed is there. A full disk: the database in a tablespace on a small tmpfs the test
 mounts; writes say the disk is full at once, one log line, nothing committed is lost, and
-writes work once space is freed. Tests that need a mount or a standby say why they skip.
+writes work once space is freed. A full disk under the WAL (``initdb --waldir`` on a small
+tmpfs, a replication slot holding every segment): the server PANICs and waits in recovery;
+callers get the full-disk line, then "cannot be reached", one log line per class, nothing
+acknowledged is lost, and the store writes again by itself once space returns. Tests that need
+a mount or a standby say why they skip.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +50,7 @@ from ..redis.conftest import Proc
 from ..redis.test_redis_store import new_task, status, tick
 from ..test_store_sqlite_full import fill, small_disk
 from .cutter import Cutter
-from .server import PostgresServer, shared_server
+from .server import PostgresServer, shared_server, skip_without_postgres
 from .test_postgres_serve import _logs
 
 pytestmark = pytest.mark.anyio
@@ -364,3 +374,98 @@ async def test_an_adoption_whose_reply_was_lost_is_watched_at_the_next(
             assert await b.watches.adopt(10) == expected  # re-adopted: B watches it now
             assert await b.watches.adopt(10) == []  # answered: nothing more to re-read
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.one_python("3.13")  # conftest: 3.13 only (a postmaster of its own)
+async def test_a_full_wal_disk_is_a_clear_error_loses_nothing_acknowledged_and_heals(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    skip_without_postgres()
+    server = PostgresServer(Path(tempfile.mkdtemp(prefix="scoped-a2a-pg-wal-")))
+    try:
+        server._prepare()
+        with small_disk(server.directory / "wal-disk", "12m") as small:
+            try:
+                # 1 MB WAL segments, so a small file system holds several; a replication
+                # slot holding every segment from the start, so the checkpointer recycles
+                # none and the writes below fill the disk (as a standby that fell behind does).
+                await anyio.to_thread.run_sync(lambda: server.init(
+                    f"--waldir={small / 'wal'}", "--wal-segsize=1"))
+                server.psql("SELECT pg_create_physical_replication_slot('hold', true)")
+                await _fill_the_wal(server, small, caplog)
+            finally:
+                server.stop()  # before its disk goes
+    finally:
+        server.destroy()
+
+
+async def _fill_the_wal(server: PostgresServer, small: Path,
+                        caplog: pytest.LogCaptureFixture) -> None:
+    async with open_postgres_store(server.url(), key_file=server.directory / "k",
+                                   sync_events=True) as store:
+        kept = new_task()
+        await store.create(kept)
+        await store.append(kept.id, status(kept, TaskState.COMPLETED, "kept"))
+        task = new_task()
+        await store.create(task)
+        filler = await anyio.to_thread.run_sync(fill, small)
+        caplog.clear()
+        acknowledged: dict[int, int] = {}  # position -> the event's i
+        errors: list[str] = []
+        restarted = 0
+        big = os.urandom(50_000).hex()
+        with anyio.fail_after(120):  # a hang guard: each call is answered
+            i = 0
+            while len(errors) < 10:  # the WAL is full, the server PANICs: calls fail
+                i += 1
+                try:
+                    acknowledged[await store.append(task.id, TrajectoryEvent(
+                        task_id=task.id, context_id=task.context_id,
+                        data={"i": i, "pad": big}))] = i
+                except ServerUnavailable as exc:
+                    errors.append(str(exc))
+                    await anyio.sleep(0.2)
+                assert i < 500, "the WAL never filled"
+            failing = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+            await anyio.to_thread.run_sync(filler.unlink)  # space returns
+            freed = anyio.current_time()
+            while True:  # the store recovers by itself once the server does
+                if server.proc is not None and server.proc.poll() is not None:
+                    # The postmaster exited (its end-of-recovery checkpoint could not be
+                    # written while the disk was full): started again, as its supervisor would.
+                    restarted += 1
+                    await anyio.to_thread.run_sync(server.restart)
+                try:
+                    pos = await store.append(task.id, status(task, TaskState.COMPLETED, "done"))
+                    break
+                except ServerUnavailable as exc:
+                    errors.append(str(exc))
+                    await anyio.sleep(0.2)
+        print(f"WAL full: {len(acknowledged)} acknowledged, {len(errors)} failed, healed "
+              f"{anyio.current_time() - freed:.1f} s after space returned, postmaster "
+              f"restarted {restarted} time(s); errors: {sorted(set(errors))}; "
+              f"log: {failing}")
+        for text in errors:  # clear, and no file of the server named
+            assert ("has a full disk" in text or "cannot be reached" in text), text
+            assert "pg_wal" not in text and "No space left" not in text, text
+        assert any("has a full disk" in text for text in errors), errors
+        # One log line per failure class while it lasted (the class: what the line says
+        # before the server's own words).
+        classes = [line.split(": ", 1)[0] for line in failing]
+        assert len(classes) == len(set(classes)), failing
+        assert any("answers again" in r.getMessage() for r in caplog.records)
+        # Nothing acknowledged is lost; the end is written after every acknowledged event.
+        stored = await anyio.to_thread.run_sync(_events_of, server.url(), task.id)
+        assert {p: stored.get(p) for p in acknowledged} == acknowledged
+        assert pos == max(stored) and max(stored) > max(acknowledged, default=0)
+        assert (await store.get(kept.id))[0].status.state == TaskState.COMPLETED
+        assert (await store.get(task.id))[0].status.state == TaskState.COMPLETED
+
+
+def _events_of(url: str, task_id: str) -> dict[int, int | None]:
+    """Position -> ``data.i`` of each stored event of ``task_id`` (None: not a numbered one)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT e.pos, e.body FROM scoped_a2a.events e JOIN "
+                            "scoped_a2a.tasks t ON t.seq = e.task WHERE t.id = %s",
+                            (task_id,)).fetchall()
+    return {int(p): json.loads(bytes(b)).get("data", {}).get("i") for p, b in rows}
