@@ -312,8 +312,12 @@ async def test_a_full_disk_is_a_clear_error_at_once_and_heals(
 async def _fill_while_writing(url: str, small: Path, tmp_path: Path,
                               caplog: pytest.LogCaptureFixture) -> None:
     # sync_events: each append waits for its commit, so each is answered (a run's running
-    # events are otherwise not waited for, and a failure is told at the next append).
-    async with open_postgres_store(url, key_file=tmp_path / "k", sync_events=True) as store:
+    # events are otherwise not waited for, and a failure is told at the next append). A short
+    # lease: its heartbeat (a small upsert, which may fit where an event does not) runs every
+    # 0.2 s between the writes; it ended the logged failure, and each next write logged it
+    # again (the test failed so under load, when a 3.3 s heartbeat came in between).
+    async with open_postgres_store(url, key_file=tmp_path / "k", sync_events=True,
+                                   lease=0.6) as store:
         kept = new_task()
         await store.create(kept)
         await store.append(kept.id, status(kept, TaskState.COMPLETED, "kept"))

@@ -231,13 +231,16 @@ class Pool:
         self._failing: str | None = None  # the failure last logged (logged once until it heals)
         self._writes_failing = False  # ... and it fails writes only (read-only, a full disk)
 
-    async def run(self, fn: Work[T], *, retry: bool = False, transaction: bool | None = None
-                  ) -> T:
+    async def run(self, fn: Work[T], *, retry: bool = False, transaction: bool | None = None,
+                  background: bool = False) -> T:
         """``await fn(conn)`` on one connection, in one transaction (committed when it returns,
         rolled back when it raises; ``transaction=False``: each statement commits by itself).
         ``retry``: a read, tried again once on a fresh connection, and with no transaction
         unless asked (under READ COMMITTED a transaction gives its statements no common
         snapshot either; ``BEGIN`` and ``COMMIT`` would be two more round trips).
+        ``background``: a small write no caller waits on (the lease's heartbeat and check),
+        which does not end a logged failure of writes (on a full disk a small upsert may fit
+        in a page where an event does not: the failure was logged again after each).
         ServerUnavailable when the database cannot be used; ``fn``'s own exceptions pass
         through."""
         if transaction is None:
@@ -258,7 +261,8 @@ class Pool:
                     raise
                 # A read (``retry``) that works says nothing of a server failing writes only:
                 # reads and writes interleaved must not log the failure again at every write.
-                if self._failing is not None and not (self._writes_failing and retry):
+                if self._failing is not None and not (
+                        self._writes_failing and (retry or background)):
                     log.warning("PostgreSQL at %s answers again", self.where)
                     self._failing = None
                 return result
