@@ -59,6 +59,7 @@ LOST_REASON = "process-lost"
 
 LOST_TEXT = ("Canceled: the server process running this interactive run was lost (it stopped "
              "renewing its lease), and its caller's connection with it; send the message again")
+
 UNSTARTED_REASON = "not-started"
 """The end reason of a task whose store lost the answer to its create (the connection went
 while it committed), so its send failed and its run never started (store/postgres/unstarted.py);
