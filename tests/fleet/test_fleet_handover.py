@@ -18,6 +18,7 @@ lease rule (canceled, process-lost).
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import anyio
@@ -197,3 +198,60 @@ async def test_a_follow_up_a_rule_detaches_says_so_through_the_other_replica(
                     await anyio.sleep(0.05)
             assert ("detachedBy" in stored.get("metadata", {})) is crm, stored
             await rpc(client, urls[0], "CancelTask", {"id": asked["id"]})
+
+
+async def test_another_caller_reaches_no_run_through_the_replica_that_does_not_hold_it(
+    fleet: Fleet,
+) -> None:
+    """The hand-over carries what the method layer let through, and nothing checks the
+    caller again past it (the holder trusts its replicas): so every way in through the other
+    replica must stop a caller without credentials, or with another caller's, before it. Bob,
+    and a caller with no key, try Alice's run parked on A through B: a follow-up (and a resend
+    of Alice's own follow-up under Bob's key), a cancel, a subscription, a read. Each is
+    refused as "not found" (401 without a key), the run goes on waiting, and Alice's answer
+    through B is the one it gets."""
+    keys = fleet.tmp / "keys.txt"
+    keys.write_text("alice:alice-key\nbob:bob-key\n")
+    alice, bob = {"X-API-Key": "alice-key"}, {"X-API-Key": "bob-key"}
+    a, b = (fleet.serve("--lease", str(LEASE), "--api-keys", str(keys)) for _ in range(2))
+    url_a, url_b = await a.url(), await b.url()
+    async with httpx.AsyncClient(timeout=30) as client:
+        asked = (await rpc(client, url_a, "SendMessage", {"message": text_message("ask")},
+                           headers=alice))["result"]["task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+        answer = answer_to(asked, "alice")
+        tries = [("SendMessage", {"message": answer_to(asked, "evil")}),
+                 ("SendMessage", {"message": answer}),  # Alice's messageId, Bob's key
+                 ("SendStreamingMessage", {"message": answer_to(asked, "evil")}),
+                 ("CancelTask", {"id": asked["id"]}),
+                 ("SubscribeToTask", {"id": asked["id"]}),
+                 ("GetTask", {"id": asked["id"]})]
+        for method, params in tries:
+            got = await _first_answer(client, url_b, method, params, bob)
+            assert got.get("error", {}).get("code") == -32001, (method, got)
+            nobody = await client.post(url_b, json={"jsonrpc": "2.0", "id": 1, "method": method,
+                                                    "params": params}, headers=V1)
+            assert nobody.status_code == 401, (method, nobody.status_code, nobody.text[:300])
+        now = (await rpc(client, url_a, "GetTask", {"id": asked["id"]}, headers=alice))
+        assert now["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", now
+        got = await rpc(client, url_b, "SendMessage", {"message": answer}, headers=alice)
+        final = got["result"]["task"]
+        assert final["status"]["state"] == "TASK_STATE_COMPLETED", got
+        text = final["status"]["message"]["parts"][0]["text"]
+        assert text.startswith(f"hi alice pid={a.pid}"), text[:200]
+        said = [p.get("text") for m in final.get("history", []) for p in m["parts"]]
+        assert "evil" not in said, said
+
+
+async def _first_answer(client: httpx.AsyncClient, url: str, method: str,
+                        params: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    """The JSON-RPC answer to one call, or the first event of a stream."""
+    req = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    async with client.stream("POST", url, json=req, headers={**V1, **headers}) as resp:
+        assert resp.status_code == 200, (method, resp.status_code)
+        if resp.headers.get("content-type", "").startswith("text/event-stream"):
+            async for _, event in sse_events(resp):
+                return event
+            raise AssertionError(f"{method}: an empty stream")
+        body: dict[str, Any] = json.loads(await resp.aread())
+        return body

@@ -57,6 +57,8 @@ class PostgresServer:
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.sockets = directory / "sock"
+        self.settings: list[str] = []
+        """More ``-c name=value`` settings of the postmaster."""
 
     def url(self, database: str = "a2a", user: str = USER, password: str = PASSWORD) -> str:
         return f"postgresql://{user}:{password}@127.0.0.1:{self.port}/{database}"
@@ -72,11 +74,13 @@ class PostgresServer:
         self.sockets.mkdir(exist_ok=True)
         self._chown(self.sockets)
 
-    def init(self) -> None:
+    def init(self, *initdb: str) -> None:
+        """``initdb`` (with more arguments ``initdb``), start, and make the test user and
+        its database."""
         self._prepare()
         subprocess.run([*_as_postgres(), str(self.bins / "initdb"), "-D", str(self.data),
                         "-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
-                        "-E", "UTF8", "--no-instructions"],
+                        "-E", "UTF8", "--no-instructions", *initdb],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.start()
         self.psql(f"CREATE ROLE {USER} LOGIN PASSWORD '{PASSWORD}'")
@@ -88,7 +92,8 @@ class PostgresServer:
         self.proc = subprocess.Popen(
             [*_as_postgres(), str(self.bins / "postgres"), "-D", str(self.data),
              "-p", str(self.port), "-h", "127.0.0.1", "-k", str(self.sockets),
-             "-c", "fsync=on", "-c", "max_connections=200", "-c", "logging_collector=off"],
+             "-c", "fsync=on", "-c", "max_connections=200", "-c", "logging_collector=off",
+             *(a for setting in self.settings for a in ("-c", setting))],
             stdout=subprocess.DEVNULL, stderr=open(log, "ab"),  # noqa: SIM115
         )
         deadline = time.monotonic() + 30

@@ -5,21 +5,31 @@ A connection cut in the middle of a transaction (a relay on loopback that cuts i
 nothing is stored and the next call works; after it was sent (committed, the answer lost), the
 error says the request may have taken effect, the change is stored once, and a detached send
 that failed so is not run twice by its resend. Found: the failed send released its message
-claim although its task was stored, so the resend made a second task and both ran.
+claim although its task was stored, so the resend made a second task and both ran. A blocking
+send's task stored so (its run never started) is recorded ``canceled``, reason
+``not-started``, by the store once the database answers; it stayed ``submitted`` until its
+process ended, before.
 
 A failover to a read-only server: a real standby made with ``pg_basebackup``, the primary
 stopped, the store on a URL naming both hosts; reads work, writes say the server is read-only,
 and once the standby is promoted writes work, the listener is back and what the primary had
 committed is there. A full disk: the database in a tablespace on a small tmpfs the test
 mounts; writes say the disk is full at once, one log line, nothing committed is lost, and
-writes work once space is freed. Tests that need a mount or a standby say why they skip.
+writes work once space is freed. A full disk under the WAL (``initdb --waldir`` on a small
+tmpfs, a replication slot holding every segment): the server PANICs and waits in recovery;
+callers get the full-disk line, then "cannot be reached", one log line per class, nothing
+acknowledged is lost, and the store writes again by itself once space returns. Tests that need
+a mount or a standby say why they skip.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -29,24 +39,25 @@ import httpx
 import psycopg
 import pytest
 
-from scoped_a2a.protocol.errors import ServerUnavailable
+from scoped_a2a.protocol.errors import ServerUnavailable, TaskNotFound
 from scoped_a2a.protocol.trajectory import TrajectoryEvent
 from scoped_a2a.protocol.types import Message, Part, Role, TaskPushNotificationConfig, TaskState
-from scoped_a2a.store.postgres import open_postgres_store
+from scoped_a2a.store.postgres import PostgresTaskStore, open_postgres_store, unstarted
+from scoped_a2a.store.postgres.connection import OutcomeUnknown
 
 from ..helpers import rpc, text_message
 from ..redis.conftest import Proc
 from ..redis.test_redis_store import new_task, status, tick
 from ..test_store_sqlite_full import fill, small_disk
 from .cutter import Cutter
-from .server import PostgresServer, shared_server
+from .server import PostgresServer, shared_server, skip_without_postgres
 from .test_postgres_serve import _logs
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_a_connection_cut_mid_transaction_is_a_clear_error_and_nothing_runs_twice(
-    pg_url: str, tmp_path: Path,
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server = shared_server()
     async with anyio.create_task_group() as tg:
@@ -85,31 +96,65 @@ async def test_a_connection_cut_mid_transaction_is_a_clear_error_and_nothing_run
             got, last = await store.get(task.id)
             assert (got.status.state, last) == (TaskState.COMPLETED, 1)
 
-            # A detached send whose acknowledgment was lost with its commit: the send fails
-            # and releases its claim (server/resend.py); the resend must find that task.
-            sent = new_task()
-            msg = Message(message_id="m1", role=Role.USER, parts=[Part(text="go")])
-            assert await store.claim_message("alice", "m1", b"fp", sent.id) is None
-            cutter.arm(b"INSERT INTO runs", "after")
-            with pytest.raises(ServerUnavailable, match="may or may not"):
-                await store.queue.submit(sent, msg, request_metadata=None,
-                                         detach_reason="test", owner="alice")
-            await store.release_message("alice", "m1", sent.id)
-            prior = await store.claim_message("alice", "m1", b"fp", "the-resend's-task")
-            assert prior is not None and (prior.task_id, prior.created) == (sent.id, True)
-            jobs = await store.queue.read_new("w", 10, 10)
-            assert [j.task_id for j in jobs] == [sent.id]  # queued once, run once
-            # A send that failed before its commit: its claim is released, the resend runs.
-            lost = new_task()
-            assert await store.claim_message("alice", "m2", b"fp", lost.id) is None
-            cutter.arm(b"INSERT INTO runs", "before")
-            with pytest.raises(ServerUnavailable, match="may or may not"):
-                await store.queue.submit(lost, msg, request_metadata=None,
-                                         detach_reason="test", owner="alice")
-            await store.release_message("alice", "m2", lost.id)
-            assert await store.claim_message("alice", "m2", b"fp", "resent") is None
-            assert cutter.cuts == 5
+            # A send whose acknowledgment was lost with its commit, on both sides of it,
+            # detached (its task and queued run in one commit) and blocking (its task).
+            monkeypatch.setattr(unstarted, "SETTLE_WINDOW", 1.0)  # not a minute
+            for i, (when, detached) in enumerate(
+                    [(w, d) for w in ("after", "before") for d in (True, False)]):
+                await _send_cut_at_commit(store, cutter, when, detached, f"m{i}")
+            assert cutter.cuts == 7
         tg.cancel_scope.cancel()
+
+
+async def _send_cut_at_commit(store: PostgresTaskStore, cutter: Cutter, when: str,
+                              detached: bool, message_id: str) -> None:
+    """A send of ``message_id`` whose commit is cut ``when`` (cutter.py); it fails, saying
+    it may have taken effect, and releases its claim as the server does (server/resend.py).
+
+    Committed (``after``): a detached send keeps its claim, so the resend finds that task,
+    queued once; a blocking one's claim goes (the resend runs the message as a new task) and
+    its stored task, never run, is recorded ``canceled``, reason ``not-started``, by the store
+    itself (unstarted.py), not left ``submitted`` until the process ends. Not committed
+    (``before``): nothing is stored, the resend runs the message, and the lost create is
+    forgotten once the settle window has passed."""
+    sent = new_task()
+    msg = Message(message_id=message_id, role=Role.USER, parts=[Part(text="go")])
+    assert await store.claim_message("alice", message_id, b"fp", sent.id) is None
+    before = await store.queue.read_new("w", 10, 10)
+    cutter.arm(b"INSERT INTO runs" if detached else b"INSERT INTO tasks", when)
+    with pytest.raises(ServerUnavailable, match="may or may not") as failed:
+        if detached:
+            await store.queue.submit(sent, msg, request_metadata=None,
+                                     detach_reason="test", owner="alice")
+        else:
+            await store.create(sent, owner="alice")
+    assert isinstance(failed.value, OutcomeUnknown)
+    # Remembered at once (a detached send's task is the queue's: its run is queued with it).
+    assert (sent.id in store.unstarted.pending) is not detached
+    await store.release_message("alice", message_id, sent.id)
+    prior = await store.claim_message("alice", message_id, b"fp", "resent-" + message_id)
+    jobs = [j.task_id for j in await store.queue.read_new("w", 10, 10)]
+    assert before == []
+    if when == "after" and detached:
+        assert prior is not None and (prior.task_id, prior.created) == (sent.id, True)
+        assert jobs == [sent.id]  # queued once, run once
+        return
+    assert (prior, jobs) == (None, []), (when, detached)  # the resend runs it
+    if when == "after":
+        with anyio.fail_after(10):
+            while (await store.get(sent.id))[0].status.state is TaskState.SUBMITTED:
+                await anyio.sleep(0.05)
+        task, _ = await store.get(sent.id)
+        assert task.status.state is TaskState.CANCELED, task.status
+        assert task.status.message is not None and task.status.message.metadata == {
+            "reason": "not-started"}, task.status.message
+        assert not await store.leases.covers(sent.id)  # nothing for the lease rule left
+    else:
+        with anyio.fail_after(10):  # looked for within the window, then forgotten
+            while sent.id in store.unstarted.pending:
+                await anyio.sleep(0.05)
+        with pytest.raises(TaskNotFound):
+            await store.get(sent.id)
 
 
 @pytest.mark.one_python  # conftest: 3.11 only (a real serve process)
@@ -133,6 +178,17 @@ async def test_sends_whose_commit_was_cut_are_resent_safely_through_a_real_serve
             with anyio.fail_after(30):
                 again = await rpc(client, url, "SendMessage", {"message": msg})
             assert again["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+            # The task its first send stored never ran; the server records it canceled (it
+            # stayed submitted until the process ended, before).
+            blocking = msg["messageId"]
+            tasks = await anyio.to_thread.run_sync(_tasks_of, pg_url, blocking)
+            [orphan] = set(tasks) - {again["result"]["task"]["id"]}
+            with anyio.fail_after(30):
+                while (got := (await rpc(client, url, "GetTask", {"id": orphan}))["result"])[
+                        "status"]["state"] == "TASK_STATE_SUBMITTED":
+                    await anyio.sleep(0.1)
+            assert got["status"]["state"] == "TASK_STATE_CANCELED", got
+            assert got["status"]["message"]["metadata"] == {"reason": "not-started"}, got
             # A detached send: its task and queued run committed, the answer lost. Its
             # resend is that task, and the run executes once.
             msg = text_message("sleep 0.2")
@@ -149,9 +205,11 @@ async def test_sends_whose_commit_was_cut_are_resent_safely_through_a_real_serve
     assert cutter.cuts == 2
     tasks = await anyio.to_thread.run_sync(_tasks_of, pg_url, msg["messageId"])
     assert tasks == [task_id]  # one task holds the detached message...
-    log = (await anyio.to_thread.run_sync(_logs, pg_url))[task_id]
-    starts = [e for e in log if e.get("data", {}).get("type") == "start"]
-    assert len(starts) == 1, log  # ... and its run started once
+    logs = await anyio.to_thread.run_sync(_logs, pg_url)
+    starts = [e for e in logs[task_id] if e.get("data", {}).get("type") == "start"]
+    assert len(starts) == 1, logs[task_id]  # ... and its run started once
+    assert not [e for e in logs[orphan] if e.get("data", {}).get("type") == "start"], \
+        logs[orphan]  # the blocking message ran once: in its resend's task
 
 
 def _tasks_of(url: str, message_id: str) -> list[str]:
@@ -254,8 +312,12 @@ async def test_a_full_disk_is_a_clear_error_at_once_and_heals(
 async def _fill_while_writing(url: str, small: Path, tmp_path: Path,
                               caplog: pytest.LogCaptureFixture) -> None:
     # sync_events: each append waits for its commit, so each is answered (a run's running
-    # events are otherwise not waited for, and a failure is told at the next append).
-    async with open_postgres_store(url, key_file=tmp_path / "k", sync_events=True) as store:
+    # events are otherwise not waited for, and a failure is told at the next append). A short
+    # lease: its heartbeat (a small upsert, which may fit where an event does not) runs every
+    # 0.2 s between the writes; it ended the logged failure, and each next write logged it
+    # again (the test failed so under load, when a 3.3 s heartbeat came in between).
+    async with open_postgres_store(url, key_file=tmp_path / "k", sync_events=True,
+                                   lease=0.6) as store:
         kept = new_task()
         await store.create(kept)
         await store.append(kept.id, status(kept, TaskState.COMPLETED, "kept"))
@@ -316,3 +378,98 @@ async def test_an_adoption_whose_reply_was_lost_is_watched_at_the_next(
             assert await b.watches.adopt(10) == expected  # re-adopted: B watches it now
             assert await b.watches.adopt(10) == []  # answered: nothing more to re-read
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.one_python("3.13")  # conftest: 3.13 only (a postmaster of its own)
+async def test_a_full_wal_disk_is_a_clear_error_loses_nothing_acknowledged_and_heals(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    skip_without_postgres()
+    server = PostgresServer(Path(tempfile.mkdtemp(prefix="scoped-a2a-pg-wal-")))
+    try:
+        server._prepare()
+        with small_disk(server.directory / "wal-disk", "12m") as small:
+            try:
+                # 1 MB WAL segments, so a small file system holds several; a replication
+                # slot holding every segment from the start, so the checkpointer recycles
+                # none and the writes below fill the disk (as a standby that fell behind does).
+                await anyio.to_thread.run_sync(lambda: server.init(
+                    f"--waldir={small / 'wal'}", "--wal-segsize=1"))
+                server.psql("SELECT pg_create_physical_replication_slot('hold', true)")
+                await _fill_the_wal(server, small, caplog)
+            finally:
+                server.stop()  # before its disk goes
+    finally:
+        server.destroy()
+
+
+async def _fill_the_wal(server: PostgresServer, small: Path,
+                        caplog: pytest.LogCaptureFixture) -> None:
+    async with open_postgres_store(server.url(), key_file=server.directory / "k",
+                                   sync_events=True) as store:
+        kept = new_task()
+        await store.create(kept)
+        await store.append(kept.id, status(kept, TaskState.COMPLETED, "kept"))
+        task = new_task()
+        await store.create(task)
+        filler = await anyio.to_thread.run_sync(fill, small)
+        caplog.clear()
+        acknowledged: dict[int, int] = {}  # position -> the event's i
+        errors: list[str] = []
+        restarted = 0
+        big = os.urandom(50_000).hex()
+        with anyio.fail_after(120):  # a hang guard: each call is answered
+            i = 0
+            while len(errors) < 10:  # the WAL is full, the server PANICs: calls fail
+                i += 1
+                try:
+                    acknowledged[await store.append(task.id, TrajectoryEvent(
+                        task_id=task.id, context_id=task.context_id,
+                        data={"i": i, "pad": big}))] = i
+                except ServerUnavailable as exc:
+                    errors.append(str(exc))
+                    await anyio.sleep(0.2)
+                assert i < 500, "the WAL never filled"
+            failing = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+            await anyio.to_thread.run_sync(filler.unlink)  # space returns
+            freed = anyio.current_time()
+            while True:  # the store recovers by itself once the server does
+                if server.proc is not None and server.proc.poll() is not None:
+                    # The postmaster exited (its end-of-recovery checkpoint could not be
+                    # written while the disk was full): started again, as its supervisor would.
+                    restarted += 1
+                    await anyio.to_thread.run_sync(server.restart)
+                try:
+                    pos = await store.append(task.id, status(task, TaskState.COMPLETED, "done"))
+                    break
+                except ServerUnavailable as exc:
+                    errors.append(str(exc))
+                    await anyio.sleep(0.2)
+        print(f"WAL full: {len(acknowledged)} acknowledged, {len(errors)} failed, healed "
+              f"{anyio.current_time() - freed:.1f} s after space returned, postmaster "
+              f"restarted {restarted} time(s); errors: {sorted(set(errors))}; "
+              f"log: {failing}")
+        for text in errors:  # clear, and no file of the server named
+            assert ("has a full disk" in text or "cannot be reached" in text), text
+            assert "pg_wal" not in text and "No space left" not in text, text
+        assert any("has a full disk" in text for text in errors), errors
+        # One log line per failure class while it lasted (the class: what the line says
+        # before the server's own words).
+        classes = [line.split(": ", 1)[0] for line in failing]
+        assert len(classes) == len(set(classes)), failing
+        assert any("answers again" in r.getMessage() for r in caplog.records)
+        # Nothing acknowledged is lost; the end is written after every acknowledged event.
+        stored = await anyio.to_thread.run_sync(_events_of, server.url(), task.id)
+        assert {p: stored.get(p) for p in acknowledged} == acknowledged
+        assert pos == max(stored) and max(stored) > max(acknowledged, default=0)
+        assert (await store.get(kept.id))[0].status.state == TaskState.COMPLETED
+        assert (await store.get(task.id))[0].status.state == TaskState.COMPLETED
+
+
+def _events_of(url: str, task_id: str) -> dict[int, int | None]:
+    """Position -> ``data.i`` of each stored event of ``task_id`` (None: not a numbered one)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT e.pos, e.body FROM scoped_a2a.events e JOIN "
+                            "scoped_a2a.tasks t ON t.seq = e.task WHERE t.id = %s",
+                            (task_id,)).fetchall()
+    return {int(p): json.loads(bytes(b)).get("data", {}).get("i") for p, b in rows}

@@ -275,6 +275,85 @@ async def test_a_cancel_on_one_replica_reaches_the_run_on_the_other_and_forged_o
         assert run.reasons == ["CancelTask"]
 
 
+async def test_forged_references_to_large_envelopes_cost_no_query_and_replays_are_bounded(
+    pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A large hand-over envelope goes through the ``handover`` table, the NOTIFY naming its
+    row. Any role able to connect may NOTIFY: a reference it forges made every process run a
+    query for it, each queued for the pool's connections (a flood starved the store); a
+    reference seen on the channel and replayed, too. Now forged ones are dropped at their seal
+    (no query) and at most MAX_FETCHING are read at once (more are dropped, logged)."""
+    from scoped_a2a.store.postgres.handover import MAX_FETCHING
+
+    async with two(pg_url, tmp_path) as (a, b):
+        got: list[bytes] = []
+        b.handover.listen(got.append)
+        refs: list[str] = []  # the references that opened at b
+        unwrap = b.handover.sealed.unwrap
+
+        def recording(text: str) -> bytes | None:
+            opened = unwrap(text)
+            if opened is not None and len(text) < 200:
+                refs.append(text)
+            return opened
+
+        fetch = b.handover._fetch
+        calls, now, most = 0, 0, 0
+
+        async def counting(ref: str) -> None:
+            nonlocal calls, now, most
+            calls, now = calls + 1, now + 1
+            most = max(most, now)
+            try:
+                await fetch(ref)
+            finally:
+                now -= 1
+
+        b.handover.sealed.unwrap = recording  # type: ignore[method-assign]
+        b.handover._fetch = counting  # type: ignore[method-assign]
+        channel = a.handover.channel
+        await a.pool.run(lambda c: c.execute(
+            "SELECT pg_notify(%s, '* @' || g) FROM generate_series(1, 2000) g", (channel,)))
+        await a.pool.run(lambda c: c.execute("SELECT pg_notify(%s, %s)",
+                                             (channel, f"* @{new_task().id}")))
+        big = b"x" * 20_000
+        await a.handover.send(None, big)
+        with anyio.fail_after(30):  # the forged ones came first (in order), then this one
+            while big not in got:
+                await anyio.sleep(0.02)
+        assert calls == 1, calls  # the genuine one only
+        dropped = [r.getMessage() for r in caplog.records
+                   if "dropped a hand-over envelope that" in r.getMessage()]
+        assert 1 <= len(dropped) <= 2, dropped  # one line per listener (a's and b's)
+        # Replayed from the channel (its row is kept a minute), each in a transaction of its
+        # own (PostgreSQL folds identical notifications of one transaction into one), while
+        # the table is locked so no read ends: at most MAX_FETCHING wait, the rest dropped.
+        assert len(refs) == 1, refs
+        locked, release = anyio.Event(), anyio.Event()
+
+        async def lock(conn: Any) -> None:
+            await conn.execute("LOCK TABLE handover IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            await release.wait()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(a.pool.run, lock)
+            await locked.wait()
+            for _ in range(3 * MAX_FETCHING):
+                await a.pool.run(lambda c: c.execute("SELECT pg_notify(%s, %s)",
+                                                     (channel, f"* @{refs[0]}")))
+            with anyio.fail_after(30):
+                while not any("large ones were being read already" in r.getMessage()
+                              for r in caplog.records):
+                    await anyio.sleep(0.02)
+            assert (calls, most) == (1 + MAX_FETCHING, MAX_FETCHING)
+            release.set()
+        with anyio.fail_after(30):
+            while b.handover.fetching:
+                await anyio.sleep(0.02)
+        assert got.count(big) == 1 + MAX_FETCHING  # replays are not detected (documented)
+
+
 async def test_each_log_keeps_its_last_events_and_pages_are_bounded_on_every_replica(
     pg_url: str, tmp_path: Path,
 ) -> None:

@@ -14,7 +14,8 @@ that claim names, as the first send would have:
 - the first send of a new task ended ``canceled`` because its caller went away (reason
   ``hang-up``), the server shut down (``shutdown``) or died (``restart``, recorded by the SQLite
   store on the next start; ``process-lost``, recorded on a shared store by another process once
-  the dead one's liveness lease lapsed): the resend runs the message again as a new
+  the dead one's liveness lease lapsed; ``not-started``, recorded by PostgreSQL's store when
+  the answer to its create was lost): the resend runs the message again as a new
   task, since the caller retrying is exactly what running it again means (it was never told an
   outcome it asked for). Every other outcome, a CancelTask included, is the answer.
 
@@ -37,17 +38,18 @@ from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.claims import PriorSend
-from ..store.liveness import LOST_REASON
+from ..store.liveness import LOST_REASON, UNSTARTED_REASON
 from ..store.outage_log import OutageLog
 
 log = logging.getLogger("scoped_a2a.resend")
 _outages = OutageLog(log)
 
-RERUN_REASONS = frozenset({"hang-up", "shutdown", "restart", LOST_REASON})
+RERUN_REASONS = frozenset({"hang-up", "shutdown", "restart", LOST_REASON, UNSTARTED_REASON})
 """End reasons of a new task's run after which a resend of its message runs it again
 (``restart``: a durable store recorded the interactive run the process died in, whose caller
 was never answered; ``process-lost``: another process of a shared store did, once the dead
-process's liveness lease lapsed, store/liveness.py)."""
+process's liveness lease lapsed, store/liveness.py; ``not-started``: the store lost the answer
+to the task's create, so its send failed before its run started, store/postgres/unstarted.py)."""
 
 PENDING_WAIT = 10.0
 """Seconds a resend waits for the first send of its messageId to store its task (a race of two

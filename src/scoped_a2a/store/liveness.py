@@ -59,6 +59,16 @@ LOST_REASON = "process-lost"
 
 LOST_TEXT = ("Canceled: the server process running this interactive run was lost (it stopped "
              "renewing its lease), and its caller's connection with it; send the message again")
+
+UNSTARTED_REASON = "not-started"
+"""The end reason of a task whose store lost the answer to its create (the connection went
+while it committed), so its send failed and its run never started (store/postgres/unstarted.py);
+a resend of its message runs it again, as after a lost process."""
+
+UNSTARTED_TEXT = ("Canceled: the connection to the task store was lost while this task was "
+                  "being stored, so its send failed and its run never started; send the "
+                  "message again (same messageId)")
+
 LOST_PARKED_TEXT = ("Canceled: the server process holding this run while it waited for input "
                     "was lost (it stopped renewing its lease), and the run with it; start "
                     "over with a new message")
@@ -95,17 +105,21 @@ def lost_event(task_id: str, context_id: str, state: TaskState, reason: str,
         status=TaskStatus(state=state, message=message, timestamp=utc_timestamp()))
 
 
-async def record_lost(store: TaskStore, task_id: str) -> bool:
-    """Record ``task_id``'s run as lost (canceled, :data:`LOST_REASON`); True if this call
-    recorded it (False: it had ended, or is gone). Raises ServerUnavailable."""
+async def record_lost(store: TaskStore, task_id: str, reason: str = LOST_REASON) -> bool:
+    """Record ``task_id``'s run as lost (canceled, ``reason``: :data:`LOST_REASON` or
+    :data:`UNSTARTED_REASON`); True if this call recorded it (False: it had ended, or is
+    gone). Raises ServerUnavailable."""
     try:
         task, _ = await store.get(task_id)
     except TaskNotFound:
         return False
     if task.status.state.terminal:
         return False
-    text = LOST_PARKED_TEXT if task.status.state.interrupted else LOST_TEXT
-    event = lost_event(task_id, task.context_id, TaskState.CANCELED, LOST_REASON, text)
+    if reason == UNSTARTED_REASON:
+        text = UNSTARTED_TEXT
+    else:
+        text = LOST_PARKED_TEXT if task.status.state.interrupted else LOST_TEXT
+    event = lost_event(task_id, task.context_id, TaskState.CANCELED, reason, text)
     with contextlib.suppress(TaskEnded, TaskNotFound):
         await store.append(task_id, event)
         return True
@@ -169,6 +183,5 @@ async def retire(leases: ProcessLeases, *, renewed: bool = True) -> None:
             log.info("could not retire this process's lease (%s); it lapses by itself", exc)
 
 
-__all__ = ["DEFAULT_LEASE", "LOST_REASON", "ProcessLeases", "cancel_reason", "cancel_request",
-           "keep_alive", "lost_event",
-           "reap", "record_lost", "retire"]
+__all__ = ["DEFAULT_LEASE", "LOST_REASON", "UNSTARTED_REASON", "ProcessLeases", "cancel_reason",
+           "cancel_request", "keep_alive", "lost_event", "reap", "record_lost", "retire"]

@@ -15,7 +15,8 @@ pool driven on the event loop, errors, credentials), :mod:`.schema` (tables and 
 :mod:`.appends` (running events batched), :mod:`.store` (the TaskStore: reads, ListTasks,
 claims, push configs), :mod:`.retention`, :mod:`.queue` (the run queue),
 :mod:`.claims`, :mod:`.leases` (liveness leases of interactive runs), :mod:`.handover`
-(follow-ups to the replica holding their run), :mod:`.sealed` (the NOTIFY payloads replicas
+(follow-ups to the replica holding their run), :mod:`.unstarted` (creates whose commit was
+lost), :mod:`.sealed` (the NOTIFY payloads replicas
 obey, sealed). docs/postgres.md says what it keeps and how it fails.
 """
 
@@ -128,6 +129,7 @@ async def open_postgres_store(
             with contextlib.suppress(ServerUnavailable):
                 await store.leases.beat()
             tg.start_soon(keep_alive, store, store.leases, name="scoped_a2a liveness lease")
+            tg.start_soon(store.unstarted.run, name="scoped_a2a unstarted creates")
             try:
                 yield store
             finally:

@@ -63,6 +63,11 @@ class CommitUnknown(psycopg.OperationalError):
     """The connection was lost while its transaction was committing: it may have committed."""
 
 
+class OutcomeUnknown(ServerUnavailable):
+    """What callers get for :class:`CommitUnknown`: the change may have been stored (a
+    store that must settle such a change, unstarted.py, tells it from other outages)."""
+
+
 def display(url: str) -> str:
     """``host:port/database`` of a store URL, without user or password (what logs show); a
     URL naming several hosts (libpq tries them in turn: a failover) shows them all."""
@@ -226,13 +231,16 @@ class Pool:
         self._failing: str | None = None  # the failure last logged (logged once until it heals)
         self._writes_failing = False  # ... and it fails writes only (read-only, a full disk)
 
-    async def run(self, fn: Work[T], *, retry: bool = False, transaction: bool | None = None
-                  ) -> T:
+    async def run(self, fn: Work[T], *, retry: bool = False, transaction: bool | None = None,
+                  background: bool = False) -> T:
         """``await fn(conn)`` on one connection, in one transaction (committed when it returns,
         rolled back when it raises; ``transaction=False``: each statement commits by itself).
         ``retry``: a read, tried again once on a fresh connection, and with no transaction
         unless asked (under READ COMMITTED a transaction gives its statements no common
         snapshot either; ``BEGIN`` and ``COMMIT`` would be two more round trips).
+        ``background``: a small write no caller waits on (the lease's heartbeat and check),
+        which does not end a logged failure of writes (on a full disk a small upsert may fit
+        in a page where an event does not: the failure was logged again after each).
         ServerUnavailable when the database cannot be used; ``fn``'s own exceptions pass
         through."""
         if transaction is None:
@@ -253,7 +261,8 @@ class Pool:
                     raise
                 # A read (``retry``) that works says nothing of a server failing writes only:
                 # reads and writes interleaved must not log the failure again at every write.
-                if self._failing is not None and not (self._writes_failing and retry):
+                if self._failing is not None and not (
+                        self._writes_failing and (retry or background)):
                     log.warning("PostgreSQL at %s answers again", self.where)
                     self._failing = None
                 return result
@@ -323,7 +332,7 @@ class Pool:
             self._failing = kind
             self._writes_failing = isinstance(
                 exc, pgerrors.ReadOnlySqlTransaction | pgerrors.DiskFull)
-        return ServerUnavailable(text)
+        return OutcomeUnknown(text) if isinstance(exc, CommitUnknown) else ServerUnavailable(text)
 
     def _drop_idle(self) -> None:
         idle, self._idle = self._idle, []

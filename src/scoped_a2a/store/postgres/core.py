@@ -59,11 +59,12 @@ from ..retention import Retention
 from ..sealing import Sealer
 from ..snapshot import applied, apply_event
 from .appends import KNOWN, TERMINAL_SQL, WRITE, Batcher, full_update
-from .connection import Conn, Pool
+from .connection import Conn, OutcomeUnknown, Pool
 from .handover import PostgresHandover
 from .leases import PostgresLeases
 from .listener import Waiters
 from .push_watches import PostgresPushWatches
+from .unstarted import Unstarted
 
 log = logging.getLogger("scoped_a2a.postgres")
 _encode = msgspec.json.Encoder().encode
@@ -132,6 +133,8 @@ class PostgresCore(TaskStore):
         self.handover = PostgresHandover(pool, self.leases.process_id,
                                          handover or sealer)
         """Carries follow-ups to the process holding their run (store/handover.py)."""
+        self.unstarted = Unstarted(self, pool, self.leases.process_id)
+        """Interactive creates whose commit was lost, settled (:mod:`.unstarted`)."""
 
     def process_leases(self) -> ProcessLeases | None:
         """This process's liveness lease (its opener keeps it alive: ``open_postgres_store``)."""
@@ -205,8 +208,12 @@ class PostgresCore(TaskStore):
         # covers it until its end is appended (store/liveness.py).
         snap = _encode(task)
         process = self.leases.process_id
-        await self.pool.run(lambda c: self.create_sql(c, task, owner, snap, process),
-                            transaction=False)
+        try:
+            await self.pool.run(lambda c: self.create_sql(c, task, owner, snap, process),
+                                transaction=False)
+        except OutcomeUnknown:
+            self.unstarted.add(task.id)  # perhaps stored, never run: settled (unstarted.py)
+            raise
         self.created(task, snap)
         self.batcher.own(task.id, 0)  # its run is this process's
 

@@ -8,9 +8,14 @@ bytes, and a schema name plus a process id may not fit.)
 
 A NOTIFY payload must be shorter than 8000 bytes. An envelope that does not fit (a follow-up
 with a large part) is stored in the table ``handover`` and the payload names it
-(``"<to> @<id>"``), in the same transaction, so the row is visible when the notification
-arrives; the receiver reads it (one query, in this store's task group, never on the listener's
-loop). Rows are deleted a minute after they were written, by the next large send.
+(``"<to> @<sealed id>"``), in the same transaction, so the row is visible when the
+notification arrives; the receiver reads it (one query, in this store's task group, never on
+the listener's loop), at most :data:`MAX_FETCHING` at a time. Rows are deleted a minute after
+they were written, by the next large send. The id is sealed too: a reference that anyone able
+to connect could NOTIFY (``* @x``, a hundred thousand of them in one statement) made every
+process spawn a task per notification, each queued for the pool's connections ahead of the
+store's own operations; a forged one is now dropped at its seal check, without a query, and a
+sealed one replayed from the channel waits for no pool slot beyond the bound (dropped, logged).
 
 Sealed (:mod:`.sealed`, as cancel requests are). Any role that may connect to the database
 may LISTEN and NOTIFY on any channel, and a follow-up carries the caller's words and is
@@ -47,6 +52,9 @@ MAX_INLINE = 7000
 the database's encoding; the margin covers the recipient's id)."""
 KEEP = 60.0
 """Seconds a large envelope's row is kept (every wait of the protocol is shorter)."""
+MAX_FETCHING = 4
+"""Large envelopes read at once per process; more arriving meanwhile are dropped (a genuine
+one is rare: a follow-up over 7000 bytes; a flood is a replay)."""
 
 
 def handover_sealer(key: bytes) -> Sealer:
@@ -65,6 +73,7 @@ class PostgresHandover:
         self.receivers: list[Callable[[bytes], None]] = []
         self.tg: anyio.abc.TaskGroup | None = None
         """Where large envelopes are read (set by ``open_postgres_store``)."""
+        self.fetching = 0  # large envelopes being read now (at most MAX_FETCHING)
 
     def listen(self, receiver: Callable[[bytes], None]) -> None:
         self.receivers.append(receiver)
@@ -78,12 +87,13 @@ class PostgresHandover:
             await self.pool.run(lambda c: c.execute("SELECT pg_notify(%s, %s)", (channel, text)))
             return
         ref = new_id()
+        sealed_ref = self.sealed.wrap(ref.encode())
 
         async def run(conn: Conn) -> None:
             await conn.execute(f"DELETE FROM handover WHERE expires < {NOW}")
             await conn.execute(f"INSERT INTO handover VALUES (%s, %s, {NOW} + %s)",
                          (ref, payload, KEEP))
-            await conn.execute("SELECT pg_notify(%s, %s)", (channel, f"{target} @{ref}"))
+            await conn.execute("SELECT pg_notify(%s, %s)", (channel, f"{target} @{sealed_ref}"))
 
         await self.pool.run(run)
 
@@ -94,8 +104,18 @@ class PostgresHandover:
             return
         if not body.startswith("@"):
             self._deliver(self.sealed.unwrap(body))
-        elif self.tg is not None:
-            self.tg.start_soon(self._fetch, body[1:])
+            return
+        if self.tg is None:
+            return
+        ref = self.sealed.unwrap(body[1:])  # forged: dropped here (logged), no query
+        if ref is None:
+            return
+        if self.fetching >= MAX_FETCHING:
+            self.sealed.dropped(f"{MAX_FETCHING} large ones were being read already (a "
+                                "flood of replays?)")
+            return
+        self.fetching += 1
+        self.tg.start_soon(self._fetch, ref.decode(errors="replace"))
 
     async def _fetch(self, ref: str) -> None:
         try:
@@ -104,6 +124,8 @@ class PostgresHandover:
         except ServerUnavailable as exc:  # lost, as a notification can be: the sender's wait ends
             log.info("could not read a hand-over envelope (%s)", exc)
             return
+        finally:
+            self.fetching -= 1
         if row is not None:
             self._deliver(self.sealed.open(bytes(row[0])))
 

@@ -71,7 +71,7 @@ class PostgresLeases:
                 (self.process_id, self.process_id, self.lease))
             return bool(row and row[0])
 
-        ok = await self.pool.run(run)
+        ok = await self.pool.run(run, background=True)
         first, self._first = self._first, False
         return ok or first
 
@@ -102,7 +102,7 @@ class PostgresLeases:
                 out.append((process, ids))
             return out
 
-        result: list[tuple[str, list[str]]] = await self.pool.run(run)
+        result: list[tuple[str, list[str]]] = await self.pool.run(run, background=True)
         return result
 
     async def covers(self, task_id: str) -> bool:

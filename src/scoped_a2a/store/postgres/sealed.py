@@ -47,8 +47,10 @@ class SealedChannel:
     def __init__(self, sealer: Sealer, what: str) -> None:
         self.sealer = sealer
         self.what = what  # what a payload is, for the log ("cancel request")
-        self._dropped = 0
-        self._logged_at = -LOG_EVERY
+        # Per class (False: did not open; True: opened, dropped all the same): how many were
+        # dropped since the last line, and when that line was logged.
+        self._dropped = {False: 0, True: 0}
+        self._logged_at = {False: -LOG_EVERY, True: -LOG_EVERY}
 
     def seal(self, payload: bytes) -> bytes:
         return self.sealer.seal(payload)
@@ -75,13 +77,21 @@ class SealedChannel:
             return None
         return self.open(sealed)
 
-    def _drop(self, why: str) -> None:
-        self._dropped += 1
+    def dropped(self, what: str) -> None:
+        """A payload that opened was dropped all the same (``what``: why), logged as those
+        that do not open are (at most one line a minute)."""
+        self._drop(what, opened=True)
+
+    def _drop(self, why: str, *, opened: bool = False) -> None:
+        self._dropped[opened] += 1
         now = time.monotonic()
-        if now - self._logged_at < LOG_EVERY:
+        if now - self._logged_at[opened] < LOG_EVERY:
             return
-        more = f" ({self._dropped} dropped since the last such line)" if self._dropped > 1 \
-            else ""
-        log.warning("dropped a %s that %s%s", self.what, why, more)
-        self._logged_at = now
-        self._dropped = 0
+        count = self._dropped[opened]
+        more = f" ({count} dropped since the last such line)" if count > 1 else ""
+        if opened:
+            log.warning("dropped a %s: %s%s", self.what, why, more)
+        else:
+            log.warning("dropped a %s that %s%s", self.what, why, more)
+        self._logged_at[opened] = now
+        self._dropped[opened] = 0
