@@ -178,14 +178,16 @@ async def test_a_follow_up_a_rule_detaches_says_so_through_the_other_replica(
     detached = {"returnImmediately": True}
     async with httpx.AsyncClient(timeout=30) as client:
         for crm in (True, False):
-            asked = (await rpc(client, urls[0], "SendMessage",
-                               {"message": text_message("ask 60")}))["result"]["task"]
+            sent = await rpc(client, urls[0], "SendMessage", {"message": text_message("ask 60")})
+            assert "result" in sent, (crm, sent)
+            asked = sent["result"]["task"]
             assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
             answer = answer_to(asked, "crm" if crm else "me")
             if crm:
                 answer["metadata"] = {"evoai_crm_event": "inactivity_action"}
             got = await rpc(client, urls[1], "SendMessage",
                             {"message": answer, "configuration": detached})
+            assert "result" in got, (crm, got)
             task = got["result"]["task"]
             assert task["status"]["state"] == "TASK_STATE_WORKING", task
             assert ("detachedBy" in task.get("metadata", {})) is crm, task
