@@ -31,6 +31,7 @@ event was taken takes it out. Errors: as said above.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
@@ -127,6 +128,7 @@ class Batcher:
         self.terminal = TERMINAL_SQL
         self.sql = _BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
         self._queue: deque[_Item] = deque()
+        self._notes: list[str] = []  # notifications of synchronous commits, to send
         self._tracks: OrderedDict[str, _Track] = OrderedDict()
         self._wake = anyio.Event()
         self._idle = anyio.Event()
@@ -154,6 +156,11 @@ class Batcher:
         t = self._tracks.get(task_id)
         if t is not None and t.owned and t.queued == 0:
             t.pos, t.snap_pos = pos, snap_pos
+
+    def runs_here(self, task_id: str) -> bool:
+        """Whether this process runs ``task_id`` (as far as :meth:`own` said)."""
+        t = self._tracks.get(task_id)
+        return t is not None and t.owned
 
     def forget(self, task_id: str) -> None:
         """Positions of ``task_id`` are to be learned from the database again."""
@@ -226,6 +233,15 @@ class Batcher:
             raise item.error
         return item.pos
 
+    def notify(self, payload: str) -> None:
+        """Send ``payload`` on the channel soon (many in one statement, no caller waiting):
+        the notification of a synchronous commit, which must not be in that commit
+        (core.py). Lost if the store closes or the database fails first: other replicas'
+        waiters re-read within their ``poll_interval``."""
+        self._notes.append(payload)
+        self._wake.set()
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+
     async def flush(self) -> None:
         """Once nothing is queued or being written."""
         await self._idle.wait()
@@ -244,7 +260,16 @@ class Batcher:
 
     async def _run(self) -> None:
         while True:
+            if self._notes:
+                notes, self._notes = self._notes, []
+                with contextlib.suppress(Exception):  # the pool logged it (see notify)
+                    await self.pool.query(
+                        "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) n, "
+                        "(SELECT set_config('synchronous_commit', 'off', true)) s",
+                        (self.channel, notes))
             if not self._queue:
+                if self._notes:
+                    continue
                 self._idle.set()
                 self._wake = anyio.Event()
                 await self._wake.wait()

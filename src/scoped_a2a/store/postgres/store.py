@@ -61,8 +61,16 @@ class PostgresTaskStore(PostgresCore):
         anywhere is announced within milliseconds). None: read the database."""
         entries = self._local.get(task_id)
         held = self._cache.get(task_id)
-        if not entries or held is None or not self.waiters.listening:
+        if held is None or not self.waiters.listening:
             return None
+        if not entries:
+            # A task whose run is here and has appended nothing yet (a stream's first read):
+            # nothing after the snapshot held, unless a later position was announced.
+            if (held[1] != after or self.waiters.known.get(task_id, -1) > after
+                    or not self.batcher.runs_here(task_id)):
+                return None
+            first = max(1, after - self.max_events_per_task + 1)
+            return LogPage([], after, False, held[0], first)
         last = entries[-1].position
         if held[1] != last or self.waiters.known.get(task_id, -1) != last \
                 or entries[0].position > after + 1:
