@@ -262,11 +262,13 @@ class Batcher:
         while True:
             if self._notes:
                 notes, self._notes = self._notes, []
+                # Stores nothing: like a read, it may be tried twice, and its working says
+                # nothing of a server failing writes (a full disk: connection.py).
                 with contextlib.suppress(Exception):  # the pool logged it (see notify)
                     await self.pool.query(
                         "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) n, "
                         "(SELECT set_config('synchronous_commit', 'off', true)) s",
-                        (self.channel, notes))
+                        (self.channel, notes), retry=True)
             if not self._queue:
                 if self._notes:
                     continue
