@@ -24,6 +24,9 @@ so a send is answered only once everything it stored is committed.
 The UPDATE takes each task's row lock, so appends to one task from any replica are serialized;
 a deadlock between two replicas' batches (each locking tasks the other wants) is retried.
 
+The writer also sends the notifications of synchronous commits (a task's end), which must not
+be in those commits (core.py): all queued ones in one statement, nobody waiting for it.
+
 Cancellation: the writer runs each statement to its commit (connection.py); :meth:`flush`
 (before the store closes) waits for the queue to empty. A waiting caller cancelled before its
 event was taken takes it out. Errors: as said above.
