@@ -160,10 +160,11 @@ class Batcher:
         if t is not None and t.owned and t.queued == 0:
             t.pos, t.snap_pos = pos, snap_pos
 
-    def runs_here(self, task_id: str) -> bool:
-        """Whether this process runs ``task_id`` (as far as :meth:`own` said)."""
+    def last_here(self, task_id: str) -> int | None:
+        """The last position this process handed over for ``task_id``, a task it runs (the
+        writer of its positions: :meth:`own`); None when it does not run it or does not know."""
         t = self._tracks.get(task_id)
-        return t is not None and t.owned
+        return t.pos if t is not None and t.owned else None
 
     def forget(self, task_id: str) -> None:
         """Positions of ``task_id`` are to be learned from the database again."""

@@ -64,10 +64,12 @@ class PostgresTaskStore(PostgresCore):
         if held is None or not self.waiters.listening:
             return None
         if not entries:
-            # A task whose run is here and has appended nothing yet (a stream's first read):
-            # nothing after the snapshot held, unless a later position was announced.
+            # A task whose run is here and has committed nothing since the snapshot held (a
+            # stream's first read): this process writes its positions (events handed over
+            # and not yet committed are not to be read), so nothing follows.
+            mine = self.batcher.last_here(task_id)
             if (held[1] != after or self.waiters.known.get(task_id, -1) > after
-                    or not self.batcher.runs_here(task_id)):
+                    or mine is None or mine < after):
                 return None
             first = max(1, after - self.max_events_per_task + 1)
             return LogPage([], after, False, held[0], first)
