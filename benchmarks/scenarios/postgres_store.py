@@ -44,6 +44,9 @@ class PostgresStore(Scenario):
         Metric("p50_c1", "send p50 ms c=1", "ms", "lower", True, "{:.2f}"),
         Metric("ttfe_p50", "first event p50 ms", "ms", "lower", True, "{:.2f}"),
         Metric("events_per_s_c16", "events/s c=16", "events/s", "higher", True, "{:.0f}"),
+        Metric("cpu_us_per_send", "server CPU µs/send c=64", "µs", "lower", False, "{:.0f}"),
+        Metric("cpu_us_per_event", "server CPU µs/event c=16", "µs", "lower", False,
+               "{:.0f}"),
         Metric("bytes_per_event", "bytes/small event", "bytes", None, False, "{:.0f}"),
         Metric("restart_s", "start s, 100k tasks (10k --quick)", "s", None, False, "{:.2f}"),
         Metric("start_empty_s", "start s, empty schema", "s", None, False, "{:.2f}"),
@@ -125,6 +128,12 @@ class PostgresStore(Scenario):
                 return {}
             await Send().measure(relabel, system, proc)  # type: ignore[arg-type]
             await Stream().measure(relabel, system, proc)  # type: ignore[arg-type]
+        # The server process's CPU per send and per stream event (its cores over the
+        # window, over the window's rate): what a store costs the process, load aside.
+        for key, cpu, rate in (("cpu_us_per_send", "server_cpu_c64", "rps_c64"),
+                               ("cpu_us_per_event", "server_cpu_c16", "events_per_s_c16")):
+            if relabel.figures.get(rate) and cpu in relabel.figures:
+                relabel.figures[key] = relabel.figures[cpu] / relabel.figures[rate] * 1e6
         for metric in self.metrics:
             value = relabel.figures.get(metric.key)
             if value is not None:

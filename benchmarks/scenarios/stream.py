@@ -81,6 +81,8 @@ class Stream(Scenario):
         Metric("events_per_s_c1", "events/s c=1", "events/s", "higher", True, "{:.0f}"),
         Metric(f"events_per_s_c{CONCURRENT}", f"events/s c={CONCURRENT}", "events/s", "higher",
                True, "{:.0f}"),
+        Metric(f"server_cpu_c{CONCURRENT}", f"server CPU c={CONCURRENT}", "cores", None, False,
+               "{:.2f}"),
         Metric("cancel_p50", "cancelled call p50 ms", "ms", "lower", False, "{:.2f}"),
         Metric("cancel_p99", "cancelled call p99 ms", "ms", "lower", False, "{:.2f}"),
     )
@@ -120,21 +122,36 @@ class Stream(Scenario):
         ttfe = [(r.first or r.ended) - r.sent for r in results]
         ttfa = [(r.first_artifact or r.ended) - r.sent for r in results]
         rate = EVENTS * len(results) / sum(r.ended - r.sent for r in results)
-        concurrent = await self.concurrent(proc, template, sizes.stream_duration)
+        concurrent, cpu = await self.concurrent_cpu(proc, template, sizes.stream_duration)
         figures = {"ttfe_p50": percentile(ttfe, 50) * 1e3, "ttfe_p99": percentile(ttfe, 99) * 1e3,
                    "ttfa_p50": percentile(ttfa, 50) * 1e3, "events_per_s_c1": rate,
-                   f"events_per_s_c{CONCURRENT}": concurrent}
+                   f"events_per_s_c{CONCURRENT}": concurrent,
+                   f"server_cpu_c{CONCURRENT}": cpu}
         for metric, value in figures.items():
-            bench.record(system, None, metric, value, "events/s" if "events" in metric else "ms")
+            bench.record(system, None, metric, value, "events/s" if "events" in metric else
+                         "cores" if "cpu" in metric else "ms")
         bench.progress(f"{system.label:32} first event {figures['ttfe_p50']:6.2f} ms  "
                        f"{rate:7.0f} events/s (c=1)  {concurrent:7.0f} events/s (c={CONCURRENT})")
 
     async def concurrent(self, proc: ServerProcess, template: RequestTemplate,
                          duration: float) -> float:
         """Agent events delivered per second by CONCURRENT closed-loop callers."""
+        return (await self.concurrent_cpu(proc, template, duration))[0]
+
+    async def concurrent_cpu(self, proc: ServerProcess, template: RequestTemplate,
+                             duration: float) -> tuple[float, float]:
+        """Agent events delivered per second by CONCURRENT closed-loop callers, and the
+        server process's CPU over the same window (cores)."""
         start = time.monotonic() + 0.2  # a short warm-up before the window opens
         window = (start, start + duration)
         counter = [0]
+        cpu = [0.0]
+
+        async def clock() -> None:
+            await asyncio.sleep(max(0.0, window[0] - time.monotonic()))
+            before = proc.cpu()
+            await asyncio.sleep(max(0.0, window[1] - time.monotonic()))
+            cpu[0] = (proc.cpu() - before) / duration
 
         async def caller(k: int) -> None:
             conn = await connect(proc.port)
@@ -149,6 +166,7 @@ class Stream(Scenario):
                 conn.close()
 
         async with asyncio.TaskGroup() as tg:
+            tg.create_task(clock())
             for k in range(CONCURRENT):
                 tg.create_task(caller(k + 1))
-        return counter[0] / duration
+        return counter[0] / duration, cpu[0]

@@ -463,3 +463,49 @@ async def test_snapshots_between_their_writes_are_folded_by_every_reader(
     with psycopg.connect(pg_url) as conn:  # written at 64, 128 and the end
         row = conn.execute("SELECT snap_pos, last FROM scoped_a2a.tasks").fetchone()
         assert row == (152, 152)
+
+
+async def test_list_pages_carry_the_first_pages_total_and_forged_tokens_are_refused(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    from scoped_a2a.protocol.errors import InvalidParams
+    from scoped_a2a.protocol.types import ListTasksRequest
+
+    async with two(pg_url, tmp_path) as (a, b):
+        made = [new_task() for _ in range(5)]
+        for task in made:
+            await a.create(task)
+        first = await b.list_tasks(ListTasksRequest(page_size=2))
+        assert first.total_size == 5 and len(first.tasks) == 2, first
+        await a.create(new_task())  # after the first page: counted by the next listing only
+        seen = [t.id for t in first.tasks]
+        page = first
+        while page.next_page_token:
+            page = await b.list_tasks(ListTasksRequest(page_size=2,
+                                                       page_token=page.next_page_token))
+            assert page.total_size == 5, (page.total_size, page.next_page_token)
+            seen += [t.id for t in page.tasks]
+        assert seen == [t.id for t in reversed(made)]  # newest first, each once
+        assert (await b.list_tasks(ListTasksRequest(page_size=2))).total_size == 6
+        for forged in ("x", "3.x", "3.9" * 10, "3.\u00b2", "3." + "9" * 5000):
+            with pytest.raises(InvalidParams, match="pageToken"):
+                await b.list_tasks(ListTasksRequest(page_size=2, page_token=forged))
+
+
+async def test_an_end_written_here_answers_without_a_read_and_a_new_run_reads_locally(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    async with two(pg_url, tmp_path) as (a, b):
+        task = new_task()
+        await a.create(task)
+        # a runs it and has appended nothing: its first read is local, and empty.
+        page = await a.read(task.id, 0)
+        assert page.entries == [] and page.next == 0 and not page.has_more
+        await a.append(task.id, status(task, TaskState.WORKING, "w"))
+        await a.append(task.id, status(task, TaskState.COMPLETED, "done"))
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute("SELECT snap FROM scoped_a2a.tasks WHERE id = %s",
+                               (task.id,)).fetchone()
+        assert row is not None and a.ended_json(task.id) == bytes(row[0])
+        assert b.ended_json(task.id) is None  # b did not write the end: it reads
+        assert (await b.get(task.id))[0].status.state == TaskState.COMPLETED

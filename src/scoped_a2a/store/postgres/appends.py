@@ -24,6 +24,9 @@ so a send is answered only once everything it stored is committed.
 The UPDATE takes each task's row lock, so appends to one task from any replica are serialized;
 a deadlock between two replicas' batches (each locking tasks the other wants) is retried.
 
+The writer also sends the notifications of synchronous commits (a task's end), which must not
+be in those commits (core.py): all queued ones in one statement, nobody waiting for it.
+
 Cancellation: the writer runs each statement to its commit (connection.py); :meth:`flush`
 (before the store closes) waits for the queue to empty. A waiting caller cancelled before its
 event was taken takes it out. Errors: as said above.
@@ -31,6 +34,7 @@ event was taken takes it out. Errors: as said above.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
@@ -127,6 +131,7 @@ class Batcher:
         self.terminal = TERMINAL_SQL
         self.sql = _BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
         self._queue: deque[_Item] = deque()
+        self._notes: list[str] = []  # notifications of synchronous commits, to send
         self._tracks: OrderedDict[str, _Track] = OrderedDict()
         self._wake = anyio.Event()
         self._idle = anyio.Event()
@@ -154,6 +159,12 @@ class Batcher:
         t = self._tracks.get(task_id)
         if t is not None and t.owned and t.queued == 0:
             t.pos, t.snap_pos = pos, snap_pos
+
+    def last_here(self, task_id: str) -> int | None:
+        """The last position this process handed over for ``task_id``, a task it runs (the
+        writer of its positions: :meth:`own`); None when it does not run it or does not know."""
+        t = self._tracks.get(task_id)
+        return t.pos if t is not None and t.owned else None
 
     def forget(self, task_id: str) -> None:
         """Positions of ``task_id`` are to be learned from the database again."""
@@ -226,6 +237,15 @@ class Batcher:
             raise item.error
         return item.pos
 
+    def notify(self, payload: str) -> None:
+        """Send ``payload`` on the channel soon (many in one statement, no caller waiting):
+        the notification of a synchronous commit, which must not be in that commit
+        (core.py). Lost if the store closes or the database fails first: other replicas'
+        waiters re-read within their ``poll_interval``."""
+        self._notes.append(payload)
+        self._wake.set()
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+
     async def flush(self) -> None:
         """Once nothing is queued or being written."""
         await self._idle.wait()
@@ -244,7 +264,18 @@ class Batcher:
 
     async def _run(self) -> None:
         while True:
+            if self._notes:
+                notes, self._notes = self._notes, []
+                # Stores nothing: like a read, it may be tried twice, and its working says
+                # nothing of a server failing writes (a full disk: connection.py).
+                with contextlib.suppress(Exception):  # the pool logged it (see notify)
+                    await self.pool.query(
+                        "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) n, "
+                        "(SELECT set_config('synchronous_commit', 'off', true)) s",
+                        (self.channel, notes), retry=True)
             if not self._queue:
+                if self._notes:
+                    continue
                 self._idle.set()
                 self._wake = anyio.Event()
                 await self._wake.wait()

@@ -119,6 +119,7 @@ class PostgresCore(TaskStore):
         self.channel = f"{pool.schema}_appended"
         self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
         self._local: OrderedDict[str, deque[LogEntry]] = OrderedDict()
+        self._ended: OrderedDict[str, bytes] = OrderedDict()  # ends written here (ended_json)
         self._fences: dict[str, str] = {}
         self._next_sweep = 0.0
         self.queue: Any = None  # the run queue (queue.py), set by open_postgres_store
@@ -178,6 +179,17 @@ class PostgresCore(TaskStore):
         if pos >= self._held(task_id)[1]:
             self._remember(task_id, task, pos)
         return task
+
+    def ended_json(self, task_id: str) -> bytes | None:
+        """The ended snapshot of ``task_id`` if this process committed its end (recently): a
+        terminal task refuses every write, so it is what the database holds (a blocking
+        send's answer needs no read)."""
+        return self._ended.get(task_id)
+
+    def _ended_at(self, task_id: str, snap: bytes) -> None:
+        self._ended[task_id] = snap
+        if len(self._ended) > CACHE:
+            self._ended.popitem(last=False)
 
     # --- tasks ----------------------------------------------------------------------------
 
@@ -325,8 +337,12 @@ class PostgresCore(TaskStore):
                 self.channel if lazy else "", self.channel, f"{pos} {task_id}")),
                 transaction=False)
             if row is not None:
-                await self._notify_after(lazy, pos, task_id)
+                if ends:
+                    self._ended_at(task_id, new)
+                self._notify_after(lazy, pos, task_id)
                 return pos, task, pos
+
+        ended: list[bytes] = []  # the end's snapshot, once committed
 
         async def run(conn: Conn) -> tuple[int, Task | None, int]:
             # Two statements: read and lock the task (with the commit mode and the run's lease
@@ -363,6 +379,8 @@ class PostgresCore(TaskStore):
                 status = task.status
                 if ends or pos - snap_pos >= min(SNAP_EVERY, limit):
                     new = _encode(task)
+                    if ends:
+                        ended.append(new)
                     args = (pos, status.state.value, status.timestamp, new,
                             len(encoded) + len(new), ends, ends, seq)
                     update = full_update(ends, True)
@@ -383,17 +401,17 @@ class PostgresCore(TaskStore):
             self._cache.pop(task_id, None)
             self._local.pop(task_id, None)
             raise TaskEnded(task_id) from None
-        await self._notify_after(lazy, got[0], task_id)
+        if ended:
+            self._ended_at(task_id, ended[-1])
+        self._notify_after(lazy, got[0], task_id)
         return got
 
-    async def _notify_after(self, lazy: bool, pos: int, task_id: str) -> None:
-        """After a synchronous commit: its notification (lost with a crash right here:
-        other replicas' waiters re-read within ``poll_interval``)."""
+    def _notify_after(self, lazy: bool, pos: int, task_id: str) -> None:
+        """After a synchronous commit: its notification, sent soon by the batch writer with
+        others (lost with a crash meanwhile: other replicas' waiters re-read within
+        ``poll_interval``)."""
         if not lazy:
-            await self.pool.query(
-                "SELECT pg_notify(%s, %s) FROM "
-                "(SELECT set_config('synchronous_commit', 'off', true)) s",
-                (self.channel, f"{pos} {task_id}"))
+            self.batcher.notify(f"{pos} {task_id}")
 
     async def _retain(self) -> None:
         """After a task's end: the retention sweep (store.py)."""
