@@ -27,7 +27,13 @@ from scoped_a2a import A2AApp, A2AClient, RunContext, Step
 from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.client.card import AgentCard
 from scoped_a2a.client.client import user_message
-from scoped_a2a.protocol.types import Task, TaskState
+from scoped_a2a.protocol.types import (
+    Task,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    utc_timestamp,
+)
 from scoped_a2a.runtime.policy import RunPolicy
 
 from .helpers import free_port, served
@@ -313,6 +319,49 @@ async def test_a_callers_own_detached_by_is_not_repeated_by_the_server() -> None
         assert isinstance(task, Task), task
         stored = await client.get_task(task.id)
     assert stored.metadata == {"k": 1}, stored.metadata
+
+
+async def relaying(ctx: RunContext) -> str:
+    """A relay: its progress carries the metadata of what it relays (as a proxy passes on a
+    downstream agent's status updates, whose ``detachedBy`` is that agent's word, not this
+    server's); here the caller's own message metadata. Then works 1.5 s."""
+    await ctx.publish(TaskStatusUpdateEvent(
+        task_id=ctx.task_id, context_id=ctx.context_id,
+        status=TaskStatus(state=TaskState.WORKING, timestamp=utc_timestamp()),
+        metadata=dict(ctx.message.metadata or {})))
+    await anyio.sleep(1.5)
+    return "done"
+
+
+@pytest.mark.parametrize(("meta", "outcome", "end"), [
+    ({"detachedBy": "forged"}, "hang-up", TaskState.CANCELED),
+    ({**CRM, "detachedBy": None}, "detached", TaskState.COMPLETED),
+], ids=["forged-marker", "erased-marker"])
+async def test_an_agents_status_metadata_does_not_set_the_servers_marker(
+        meta: dict[str, Any], outcome: str, end: TaskState) -> None:
+    """``detachedBy`` in the task is the server's word on its run: a status update an agent
+    publishes (a relay's, carrying its caller's or a downstream's metadata) neither makes an
+    interactive run look detached nor erases a server rule's marker: the stored task and a
+    step following the stream (whose turn says what became of the run it gave up on) both
+    keep the server's word. Fails without runtime/context.py's _unmarked: the task says
+    detachedBy "forged" and the turn "goes on" though the run was cancelled; the CRM task's
+    marker is gone."""
+    app = A2AApp(relaying, policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]))
+    async with served(app) as url, A2AClient(url) as client:
+        async with Step(client, follow=False) as step:
+            with anyio.move_on_after(0.7):
+                await step.turn(user_message("go", metadata=meta))
+        turn = step.turns[0]
+        assert turn.abandoned is not None and turn.task_id is not None, step.turns
+        with anyio.fail_after(8):
+            while not (task := await client.get_task(turn.task_id)).status.state.terminal:
+                await anyio.sleep(0.05)
+        marker = (task.metadata or {}).get("detachedBy")
+        said = (task.metadata, turn.abandoned, task.status.state)
+        assert (marker == "rule evoai_crm_event=inactivity_action"
+                if outcome == "detached" else marker is None), said
+        assert turn.abandoned.outcome == outcome, said
+        assert task.status.state is end, said
 
 
 # --- other frameworks' own servers: Google ADK's to_a2a, fasta2a (pydantic-ai) --------------
