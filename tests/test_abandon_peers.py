@@ -333,12 +333,14 @@ async def relaying(ctx: RunContext) -> str:
     return "done"
 
 
+@pytest.mark.parametrize("adapted", [False, True], ids=["agent", "a2a-sdk-executor"])
 @pytest.mark.parametrize(("meta", "outcome", "end"), [
     ({"detachedBy": "forged"}, "hang-up", TaskState.CANCELED),
     ({**CRM, "detachedBy": None}, "detached", TaskState.COMPLETED),
 ], ids=["forged-marker", "erased-marker"])
 async def test_an_agents_status_metadata_does_not_set_the_servers_marker(
-        meta: dict[str, Any], outcome: str, end: TaskState) -> None:
+        meta: dict[str, Any], outcome: str, end: TaskState, adapted: bool,
+        anyio_backend: str) -> None:
     """``detachedBy`` in the task is the server's word on its run: a status update an agent
     publishes (a relay's, carrying its caller's or a downstream's metadata) neither makes an
     interactive run look detached nor erases a server rule's marker: the stored task and a
@@ -346,7 +348,15 @@ async def test_an_agents_status_metadata_does_not_set_the_servers_marker(
     keep the server's word. Fails without runtime/context.py's _unmarked: the task says
     detachedBy "forged" and the turn "goes on" though the run was cancelled; the CRM task's
     marker is gone."""
-    app = A2AApp(relaying, policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]))
+    if adapted and anyio_backend != "asyncio":
+        pytest.skip("a2a-sdk executors run on asyncio only")
+    agent: Any = relaying
+    if adapted:  # the same relay as an a2a-sdk executor (its TaskUpdater's status metadata)
+        from scoped_a2a.adapters.a2a_sdk import from_executor
+
+        from .sdk_executors import RelayingExecutor
+        agent = from_executor(RelayingExecutor())
+    app = A2AApp(agent, policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]))
     async with served(app) as url, A2AClient(url) as client:
         async with Step(client, follow=False) as step:
             with anyio.move_on_after(0.7):
