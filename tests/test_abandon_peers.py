@@ -36,7 +36,7 @@ from scoped_a2a.protocol.types import (
 )
 from scoped_a2a.runtime.policy import RunPolicy
 
-from .helpers import free_port, served
+from .helpers import free_port, rpc, served, text_message
 
 pytestmark = pytest.mark.anyio
 
@@ -319,6 +319,35 @@ async def test_a_callers_own_detached_by_is_not_repeated_by_the_server() -> None
         assert isinstance(task, Task), task
         stored = await client.get_task(task.id)
     assert stored.metadata == {"k": 1}, stored.metadata
+
+
+async def test_a_resent_crm_follow_up_is_answered_with_the_marker_too() -> None:
+    """The CRM system that sends its event twice at once (an at-least-once webhook): both
+    returnImmediately answers to the follow-up say the run is detached. The resend is answered
+    from the stored task, read before the run's first event recorded the message (and the
+    marker): it must say what the first answer said, or the client that got it cancels the CRM
+    run when it gives up. Ten tries (one answer in thirty had it before the fix)."""
+    app = A2AApp(ask_then_work, policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]))
+    async with served(app) as url, httpx.AsyncClient() as one, httpx.AsyncClient() as two:
+        for _ in range(10):
+            asked = (await rpc(one, url, "SendMessage", {"message": text_message("start")}))[
+                "result"]["task"]
+            event = text_message("slow 0.2", taskId=asked["id"], metadata=CRM)
+            answers: list[dict[str, Any]] = []
+
+            async def send(client: httpx.AsyncClient, message: dict[str, Any],
+                           answers: list[dict[str, Any]]) -> None:
+                answers.append(await rpc(client, url, "SendMessage", {
+                    "message": message, "configuration": {"returnImmediately": True}}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send, one, event, answers)
+                tg.start_soon(send, two, event, answers)
+            said = [(a["result"]["task"]["status"]["state"], a["result"]["task"].get("metadata"))
+                    for a in answers]
+            marker = {"detachedBy": "rule evoai_crm_event=inactivity_action"}
+            assert [meta for _, meta in said] == [marker, marker], said
+            assert "TASK_STATE_INPUT_REQUIRED" not in [state for state, _ in said], said
 
 
 async def relaying(ctx: RunContext) -> str:

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
-_E = TypeVar("_E", TaskStatusUpdateEvent, TaskArtifactUpdateEvent)
 
 
 class AskFailed(Exception):
@@ -287,8 +286,8 @@ class RunContext:
         is working again: it stops counting as parked.
         """
         self._check_ids(event)
-        event = _unmarked(event)
         if isinstance(event, TaskStatusUpdateEvent):
+            event = _unmarked(event)
             state = event.status.state
             if state.terminal or state.interrupted:
                 raise ValueError(
@@ -413,14 +412,14 @@ class RunContext:
             record=self._record_call, margin=margin, cancel_timeout=cancel_timeout)
 
 
-def _unmarked(event: _E) -> _E:
-    """``event`` without :data:`DETACHED_KEY` in its status metadata (a copy if it had one).
+def _unmarked(event: TaskStatusUpdateEvent) -> TaskStatusUpdateEvent:
+    """``event`` without :data:`DETACHED_KEY` in its metadata (a copy if it had one).
 
     Whether the run is detached is the server's word (the runtime's own ``working`` says it,
     store/snapshot.py folds it into the task): an agent's status update that carries the key
     (a relay passing on a downstream agent's, or its caller's metadata) must neither make the
     task look detached nor erase a server rule's marker."""
-    meta = event.metadata if isinstance(event, TaskStatusUpdateEvent) else None
+    meta = event.metadata
     if not meta or DETACHED_KEY not in meta:
         return event
     return msgspec.structs.replace(event, metadata=with_marker(meta, None))
