@@ -205,3 +205,26 @@ class HeldStreamExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         self.journal.cancelled.append(context.task_id or "")
+
+
+class RelayingExecutor(AgentExecutor):
+    """A relay's progress: a working update carrying the metadata of what it relays (here the
+    user message's own, as a proxy passes on a downstream agent's status metadata), then
+    1.5 s of work, then completed."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        from google.protobuf import json_format
+
+        task = context.current_task
+        if task is None:
+            task = new_task_from_user_message(context.message)
+            await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        relayed = json_format.MessageToDict(context.message.metadata)
+        await updater.update_status(pb.TASK_STATE_WORKING, metadata=relayed)
+        await asyncio.sleep(1.5)
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+        await updater.cancel()

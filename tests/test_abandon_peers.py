@@ -27,10 +27,16 @@ from scoped_a2a import A2AApp, A2AClient, RunContext, Step
 from scoped_a2a.agents.demo import demo_agent
 from scoped_a2a.client.card import AgentCard
 from scoped_a2a.client.client import user_message
-from scoped_a2a.protocol.types import Task, TaskState
+from scoped_a2a.protocol.types import (
+    Task,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    utc_timestamp,
+)
 from scoped_a2a.runtime.policy import RunPolicy
 
-from .helpers import free_port, served
+from .helpers import free_port, rpc, served, text_message
 
 pytestmark = pytest.mark.anyio
 
@@ -313,6 +319,88 @@ async def test_a_callers_own_detached_by_is_not_repeated_by_the_server() -> None
         assert isinstance(task, Task), task
         stored = await client.get_task(task.id)
     assert stored.metadata == {"k": 1}, stored.metadata
+
+
+async def test_a_resent_crm_follow_up_is_answered_with_the_marker_too() -> None:
+    """The CRM system that sends its event twice at once (an at-least-once webhook): both
+    returnImmediately answers to the follow-up say the run is detached. The resend is answered
+    from the stored task, read before the run's first event recorded the message (and the
+    marker): it must say what the first answer said, or the client that got it cancels the CRM
+    run when it gives up. Ten tries (one answer in thirty had it before the fix)."""
+    app = A2AApp(ask_then_work, policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]))
+    async with served(app) as url, httpx.AsyncClient() as one, httpx.AsyncClient() as two:
+        for _ in range(10):
+            asked = (await rpc(one, url, "SendMessage", {"message": text_message("start")}))[
+                "result"]["task"]
+            event = text_message("slow 0.2", taskId=asked["id"], metadata=CRM)
+            answers: list[dict[str, Any]] = []
+
+            async def send(client: httpx.AsyncClient, message: dict[str, Any],
+                           answers: list[dict[str, Any]]) -> None:
+                answers.append(await rpc(client, url, "SendMessage", {
+                    "message": message, "configuration": {"returnImmediately": True}}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send, one, event, answers)
+                tg.start_soon(send, two, event, answers)
+            said = [(a["result"]["task"]["status"]["state"], a["result"]["task"].get("metadata"))
+                    for a in answers]
+            marker = {"detachedBy": "rule evoai_crm_event=inactivity_action"}
+            assert [meta for _, meta in said] == [marker, marker], said
+            assert "TASK_STATE_INPUT_REQUIRED" not in [state for state, _ in said], said
+
+
+async def relaying(ctx: RunContext) -> str:
+    """A relay: its progress carries the metadata of what it relays (as a proxy passes on a
+    downstream agent's status updates, whose ``detachedBy`` is that agent's word, not this
+    server's); here the caller's own message metadata. Then works 1.5 s."""
+    await ctx.publish(TaskStatusUpdateEvent(
+        task_id=ctx.task_id, context_id=ctx.context_id,
+        status=TaskStatus(state=TaskState.WORKING, timestamp=utc_timestamp()),
+        metadata=dict(ctx.message.metadata or {})))
+    await anyio.sleep(1.5)
+    return "done"
+
+
+@pytest.mark.parametrize("adapted", [False, True], ids=["agent", "a2a-sdk-executor"])
+@pytest.mark.parametrize(("meta", "outcome", "end"), [
+    ({"detachedBy": "forged"}, "hang-up", TaskState.CANCELED),
+    ({**CRM, "detachedBy": None}, "detached", TaskState.COMPLETED),
+], ids=["forged-marker", "erased-marker"])
+async def test_an_agents_status_metadata_does_not_set_the_servers_marker(
+        meta: dict[str, Any], outcome: str, end: TaskState, adapted: bool,
+        anyio_backend: str) -> None:
+    """``detachedBy`` in the task is the server's word on its run: a status update an agent
+    publishes (a relay's, carrying its caller's or a downstream's metadata) neither makes an
+    interactive run look detached nor erases a server rule's marker: the stored task and a
+    step following the stream (whose turn says what became of the run it gave up on) both
+    keep the server's word. Fails without runtime/context.py's _unmarked: the task says
+    detachedBy "forged" and the turn "goes on" though the run was cancelled; the CRM task's
+    marker is gone."""
+    if adapted and anyio_backend != "asyncio":
+        pytest.skip("a2a-sdk executors run on asyncio only")
+    agent: Any = relaying
+    if adapted:  # the same relay as an a2a-sdk executor (its TaskUpdater's status metadata)
+        from scoped_a2a.adapters.a2a_sdk import from_executor
+
+        from .sdk_executors import RelayingExecutor
+        agent = from_executor(RelayingExecutor())
+    app = A2AApp(agent, policy=RunPolicy.from_rules(["evoai_crm_event=inactivity_action"]))
+    async with served(app) as url, A2AClient(url) as client:
+        async with Step(client, follow=False) as step:
+            with anyio.move_on_after(0.7):
+                await step.turn(user_message("go", metadata=meta))
+        turn = step.turns[0]
+        assert turn.abandoned is not None and turn.task_id is not None, step.turns
+        with anyio.fail_after(8):
+            while not (task := await client.get_task(turn.task_id)).status.state.terminal:
+                await anyio.sleep(0.05)
+        marker = (task.metadata or {}).get("detachedBy")
+        said = (task.metadata, turn.abandoned, task.status.state)
+        assert (marker == "rule evoai_crm_event=inactivity_action"
+                if outcome == "detached" else marker is None), said
+        assert turn.abandoned.outcome == outcome, said
+        assert task.status.state is end, said
 
 
 # --- other frameworks' own servers: Google ADK's to_a2a, fasta2a (pydantic-ai) --------------

@@ -268,3 +268,34 @@ async def test_runs_queued_by_a_server_without_a_worker_are_run_by_the_worker_co
             == "start"}
     assert pids == {worker.pid}  # every run executed in the worker process, once
     assert all(sum(1 for e in logs[t] if _terminal(e)) == 1 for t in ids)
+
+
+async def test_a_follow_up_handed_over_says_whether_the_rule_detached_it(
+    serve: Callable[..., Proc], pg_url: str,
+) -> None:
+    """Issue 30's marker on PostgreSQL: runs queued on B (no worker) run on A; a follow-up to
+    such a task waiting for input, sent to B, is handed over to A. The returnImmediately answer
+    says the task works and whether the --detach-metadata rule detached the run it resumes; the
+    stored snapshot (folded from the run's first event) says the same."""
+    rule = "evoai_crm_event=inactivity_action"
+    a = serve(pg_url, "--detach-metadata", rule)
+    b = serve(pg_url, "--detach-metadata", rule, "--no-worker")
+    url_a, url_b = await a.url(), await b.url()
+    async with httpx.AsyncClient(timeout=30) as client:
+        for crm in (True, False):
+            asked = (await rpc(client, url_b, "SendMessage", {"message": text_message("ask")}))[
+                "result"]["task"]
+            assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+            meta = {"metadata": {"evoai_crm_event": "inactivity_action"}} if crm else {}
+            answer = text_message("Ann", taskId=asked["id"], **meta)
+            said = (await rpc(client, url_b, "SendMessage", {
+                "message": answer, "configuration": {"returnImmediately": True}}))["result"]["task"]
+            want = {"detachedBy": f"rule {rule}"} if crm else None
+            assert said["status"]["state"] == "TASK_STATE_WORKING", said
+            assert said.get("metadata") == want, said
+            with anyio.fail_after(20):
+                while (ended := (await rpc(client, url_a, "GetTask", {"id": asked["id"]}))[
+                        "result"])["status"]["state"] != "TASK_STATE_COMPLETED":
+                    await anyio.sleep(0.05)
+            assert ended.get("metadata") == want, ended
+    assert "worker" in a.text() and "worker" not in b.text()  # so the runs were on A

@@ -329,3 +329,36 @@ async def test_a_released_claim_of_a_stored_queued_run_stays(
         assert await store.claim_message("o", "m3", fp, never.id) is None
         await store.release_message("o", "m3", never.id)
         assert await store.claim_message("o", "m3", fp, "resent") is None
+
+
+async def test_a_follow_up_handed_to_another_replica_says_whether_the_rule_detached_it(
+    redis_server: RedisServer, spawn: Callable[..., Proc],
+) -> None:
+    """Issue 30's marker across a hand-over: the follow-up to a task waiting for input, sent to
+    the replica that does not hold its run, is answered (returnImmediately) with the task
+    working and saying whether a --detach-metadata rule detached the run it resumes; the
+    stored task says the same once the run's first event is folded (on the holder)."""
+    rule = "evoai_crm_event=inactivity_action"
+    a = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT,
+              "--detach-metadata", rule)
+    b = spawn("serve", "--store", redis_server.url, "--port", "0", "--agent", AGENT,
+              "--detach-metadata", rule)
+    url_a, url_b = await a.url(), await b.url()
+    async with httpx.AsyncClient(timeout=30) as client:
+        for crm in (True, False):
+            asked = (await rpc(client, url_a, "SendMessage", params(text_message("ask"))))[
+                "result"]["task"]
+            assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+            holders = [p for p in (a, b) if f"agent run task={asked['id']}" in p.text()]
+            assert len(holders) == 1, (a.text()[-2000:], b.text()[-2000:])
+            other = url_b if holders[0] is a else url_a  # the follow-up is handed over
+            meta = {"metadata": {"evoai_crm_event": "inactivity_action"}} if crm else {}
+            answer = text_message("Ann", taskId=asked["id"], **meta)
+            body = await rpc(client, other, "SendMessage", params(answer, detached=True))
+            said = body["result"]["task"]
+            ended = await wait_ended(client, other, asked["id"])
+            want = {"detachedBy": f"rule {rule}"} if crm else None
+            assert said["status"]["state"] == "TASK_STATE_WORKING", said
+            assert said.get("metadata") == want, said
+            assert ended["status"]["state"] == "TASK_STATE_COMPLETED", ended
+            assert ended.get("metadata") == want, ended

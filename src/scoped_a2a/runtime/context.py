@@ -13,9 +13,11 @@ from contextlib import AbstractAsyncContextManager, ExitStack
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
+import msgspec
 
 from ..protocol.errors import TaskNotFound
 from ..protocol.ids import new_id
+from ..protocol.on_disconnect import DETACHED_KEY, with_marker
 from ..protocol.principal import ANONYMOUS, TENANT_SEPARATOR, Principal
 from ..protocol.trajectory import LogEvent, TrajectoryEvent
 from ..protocol.types import (
@@ -285,6 +287,7 @@ class RunContext:
         """
         self._check_ids(event)
         if isinstance(event, TaskStatusUpdateEvent):
+            event = _unmarked(event)
             state = event.status.state
             if state.terminal or state.interrupted:
                 raise ValueError(
@@ -302,6 +305,7 @@ class RunContext:
         anything when the cap on parked runs is reached.
         """
         self._check_ids(event)
+        event = _unmarked(event)
         if not event.status.state.interrupted:
             raise ValueError("interrupt() takes an input-required or auth-required status")
         if self._parking is None:
@@ -406,3 +410,16 @@ class RunContext:
         return calls.stream(
             target, message, metadata=metadata, remaining=self.remaining,
             record=self._record_call, margin=margin, cancel_timeout=cancel_timeout)
+
+
+def _unmarked(event: TaskStatusUpdateEvent) -> TaskStatusUpdateEvent:
+    """``event`` without :data:`DETACHED_KEY` in its metadata (a copy if it had one).
+
+    Whether the run is detached is the server's word (the runtime's own ``working`` says it,
+    store/snapshot.py folds it into the task): an agent's status update that carries the key
+    (a relay passing on a downstream agent's, or its caller's metadata) must neither make the
+    task look detached nor erase a server rule's marker."""
+    meta = event.metadata
+    if not meta or DETACHED_KEY not in meta:
+        return event
+    return msgspec.structs.replace(event, metadata=with_marker(meta, None))

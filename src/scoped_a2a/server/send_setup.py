@@ -122,7 +122,7 @@ class SendSetup:
             # A resent follow-up answers as the first did (its task may have ended since).
             prior = await self.resends.claim(owner, msg, fp, task.id, pos, follow_up=True)
             if prior is not None:
-                return prior
+                return self._resent(prior, req, reason)
             try:
                 return await self._follow_up(req, v1, principal, owner, task, pos, reason,
                                              push_cfg)
@@ -180,6 +180,25 @@ class SendSetup:
             # whether this turn's run is detached: a client giving up on it reads it here.
             task = msgspec.structs.replace(task, metadata=with_marker(task.metadata, marker))
         return task, run, pos
+
+    def _resent(self, prior: tuple[Task, Run, int], req: SendMessageRequest,
+                reason: str | None) -> tuple[Task, Run, int]:
+        """A resent follow-up's answer: ``prior`` (the task as stored), saying the marker the
+        first send's answer said while the run has not yet recorded the message (a resend at
+        once, e.g. a webhook's second delivery): the snapshot read before that event still
+        says the marker of the turn before."""
+        task, run, pos = prior
+        if any(m.message_id == req.message.message_id for m in task.history or ()):
+            return prior  # recorded: the task says it (store/snapshot.py folded the marker)
+        told = (task.metadata or {}).get(DETACHED_KEY)
+        here = self.runner.get(task.id)
+        # As _follow_up decided it: the run here says; one elsewhere keeps what the task says
+        # of it, or takes this send's.
+        marker = (here.marker if here is not None
+                  else told if isinstance(told, str) else self._marker(reason, req))
+        if marker == told:
+            return prior
+        return msgspec.structs.replace(task, metadata=with_marker(task.metadata, marker)), run, pos
 
     def _marker(self, reason: str | None, req: SendMessageRequest) -> str | None:
         """What the task says of a send's run (protocol/on_disconnect.py): why it runs
