@@ -201,7 +201,11 @@ class RemoteTask:
         if prev is None or prev.id != task.id:
             return False
         then, now = prev.status.timestamp, task.status.timestamp
-        return then is not None and now is not None and then != now
+        if then is not None and now is not None:
+            return then != now
+        # No timestamps (a peer may omit them): a question of its own is a new status.
+        asked, asks = prev.status.message, task.status.message
+        return asked is not None and asks is not None and asked.message_id != asks.message_id
 
     def _start(self, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent) -> Task:
         prev = self.previous
