@@ -48,6 +48,7 @@ from ..liveness import cancel_reason
 from ..outage_log import OutageLog
 from .batch import BATCH, Batcher
 from .local import LocalView
+from .subscriptions import Subscriptions
 
 log = logging.getLogger("scoped_a2a.redis")
 _outages = OutageLog(log)  # one line per few seconds while Redis is away, not one per attempt
@@ -56,6 +57,11 @@ T = TypeVar("T")
 
 WATCH_LINGER = 10.0
 """Seconds a task's channel stays subscribed after its last waiter left (streams wait often)."""
+
+LISTEN_ACK_TIMEOUT = 10.0
+"""Seconds the listener's own channels (cancel, hand-over) may take to be acknowledged, at its
+start and after a reconnect. coredis' default, one second, ran out under a starved CPU: the
+listener then started over (its channels unheard meanwhile) although Redis was fine."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +189,9 @@ class RedisConnection:
         """Set once the listener is subscribed (tests wait for it; waiters also poll)."""
         self._pubsub: PubSub[bytes] | None = None
         self._watched: dict[str, float] = {}  # task id -> when a waiter last needed it
-        # task id -> (tick, listener connection) of the SUBSCRIBE Redis confirmed
-        self._confirmed: dict[str, tuple[int, object]] = {}
         self._tick = 0
+        self.subscriptions = Subscriptions(self.tick)
+        """Task channels Redis confirmed, from the acknowledgements the listener reads."""
         self.local = LocalView(self.confirmed_at)
         """Entries, snapshots and positions this process knows without asking (:mod:`.local`)."""
         self.batcher = Batcher(self.call, client.register_script(BATCH))
@@ -280,34 +286,40 @@ class RedisConnection:
         None when the channel is not subscribed, or was confirmed on a listener connection
         that has since been replaced (messages published in between may be lost).
         """
-        confirmed = self._confirmed.get(task_id)
         pubsub = self._pubsub
-        if confirmed is None or pubsub is None:
+        if pubsub is None:
             return None
-        return confirmed[0] if _connection_of(pubsub) is confirmed[1] else None
+        return self.subscriptions.confirmed_at(task_id, _connection_of(pubsub))
 
     async def watch(self, task_id: str) -> None:
         """Make sure this process hears ``task_id``'s appends (its channel is subscribed).
 
-        Returns once Redis has confirmed the subscription, so a check made afterwards cannot
-        miss a notification; if the listener is reconnecting it returns at once (waiters poll).
+        Returns once Redis has confirmed the subscription (the listener records its
+        acknowledgement, :mod:`.subscriptions`), so a check made afterwards cannot miss a
+        notification; if the listener is reconnecting it returns at once, and after
+        ``op_timeout`` without the acknowledgement too (waiters poll; the acknowledgement, when
+        it comes, is still recorded and wakes the task's waiters to check again).
         Channels no waiter needed for ``WATCH_LINGER`` seconds are unsubscribed.
-        Cancellation: the subscription may or may not be made; it is not recorded as confirmed.
+        Cancellation: the ``SUBSCRIBE`` may or may not be sent; its acknowledgement is recorded.
         """
         self._watched[task_id] = time.monotonic()
         pubsub = self._pubsub
         if pubsub is None or self.confirmed_at(task_id) is not None:
             return
-        # Subscribing again to a channel coredis resubscribed after a reconnect is harmless,
-        # and gives a confirmation this process can date.
-        with anyio.move_on_after(2):
+        confirmed = self.subscriptions.confirmation(task_id)
+        connection = _connection_of(pubsub)
+        # One SUBSCRIBE in flight per channel: the readers that come meanwhile wait for its
+        # acknowledgement. Sent without coredis' subscribe(), whose 1 s wait for the
+        # acknowledgement is what ran out under load.
+        if self.subscriptions.to_send(task_id, connection):
             try:
-                await pubsub.subscribe(self.keys.appended(task_id))
-            except (RedisError, TimeoutError) as exc:
+                pubsub.connection.send_command(b"SUBSCRIBE", self.keys.appended(task_id))
+            except (RedisError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+                self.subscriptions.unsent(task_id)
                 log.debug("could not subscribe to task %s: %s", task_id, exc)
                 return
-            if pubsub is self._pubsub:
-                self._confirmed[task_id] = (self.tick(), _connection_of(pubsub))
+        with anyio.move_on_after(self.op_timeout):
+            await confirmed.wait()
 
     async def _listen(self) -> None:
         """Dispatch ``appended`` and ``cancel`` messages until cancelled; never raises.
@@ -329,8 +341,8 @@ class RedisConnection:
             try:
                 async with self.client.pubsub(
                     channels=[self.keys.cancel, *(c.decode() for c in handover)],
-                    ignore_subscribe_messages=True,
                     retry_policy=retry, max_idle_seconds=5,
+                    subscription_timeout=LISTEN_ACK_TIMEOUT,
                 ) as pubsub, anyio.create_task_group() as tg:
                     self._pubsub = pubsub
                     self.listening.set()
@@ -340,7 +352,12 @@ class RedisConnection:
                         channel, data = message["channel"], message["data"]
                         if isinstance(channel, str):
                             channel = channel.encode()
-                        if channel.startswith(appended):
+                        kind = message["type"]
+                        if kind != "message":
+                            if channel.startswith(appended):
+                                self._acknowledged(kind, channel[len(appended):].decode(),
+                                                   pubsub)
+                        elif channel.startswith(appended):
                             task_id = channel[len(appended):].decode()
                             try:
                                 self.local.heard(task_id, int(data))
@@ -379,7 +396,7 @@ class RedisConnection:
                                 exc or type(exc).__name__)
             finally:
                 self._pubsub = None
-                self._confirmed.clear()
+                self.subscriptions.clear()
             await anyio.sleep(0.5)
 
     async def _forget_idle_channels(self, pubsub: PubSub[bytes]) -> None:
@@ -388,15 +405,28 @@ class RedisConnection:
             cutoff = time.monotonic() - WATCH_LINGER
             idle = [t for t, used in self._watched.items()
                     if used < cutoff and t not in self.waiters]
+            if not idle:
+                continue
+            connection = _connection_of(pubsub)
             for task_id in idle:
                 del self._watched[task_id]
                 # Unconfirmed before the UNSUBSCRIBE is sent: never trusted while unheard.
-                self._confirmed.pop(task_id, None)
+                self.subscriptions.leaving(task_id, connection)
                 self.local.forget(task_id)
-            channels = [c for c in (self.keys.appended(t) for t in idle)
-                        if c.encode() in pubsub.channels]
-            if channels:
-                await pubsub.unsubscribe(*channels)
+            # Not coredis' unsubscribe(): it waits 0.1 s for the acknowledgement and warns
+            # past it; the listener reads the acknowledgement like any message.
+            pubsub.connection.send_command(
+                b"UNSUBSCRIBE", *(self.keys.appended(t) for t in idle))
+
+    def _acknowledged(self, kind: str, task_id: str, pubsub: PubSub[bytes]) -> None:
+        """Redis acknowledged a (UN)SUBSCRIBE of ``task_id``'s channel (in the order sent)."""
+        connection = _connection_of(pubsub)
+        if kind == "subscribe":
+            if self.subscriptions.subscribed(task_id, connection):
+                # A reader that stopped waiting for this checks again, now with no gap.
+                self.waiters.wake(task_id)
+        elif kind == "unsubscribe":
+            self.subscriptions.unsubscribed(task_id, connection)
 
 
 def _cancellation(exc: BaseException) -> BaseException | None:
