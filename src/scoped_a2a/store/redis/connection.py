@@ -1,14 +1,14 @@
-"""One process's connection to a shared Redis: the client, key names, error translation, and
-the listener that wakes local waiters and delivers cancel requests.
+"""One process's connection to a shared Redis: the client, error translation, and the listener
+that wakes local waiters and delivers cancel requests (key names: :mod:`.keys`).
 
 Ownership. :meth:`RedisConnection.open` is an async context manager: it enters coredis' client
 (whose connection pool owns its connection tasks) and a task group holding the pub/sub listener;
 both end when the ``async with`` body does. Nothing is global.
 
 Local knowledge. The listener also keeps :attr:`RedisConnection.local` (:mod:`.local`) up to
-date: the positions announced on each task's channel, and which subscriptions Redis has
-confirmed on its current connection, so the store can answer reads and waits without a round
-trip when that is provably the same answer.
+date: the positions announced on each task's channel, and (:mod:`.subscriptions`) which
+subscriptions Redis has confirmed on its current connection, so the store can answer reads and
+waits without a round trip when that is provably the same answer.
 
 Redis down. Every command goes through :meth:`RedisConnection.call`, which bounds it with a
 deadline, retries once after a connection error (every write is idempotent, see
@@ -26,7 +26,6 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -47,6 +46,7 @@ from ...protocol.ids import new_id
 from ..liveness import cancel_reason
 from ..outage_log import OutageLog
 from .batch import BATCH, Batcher
+from .keys import Keys
 from .local import LocalView
 from .subscriptions import Subscriptions
 
@@ -62,72 +62,6 @@ LISTEN_ACK_TIMEOUT = 10.0
 """Seconds the listener's own channels (cancel, hand-over) may take to be acknowledged, at its
 start and after a reconnect. coredis' default, one second, ran out under a starved CPU: the
 listener then started over (its channels unheard meanwhile) although Redis was fine."""
-
-
-@dataclass(frozen=True, slots=True)
-class Keys:
-    """Every Redis key and channel name, under one prefix (several apps can share a Redis)."""
-
-    prefix: str
-
-    @property
-    def base(self) -> str:
-        return f"{self.prefix}:"
-
-    def task(self, task_id: str) -> str:  # hash: snapshot, position, state, ...
-        return f"{self.prefix}:task:{task_id}"
-
-    def log(self, task_id: str) -> str:  # stream: entry id "<position>-0" per event
-        return f"{self.prefix}:log:{task_id}"
-
-    def push(self, task_id: str) -> str:  # hash: push config id -> JSON
-        return f"{self.prefix}:push:{task_id}"
-
-    def lease(self, task_id: str) -> str:  # string: the token of the worker running it
-        return f"{self.prefix}:lease:{task_id}"
-
-    def claim(self, digest: bytes) -> str:  # hash: a message claim (fp, task, pos, made, op)
-        return f"{self.prefix}:claim:{digest.hex()}"
-
-    def claims(self, task_id: str) -> str:  # set: the claim keys of a task while it runs
-        return f"{self.prefix}:claims:{task_id}"
-
-    @property
-    def processes(self) -> str:  # zset: process id -> its lease's expiry, ms (store/liveness.py)
-        return f"{self.prefix}:procs"
-
-    def process(self, process_id: str) -> str:  # set: the running tasks a process's lease covers
-        return f"{self.prefix}:proc:{process_id}"
-
-    @property
-    def tasks(self) -> str:  # zset: task id by creation order (ListTasks)
-        return f"{self.prefix}:tasks"
-
-    @property
-    def ended(self) -> str:  # zset: ended task id by end time (retention)
-        return f"{self.prefix}:ended"
-
-    @property
-    def seq(self) -> str:
-        return f"{self.prefix}:seq"
-
-    @property
-    def runs(self) -> str:  # stream: the durable queue of detached runs
-        return f"{self.prefix}:runs"
-
-    def appended(self, task_id: str) -> str:  # channel: the new position, on each append
-        return f"{self.prefix}:appended:{task_id}"
-
-    @property
-    def cancel(self) -> str:  # channel: a task id whose run must stop now
-        return f"{self.prefix}:cancel"
-
-    @property
-    def handover(self) -> str:  # channel: hand-over requests, to every process (.handover)
-        return f"{self.prefix}:handover"
-
-    def handover_to(self, process_id: str) -> str:  # channel: hand-over messages to one process
-        return f"{self.prefix}:handover:{process_id}"
 
 
 class _Waiters:
@@ -318,8 +252,11 @@ class RedisConnection:
                 self.subscriptions.unsent(task_id)
                 log.debug("could not subscribe to task %s: %s", task_id, exc)
                 return
-        with anyio.move_on_after(self.op_timeout):
+        with anyio.move_on_after(self.op_timeout) as waited:
             await confirmed.wait()
+        if waited.cancelled_caught:
+            log.debug("task %s: no acknowledgement of its SUBSCRIBE within %.0f s yet",
+                      task_id, self.op_timeout)
 
     async def _listen(self) -> None:
         """Dispatch ``appended`` and ``cancel`` messages until cancelled; never raises.
