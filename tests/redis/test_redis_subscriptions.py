@@ -9,10 +9,12 @@ with its own ``INFO commandstats``, not timed.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
 import pytest
+from coredis.patterns.pubsub import BasePubSub
 
 from scoped_a2a.protocol.types import TaskState
 from scoped_a2a.store.redis import connection, open_redis_store
@@ -162,3 +164,34 @@ def test_acknowledgements_count_in_the_order_sent_and_on_their_connection() -> N
     subs.clear()
     assert event.is_set()
     assert subs.confirmed_at("t", new) is None
+
+
+async def test_the_listener_outlasts_a_slow_first_acknowledgement(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The listener's own channels are acknowledged 1.5 s late (a starved process reads them
+    late; coredis' default gave them one second): it starts listening without starting over,
+    and hears a cancel request."""
+    real = BasePubSub._handle_message
+    delayed: list[bytes] = []
+
+    async def late(self: Any, response: list[Any]) -> Any:
+        if bytes(response[0]) == b"subscribe" and not delayed:
+            delayed.append(bytes(response[1]))
+            await anyio.sleep(1.5)
+        return await real(self, response)
+
+    monkeypatch.setattr(BasePubSub, "_handle_message", late)
+    caplog.set_level(logging.WARNING, logger="scoped_a2a.redis")
+    async with open_redis_store(redis_server.url) as a, open_redis_store(redis_server.url) as b:
+        with anyio.fail_after(10):
+            await a.conn.listening.wait()
+            await b.conn.listening.wait()
+        assert delayed, "no acknowledgement was delayed"
+        asked = anyio.Event()
+        a.conn.cancel_handlers.append(lambda task_id, why: asked.set())
+        await b.conn.publish_cancel("some-task")
+        with anyio.fail_after(10):
+            await asked.wait()
+    restarts = [r.getMessage() for r in caplog.records if "listener" in r.getMessage()]
+    assert not restarts, restarts
