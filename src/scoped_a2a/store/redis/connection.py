@@ -1,14 +1,14 @@
-"""One process's connection to a shared Redis: the client, key names, error translation, and
-the listener that wakes local waiters and delivers cancel requests.
+"""One process's connection to a shared Redis: the client, error translation, and the listener
+that wakes local waiters and delivers cancel requests (key names: :mod:`.keys`).
 
 Ownership. :meth:`RedisConnection.open` is an async context manager: it enters coredis' client
 (whose connection pool owns its connection tasks) and a task group holding the pub/sub listener;
 both end when the ``async with`` body does. Nothing is global.
 
 Local knowledge. The listener also keeps :attr:`RedisConnection.local` (:mod:`.local`) up to
-date: the positions announced on each task's channel, and which subscriptions Redis has
-confirmed on its current connection, so the store can answer reads and waits without a round
-trip when that is provably the same answer.
+date: the positions announced on each task's channel, and (:mod:`.subscriptions`) which
+subscriptions Redis has confirmed on its current connection, so the store can answer reads and
+waits without a round trip when that is provably the same answer.
 
 Redis down. Every command goes through :meth:`RedisConnection.call`, which bounds it with a
 deadline, retries once after a connection error (every write is idempotent, see
@@ -26,7 +26,6 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -47,7 +46,9 @@ from ...protocol.ids import new_id
 from ..liveness import cancel_reason
 from ..outage_log import OutageLog
 from .batch import BATCH, Batcher
+from .keys import Keys
 from .local import LocalView
+from .subscriptions import Subscriptions
 
 log = logging.getLogger("scoped_a2a.redis")
 _outages = OutageLog(log)  # one line per few seconds while Redis is away, not one per attempt
@@ -57,71 +58,10 @@ T = TypeVar("T")
 WATCH_LINGER = 10.0
 """Seconds a task's channel stays subscribed after its last waiter left (streams wait often)."""
 
-
-@dataclass(frozen=True, slots=True)
-class Keys:
-    """Every Redis key and channel name, under one prefix (several apps can share a Redis)."""
-
-    prefix: str
-
-    @property
-    def base(self) -> str:
-        return f"{self.prefix}:"
-
-    def task(self, task_id: str) -> str:  # hash: snapshot, position, state, ...
-        return f"{self.prefix}:task:{task_id}"
-
-    def log(self, task_id: str) -> str:  # stream: entry id "<position>-0" per event
-        return f"{self.prefix}:log:{task_id}"
-
-    def push(self, task_id: str) -> str:  # hash: push config id -> JSON
-        return f"{self.prefix}:push:{task_id}"
-
-    def lease(self, task_id: str) -> str:  # string: the token of the worker running it
-        return f"{self.prefix}:lease:{task_id}"
-
-    def claim(self, digest: bytes) -> str:  # hash: a message claim (fp, task, pos, made, op)
-        return f"{self.prefix}:claim:{digest.hex()}"
-
-    def claims(self, task_id: str) -> str:  # set: the claim keys of a task while it runs
-        return f"{self.prefix}:claims:{task_id}"
-
-    @property
-    def processes(self) -> str:  # zset: process id -> its lease's expiry, ms (store/liveness.py)
-        return f"{self.prefix}:procs"
-
-    def process(self, process_id: str) -> str:  # set: the running tasks a process's lease covers
-        return f"{self.prefix}:proc:{process_id}"
-
-    @property
-    def tasks(self) -> str:  # zset: task id by creation order (ListTasks)
-        return f"{self.prefix}:tasks"
-
-    @property
-    def ended(self) -> str:  # zset: ended task id by end time (retention)
-        return f"{self.prefix}:ended"
-
-    @property
-    def seq(self) -> str:
-        return f"{self.prefix}:seq"
-
-    @property
-    def runs(self) -> str:  # stream: the durable queue of detached runs
-        return f"{self.prefix}:runs"
-
-    def appended(self, task_id: str) -> str:  # channel: the new position, on each append
-        return f"{self.prefix}:appended:{task_id}"
-
-    @property
-    def cancel(self) -> str:  # channel: a task id whose run must stop now
-        return f"{self.prefix}:cancel"
-
-    @property
-    def handover(self) -> str:  # channel: hand-over requests, to every process (.handover)
-        return f"{self.prefix}:handover"
-
-    def handover_to(self, process_id: str) -> str:  # channel: hand-over messages to one process
-        return f"{self.prefix}:handover:{process_id}"
+LISTEN_ACK_TIMEOUT = 10.0
+"""Seconds the listener's own channels (cancel, hand-over) may take to be acknowledged, at its
+start and after a reconnect. coredis' default, one second, ran out under a starved CPU: the
+listener then started over (its channels unheard meanwhile) although Redis was fine."""
 
 
 class _Waiters:
@@ -183,9 +123,9 @@ class RedisConnection:
         """Set once the listener is subscribed (tests wait for it; waiters also poll)."""
         self._pubsub: PubSub[bytes] | None = None
         self._watched: dict[str, float] = {}  # task id -> when a waiter last needed it
-        # task id -> (tick, listener connection) of the SUBSCRIBE Redis confirmed
-        self._confirmed: dict[str, tuple[int, object]] = {}
         self._tick = 0
+        self.subscriptions = Subscriptions(self.tick)
+        """Task channels Redis confirmed, from the acknowledgements the listener reads."""
         self.local = LocalView(self.confirmed_at)
         """Entries, snapshots and positions this process knows without asking (:mod:`.local`)."""
         self.batcher = Batcher(self.call, client.register_script(BATCH))
@@ -280,34 +220,43 @@ class RedisConnection:
         None when the channel is not subscribed, or was confirmed on a listener connection
         that has since been replaced (messages published in between may be lost).
         """
-        confirmed = self._confirmed.get(task_id)
         pubsub = self._pubsub
-        if confirmed is None or pubsub is None:
+        if pubsub is None:
             return None
-        return confirmed[0] if _connection_of(pubsub) is confirmed[1] else None
+        return self.subscriptions.confirmed_at(task_id, _connection_of(pubsub))
 
     async def watch(self, task_id: str) -> None:
         """Make sure this process hears ``task_id``'s appends (its channel is subscribed).
 
-        Returns once Redis has confirmed the subscription, so a check made afterwards cannot
-        miss a notification; if the listener is reconnecting it returns at once (waiters poll).
+        Returns once Redis has confirmed the subscription (the listener records its
+        acknowledgement, :mod:`.subscriptions`), so a check made afterwards cannot miss a
+        notification; if the listener is reconnecting it returns at once, and after
+        ``op_timeout`` without the acknowledgement too (waiters poll; the acknowledgement, when
+        it comes, is still recorded and wakes the task's waiters to check again).
         Channels no waiter needed for ``WATCH_LINGER`` seconds are unsubscribed.
-        Cancellation: the subscription may or may not be made; it is not recorded as confirmed.
+        Cancellation: the ``SUBSCRIBE`` may or may not be sent; its acknowledgement is recorded.
         """
         self._watched[task_id] = time.monotonic()
         pubsub = self._pubsub
         if pubsub is None or self.confirmed_at(task_id) is not None:
             return
-        # Subscribing again to a channel coredis resubscribed after a reconnect is harmless,
-        # and gives a confirmation this process can date.
-        with anyio.move_on_after(2):
+        confirmed = self.subscriptions.confirmation(task_id)
+        connection = _connection_of(pubsub)
+        # One SUBSCRIBE in flight per channel: the readers that come meanwhile wait for its
+        # acknowledgement. Sent without coredis' subscribe(), whose 1 s wait for the
+        # acknowledgement is what ran out under load.
+        if self.subscriptions.to_send(task_id, connection):
             try:
-                await pubsub.subscribe(self.keys.appended(task_id))
-            except (RedisError, TimeoutError) as exc:
+                pubsub.connection.send_command(b"SUBSCRIBE", self.keys.appended(task_id))
+            except (RedisError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+                self.subscriptions.unsent(task_id)
                 log.debug("could not subscribe to task %s: %s", task_id, exc)
                 return
-            if pubsub is self._pubsub:
-                self._confirmed[task_id] = (self.tick(), _connection_of(pubsub))
+        with anyio.move_on_after(self.op_timeout) as waited:
+            await confirmed.wait()
+        if waited.cancelled_caught:
+            log.debug("task %s: no acknowledgement of its SUBSCRIBE within %.0f s yet",
+                      task_id, self.op_timeout)
 
     async def _listen(self) -> None:
         """Dispatch ``appended`` and ``cancel`` messages until cancelled; never raises.
@@ -329,8 +278,8 @@ class RedisConnection:
             try:
                 async with self.client.pubsub(
                     channels=[self.keys.cancel, *(c.decode() for c in handover)],
-                    ignore_subscribe_messages=True,
                     retry_policy=retry, max_idle_seconds=5,
+                    subscription_timeout=LISTEN_ACK_TIMEOUT,
                 ) as pubsub, anyio.create_task_group() as tg:
                     self._pubsub = pubsub
                     self.listening.set()
@@ -340,7 +289,12 @@ class RedisConnection:
                         channel, data = message["channel"], message["data"]
                         if isinstance(channel, str):
                             channel = channel.encode()
-                        if channel.startswith(appended):
+                        kind = message["type"]
+                        if kind != "message":
+                            if channel.startswith(appended):
+                                self._acknowledged(kind, channel[len(appended):].decode(),
+                                                   pubsub)
+                        elif channel.startswith(appended):
                             task_id = channel[len(appended):].decode()
                             try:
                                 self.local.heard(task_id, int(data))
@@ -379,7 +333,7 @@ class RedisConnection:
                                 exc or type(exc).__name__)
             finally:
                 self._pubsub = None
-                self._confirmed.clear()
+                self.subscriptions.clear()
             await anyio.sleep(0.5)
 
     async def _forget_idle_channels(self, pubsub: PubSub[bytes]) -> None:
@@ -388,15 +342,28 @@ class RedisConnection:
             cutoff = time.monotonic() - WATCH_LINGER
             idle = [t for t, used in self._watched.items()
                     if used < cutoff and t not in self.waiters]
+            if not idle:
+                continue
+            connection = _connection_of(pubsub)
             for task_id in idle:
                 del self._watched[task_id]
                 # Unconfirmed before the UNSUBSCRIBE is sent: never trusted while unheard.
-                self._confirmed.pop(task_id, None)
+                self.subscriptions.leaving(task_id, connection)
                 self.local.forget(task_id)
-            channels = [c for c in (self.keys.appended(t) for t in idle)
-                        if c.encode() in pubsub.channels]
-            if channels:
-                await pubsub.unsubscribe(*channels)
+            # Not coredis' unsubscribe(): it waits 0.1 s for the acknowledgement and warns
+            # past it; the listener reads the acknowledgement like any message.
+            pubsub.connection.send_command(
+                b"UNSUBSCRIBE", *(self.keys.appended(t) for t in idle))
+
+    def _acknowledged(self, kind: str, task_id: str, pubsub: PubSub[bytes]) -> None:
+        """Redis acknowledged a (UN)SUBSCRIBE of ``task_id``'s channel (in the order sent)."""
+        connection = _connection_of(pubsub)
+        if kind == "subscribe":
+            if self.subscriptions.subscribed(task_id, connection):
+                # A reader that stopped waiting for this checks again, now with no gap.
+                self.waiters.wake(task_id)
+        elif kind == "unsubscribe":
+            self.subscriptions.unsubscribed(task_id, connection)
 
 
 def _cancellation(exc: BaseException) -> BaseException | None:

@@ -46,7 +46,8 @@ from ..base import LogEntry, TaskEnded
 from ..records import KIND_OF as RECORD_KINDS
 from ..snapshot import apply_event
 from . import scripts
-from .connection import Keys, RedisConnection
+from .connection import RedisConnection
+from .keys import Keys
 
 _encode = msgspec.json.Encoder().encode
 # A stream entry keeps its event's kind (records.py) as a one-byte string.
