@@ -19,7 +19,7 @@ import anyio
 from ..protocol.exc_groups import first_leaf
 from .auth_options import tls_from_args
 from .help import StartupError
-from .interrupt import interrupted
+from .interrupt import interrupted, python_sigint
 
 if TYPE_CHECKING:
     from ..server.app import A2AApp
@@ -81,6 +81,7 @@ def run_server(func: Any, *args: Any, backend: str, host: str, port: int) -> int
     line for a Ctrl-C before its signal handling was installed (KeyboardInterrupt, alone or
     in an exception group)."""
     try:
+        python_sigint()
         anyio.run(func, *args, backend=backend)
     except BaseException as exc:
         if interrupted(exc):
