@@ -343,6 +343,16 @@ def test_a_ctrl_c_python_drops_before_serve_installs_its_handling_shuts_it_down(
         done.stderr[-2000:]
 
 
+def test_a_ctrl_c_python_drops_before_the_workers_start_starts_none() -> None:
+    # serve --workers: the supervisor's own handlers come after the parse; a Ctrl-C dropped
+    # before them is "interrupted" and 130, with no worker started.
+    done = subprocess.run([sys.executable, "-c", _DROPPED_CTRL_C, "serve", "--port", "0",
+                           "--workers", "2", "--store", "redis://127.0.0.1:9/0"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=_env())
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr == "interrupted\n", done.stderr[-2000:]
+
+
 def test_a_ctrl_c_that_an_extension_turned_into_an_import_error_is_one_line() -> None:
     # Seen on Python 3.13: a Ctrl-C while msgspec's C module imports datetime
     # (PyCapsule_Import) surfaced as ImportError 'could not import module "datetime"' with a
