@@ -28,9 +28,10 @@ def _is_the_program() -> bool:
 
 if _is_the_program():
     # ``python -m scoped_a2a`` or the console script: this package is the program (the
-    # script's first import is ours). Until the command line's main() takes over (it puts
-    # Python's handler back first thing), a Ctrl-C while the rest imports is one line and 130,
-    # not a traceback from the middle of an import. A program that merely imports the library
+    # script's first import is ours). Until the command line's main() takes over (first
+    # thing, with Python's handler that also remembers the Ctrl-C: cli/interrupt.py), a
+    # Ctrl-C while the rest imports is one line and 130, not a traceback from the middle of
+    # an import. A program that merely imports the library
     # keeps its own SIGINT handling.
     # The C module: ``import signal`` imports enum first, a window of its own.
     import _signal  # type: ignore[import-not-found]

@@ -41,7 +41,7 @@ from ..protocol.errors import (
 )
 from .arg_types import seconds
 from .help import add_log_level
-from .interrupt import interrupted
+from .interrupt import ctrl_c_seen, interrupted, python_sigint
 
 EXIT_OK = 0
 EXIT_TASK_FAILED = 1
@@ -316,8 +316,13 @@ def _protobuf_importable() -> bool:
 
 async def _cancel_on_sigint(scope: anyio.CancelScope, interrupted: anyio.Event) -> None:
     """On Ctrl-C, end the command as its deadline would (so what it started is given up on
-    in order, not torn down by KeyboardInterrupt)."""
+    in order, not torn down by KeyboardInterrupt). A Ctrl-C seen before this handler was
+    installed counts as one."""
     with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        if ctrl_c_seen():
+            interrupted.set()
+            scope.cancel()
+            return
         async for _ in signals:
             interrupted.set()
             scope.cancel()
@@ -338,6 +343,7 @@ def run_client_command(fn: Callable[..., Awaitable[int]], args: argparse.Namespa
     reader of stdout goes away (``... | head -1``) the command ends quietly with 141, the
     status of a process ended by SIGPIPE, as other command-line tools do."""
     try:
+        python_sigint()
         return anyio.run(fn, args, sys.stdout, sys.stderr, backend=args.backend)
     except BaseException as exc:
         if interrupted(exc):  # before the call's own SIGINT watcher was installed

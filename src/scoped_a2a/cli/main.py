@@ -11,11 +11,10 @@ puts it there), whichever way the command was started.
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Sequence
 
-from .interrupt import interrupted
+from .interrupt import ctrl_c_seen, interrupted, watch_ctrl_c
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -30,12 +29,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     each command says what it does (``serve`` shuts down gracefully, ``send`` gives up on its
     task by the abandon rule).
     """
+    # Python's handler, remembering each Ctrl-C (``python -m`` set a quiet exit while it
+    # imported __main__): KeyboardInterrupt is caught below; before a command's event loop
+    # starts, Python's own handler is put back (trio and asyncio install theirs only over it).
+    undo = watch_ctrl_c()
     try:
-        # Python's own handler again (``python -m`` set a quiet exit while it imported
-        # __main__): KeyboardInterrupt is caught below, and trio and asyncio install their
-        # handling only over Python's.
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-            _put_back_default_sigint()
         return _main(argv)
     except SystemExit as exc:
         if not isinstance(exc.code, str):
@@ -44,7 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(message + "\n")
         return EXIT_USAGE
     except BaseException as exc:
-        if not interrupted(exc):
+        # A Ctrl-C that C code turned into another error (an ImportError from an extension's
+        # import) is still a Ctrl-C.
+        if not interrupted(exc) and not ctrl_c_seen():
             raise
         # What the interrupt cut short may be half-built: an asyncio event loop interrupted in
         # its __init__ fails in its __del__ ("no attribute '_signal_handlers'") once the
@@ -52,18 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.unraisablehook = _say_nothing
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
+    finally:
+        undo()
 
 
 def _say_nothing(unraisable: object) -> None:
     """``sys.unraisablehook`` after a Ctrl-C: the one line has been written."""
-
-
-def _put_back_default_sigint() -> None:
-    """Python's SIGINT handler, unless the program set its own (SIG_IGN, a handler of its own
-    other than the package's quiet exit, main() called from another program)."""
-    current = signal.getsignal(signal.SIGINT)
-    if getattr(current, "__qualname__", "") == "_exit_quietly":
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _main(argv: Sequence[str] | None) -> int:

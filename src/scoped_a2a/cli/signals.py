@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
+from .interrupt import ctrl_c_seen
+
 if TYPE_CHECKING:
     from ..server.auth import Authenticator
 
@@ -29,9 +31,13 @@ handlers are installed."""
 async def on_signals(shutdown: anyio.Event, scope: anyio.CancelScope, *,
                      task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """The first SIGINT/SIGTERM sets ``shutdown`` (graceful); a second cancels ``scope`` and
-    returns. Reports started once the handlers are installed; cancelled, it restores them."""
+    returns. Reports started once the handlers are installed; cancelled, it restores them.
+    A Ctrl-C seen before they were installed counts as the first signal."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
+        if ctrl_c_seen():
+            log.info("SIGINT (before its handler was installed): shutting down gracefully")
+            shutdown.set()
         async for signum in signals:
             if shutdown.is_set():
                 log.warning("second signal: stopping now")

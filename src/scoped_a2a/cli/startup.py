@@ -12,13 +12,14 @@ import argparse
 import errno
 import socket
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import anyio
 
+from ..protocol.exc_groups import first_leaf
 from .auth_options import tls_from_args
 from .help import StartupError
-from .interrupt import interrupted
+from .interrupt import interrupted, python_sigint
 
 if TYPE_CHECKING:
     from ..server.app import A2AApp
@@ -50,18 +51,15 @@ def listen_error(exc: BaseException) -> OSError | StartupError | None:
     """The error that stopped the server from starting, found in ``exc``'s groups: a socket
     error of listening (hypercorn re-raises a failed name lookup as a plain OSError with the
     lookup's negative errno), or a StartupError."""
+    return first_leaf(exc, _is_listen_error)
+
+
+def _is_listen_error(exc: BaseException) -> TypeGuard[OSError | StartupError]:
     if isinstance(exc, StartupError):
-        return exc
-    if isinstance(exc, OSError) and (
-            isinstance(exc, socket.gaierror) or (exc.errno or 0) < 0
-            or exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = listen_error(inner)
-            if found is not None:
-                return found
-    return None
+        return True
+    return isinstance(exc, OSError) and (
+        isinstance(exc, socket.gaierror) or (exc.errno or 0) < 0
+        or exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL))
 
 
 def listen_message(exc: OSError | StartupError, host: str, port: int) -> str:
@@ -83,6 +81,7 @@ def run_server(func: Any, *args: Any, backend: str, host: str, port: int) -> int
     line for a Ctrl-C before its signal handling was installed (KeyboardInterrupt, alone or
     in an exception group)."""
     try:
+        python_sigint()
         anyio.run(func, *args, backend=backend)
     except BaseException as exc:
         if interrupted(exc):

@@ -50,6 +50,8 @@ import tempfile
 import time
 from types import FrameType
 
+from .interrupt import ctrl_c_seen
+
 log = logging.getLogger("scoped_a2a.cli")
 
 QUICK_EXIT = 10.0
@@ -155,6 +157,8 @@ class Supervisor:
             previous = {s: signal.signal(s, self._signalled)
                         for s in (signal.SIGINT, signal.SIGTERM)}
             try:
+                if ctrl_c_seen():  # before these handlers, and Python dropped it: no workers
+                    raise KeyboardInterrupt
                 log.info("serve --workers %d on port %d (SO_REUSEPORT)", self.args.workers, port)
                 for i in range(self.args.workers):
                     self._start(i, argv)

@@ -26,7 +26,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import anyio
 import coredis
@@ -42,6 +42,7 @@ from coredis.retry import (
 )
 
 from ...protocol.errors import ServerUnavailable
+from ...protocol.exc_groups import first_leaf
 from ...protocol.ids import new_id
 from ..liveness import cancel_reason
 from ..outage_log import OutageLog
@@ -314,7 +315,7 @@ class RedisConnection:
                                 on_handover(payload)
                     tg.cancel_scope.cancel()
             except BaseException as exc:
-                stopping = _cancellation(exc)
+                stopping = first_leaf(exc, _is_cancellation)  # itself, or in its group
                 if stopping is not None:
                     if stopping is not exc:
                         # Stopped (at once, a second signal): what coredis' pub/sub raised as
@@ -366,16 +367,9 @@ class RedisConnection:
             self.subscriptions.unsubscribed(task_id, connection)
 
 
-def _cancellation(exc: BaseException) -> BaseException | None:
-    """The cancellation in ``exc`` (itself, or one in its group), if there is one."""
-    if isinstance(exc, anyio.get_cancelled_exc_class()):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _cancellation(inner)
-            if found is not None:
-                return found
-    return None
+def _is_cancellation(exc: BaseException) -> TypeGuard[BaseException]:
+    """A cancellation of the running backend (asyncio's or trio's class)."""
+    return isinstance(exc, anyio.get_cancelled_exc_class())
 
 
 def _connection_of(pubsub: PubSub[bytes]) -> object:
