@@ -146,7 +146,7 @@ async def test_an_error_a_run_lets_out_reaches_the_nursery() -> None:
     async def quick() -> None:
         pass
 
-    with pytest.raises(BaseException) as caught:  # noqa: PT011 (an ExceptionGroup)
+    with pytest.raises(BaseException) as caught:  # an ExceptionGroup
         async with anyio.create_task_group() as tg:
             workers = RunWorkers(tg)
             workers.start(quick(), name="w")

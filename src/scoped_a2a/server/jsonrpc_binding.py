@@ -17,6 +17,8 @@ hang-up cancels it, and an answer that cannot be written is dropped, never raise
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from ..observe.base import NOOP, Observer
 from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_params, check_version
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
@@ -25,9 +27,19 @@ from ..protocol.method import Call
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from .asgi import Receive, Scope, Send, header, send_response
-from .body import BodyBudget, BodyInTooManyPieces, BodyRefused, ClientGone, discard_body, read_body
-from .closing import ClosingDeadlines
+from .body import (
+    BodyBudget,
+    BodyInTooManyPieces,
+    BodyRefused,
+    BodyTooSlow,
+    ClientGone,
+    ServerClosing,
+    discard_body,
+    read_body,
+)
+from .closing import ClosingDeadlines, RequestScope
 from .dispatch import Responder, extensions, last_event_id, run_method
+from .eager import bounded
 from .methods import Methods
 from .sse import SSEWriter
 
@@ -64,29 +76,46 @@ class JsonRpcBinding:
             await discard_body(scope, receive)
             await send_response(send, 415, error_frame(b"null", err, v1=True))
             return
-        try:
-            body = await read_body(scope, receive, self.max_body_bytes, budget=self.bodies)
-        except BodyRefused as exc:
-            err = exc.a2a_error()
-            if isinstance(exc, BodyInTooManyPieces):
-                err = InvalidRequest(f"{exc}; send it in fewer, larger pieces (for example "
+        # One cancel scope for the body's first read and the final answer's write
+        # (closing.RequestScope); a refusal of the body is answered once out of it.
+        request = RequestScope()
+        refused: BodyRefused | None = None  # (stays None if a deadline ended the request)
+        with request.scope:
+            refused = await self._answer(scope, receive, send, principal, request)
+        if request.read_expired:  # the deadline cancelled (or ended) the first read
+            assert self.bodies is not None  # only a budget arms it
+            refused = ServerClosing() if self.bodies.closing else BodyTooSlow(self.bodies.timeout)
+        if refused is not None:
+            err = refused.a2a_error()
+            if isinstance(refused, BodyInTooManyPieces):
+                err = InvalidRequest(f"{refused}; send it in fewer, larger pieces (for example "
                                      "with a Content-Length)")
-            await send_response(send, exc.http_status, error_frame(b"null", err, v1=True),
-                                headers=exc.http_headers())
-            return
+            await send_response(send, refused.http_status, error_frame(b"null", err, v1=True),
+                                headers=refused.http_headers())
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, principal: Principal,
+                      request: RequestScope) -> BodyRefused | None:
+        """Read the body and answer the call, inside ``request``'s scope; a refused body is
+        returned (not answered: the caller answers it out of the scope)."""
+        try:
+            body = await read_body(
+                scope, receive, self.max_body_bytes, budget=self.bodies,
+                first=self.bodies.first_read(request) if self.bodies is not None else None)
+        except BodyRefused as exc:
+            return exc
         except ClientGone:
-            return
+            return None
         try:
             rpc = parse_request(body)
         except A2AError as exc:
             await send_response(send, 200, error_frame(exc.id_json, exc, v1=True))  # type: ignore[attr-defined]
-            return
+            return None
         name = FROM_V03.get(rpc.method)
         dialect = V03_DIALECT if name is not None else V10_DIALECT
         name = name or rpc.method
         self.observe.request_method(rpc.method, "1.0" if dialect.v1 else "0.3")
         out = _JsonRpcOutput(send, rpc.id_json, dialect.v1, self.write_timeout,
-                             self.final_writes)
+                             self.final_writes, request)
         try:
             check_version(header(scope, b"a2a-version") or query_version(scope))
             if name == TRAJECTORY_READ_METHOD:
@@ -101,10 +130,11 @@ class JsonRpcBinding:
                 raise InvalidRequest(NO_ID)
         except A2AError as exc:
             await out.error(exc)
-            return
+            return None
         call = Call(dialect, rpc, extensions(scope), last_event_id(scope), principal)
         await run_method(handler, call, out, receive, rpc.method,
                          expose_errors=self.expose_errors)
+        return None
 
 
 class _JsonRpcOutput(Responder):
@@ -114,8 +144,10 @@ class _JsonRpcOutput(Responder):
     """
 
     def __init__(self, send: Send, id_json: bytes, v1: bool, write_timeout: float,
-                 closing: ClosingDeadlines | None = None) -> None:
+                 closing: ClosingDeadlines | None = None,
+                 request: RequestScope | None = None) -> None:
         self._send = send
+        self._request = request
         self.closing = closing
         self._id = id_json
         self._v1 = v1
@@ -127,6 +159,16 @@ class _JsonRpcOutput(Responder):
     async def _final(self, body: bytes) -> None:
         self._done = True
         await self.final_write(lambda: send_response(self._send, 200, body))
+
+    async def final_write(self, write: Callable[[], Awaitable[None]]) -> None:
+        """As :meth:`.Responder.final_write`; for a method that runs in the request's own task
+        (``watches_hangup``: no task group between the request's scope and here), in the
+        request's scope (closing.RequestScope) rather than a scope of its own. A deadline
+        passing cancels the request's scope: the method ends there, with no answer."""
+        if self._receive is None or self._request is None or self.closing is None:
+            await super().final_write(write)
+            return
+        await bounded(write(), self._request.writing(self.closing, self.write_timeout))
 
     async def result(self, result: bytes) -> None:
         await self._final(result_frame(self._id, result))

@@ -1,0 +1,146 @@
+"""One cancel scope per JSON-RPC request, armed for the body's first read and for a blocking
+send's final write (server/closing.py, RequestScope): each deadline still does what its own
+scope did.
+
+Driven in-process through the ASGI app, on asyncio, trio and trio's mock clock (where a body
+arriving exactly at its deadline lands in the same tick as the deadline): a stalled body gets
+its 408 (answered once the request's scope is left, so the cancellation does not swallow the
+answer); a body that arrives as its deadline passes is either refused with no task made, or
+answered in full, never half (a task made and then cancelled); a final answer the client does
+not take ends the request at the write deadline, with the task kept completed; a body and
+answer that do not wait leave no deadline behind (no open scope counted for shutdown).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from trio.testing import MockClock
+
+from scoped_a2a import A2AApp, RunContext
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio", "trio-mock-clock"])
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    if request.param == "trio-mock-clock":
+        return ("trio", {"clock": MockClock(autojump_threshold=0)})
+    return request.param
+
+
+_SCOPE = {"type": "http", "method": "POST", "path": "/", "root_path": "", "query_string": b"",
+          "headers": [(b"content-type", b"application/json"), (b"a2a-version", b"1.0")]}
+
+_BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+    "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}}).encode()
+
+
+async def echo(ctx: RunContext) -> str:
+    return "echo"
+
+
+async def _call(app: A2AApp, receive: Any, send: Any | None = None) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def record(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(dict(_SCOPE), receive, send or record)
+    return sent
+
+
+def _status_and_body(sent: list[dict[str, Any]]) -> tuple[int, bytes]:
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"], sent
+    return sent[0]["status"], sent[1]["body"]
+
+
+async def test_a_stalled_body_gets_408() -> None:
+    app = A2AApp(echo, body_timeout=0.2)
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep(30)
+        raise AssertionError("the body's deadline did not end the read")
+
+    async with app.running():
+        with anyio.fail_after(10):
+            status, body = _status_and_body(await _call(app, receive))
+        assert status == 408, body
+        assert b"did not arrive within 0.2 s" in body, body
+        assert app.bodies._reading.open == 0
+        assert app.store._tasks == {}  # noqa: SLF001 (no task was made)
+
+
+@pytest.mark.parametrize("early", [0.0, 1e-9, 0.001])
+async def test_a_body_arriving_as_its_deadline_passes_is_refused_or_answered_whole(
+    early: float,
+) -> None:
+    app = A2AApp(echo, body_timeout=0.2)
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep(0.2 - early)
+        return {"type": "http.request", "body": _BODY, "more_body": False}
+
+    async with app.running():
+        with anyio.fail_after(10):
+            status, body = _status_and_body(await _call(app, receive))
+        tasks = [await app.store.get(t) for t in list(app.store._tasks)]  # noqa: SLF001
+        if status == 408:
+            assert tasks == [], f"refused, yet a task was made: {tasks}"
+        else:
+            assert status == 200 and b"TASK_STATE_COMPLETED" in body, (status, body)
+            assert [t.status.state.name for t, _ in tasks] == ["COMPLETED"], tasks
+        assert app.bodies._reading.open == 0
+
+
+async def test_a_final_answer_not_taken_ends_at_the_write_deadline() -> None:
+    app = A2AApp(echo, stream_write_timeout=0.3)
+    pending = [{"type": "http.request", "body": _BODY, "more_body": False}]
+    started = anyio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        await anyio.sleep(60)  # the client stays, but does not read
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            started.set()
+            await anyio.sleep(60)  # never taken
+
+    async with app.running():
+        with anyio.fail_after(10):
+            before = anyio.current_time()
+            await _call(app, receive, send)
+            took = anyio.current_time() - before
+        assert started.is_set()
+        assert 0.3 <= took < 5, took
+        assert app.final_writes.open == 0
+        assert app.open_requests == 0
+        [task_id] = app.store._tasks  # noqa: SLF001
+        task, _ = await app.store.get(task_id)
+        assert task.status.state.name == "COMPLETED"
+
+
+async def test_a_body_and_answer_that_do_not_wait_arm_nothing() -> None:
+    app = A2AApp(echo)
+    pending = [{"type": "http.request", "body": _BODY, "more_body": False}]
+    opened: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        await anyio.sleep(60)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        opened.append(app.bodies._reading.open + app.final_writes.open)
+
+    async with app.running():
+        with anyio.fail_after(10):
+            await _call(app, receive, send)
+    assert opened == [0, 0], opened
