@@ -71,7 +71,7 @@ async def test_a_stalled_body_gets_408() -> None:
         assert status == 408, body
         assert b"did not arrive within 0.2 s" in body, body
         assert app.bodies._reading.open == 0
-        assert app.store._tasks == {}  # noqa: SLF001 (no task was made)
+        assert app.store._tasks == {}  # no task was made
 
 
 @pytest.mark.parametrize("early", [0.0, 1e-9, 0.001])
@@ -87,7 +87,7 @@ async def test_a_body_arriving_as_its_deadline_passes_is_refused_or_answered_who
     async with app.running():
         with anyio.fail_after(10):
             status, body = _status_and_body(await _call(app, receive))
-        tasks = [await app.store.get(t) for t in list(app.store._tasks)]  # noqa: SLF001
+        tasks = [await app.store.get(t) for t in list(app.store._tasks)]
         if status == 408:
             assert tasks == [], f"refused, yet a task was made: {tasks}"
         else:
@@ -121,7 +121,7 @@ async def test_a_final_answer_not_taken_ends_at_the_write_deadline() -> None:
         assert 0.3 <= took < 5, took
         assert app.final_writes.open == 0
         assert app.open_requests == 0
-        [task_id] = app.store._tasks  # noqa: SLF001
+        [task_id] = app.store._tasks
         task, _ = await app.store.get(task_id)
         assert task.status.state.name == "COMPLETED"
 
