@@ -1,6 +1,6 @@
-"""One cancel scope per JSON-RPC request, armed for the body's first read and for a blocking
-send's final write (server/closing.py, RequestScope): each deadline still does what its own
-scope did.
+"""One cancel scope per JSON-RPC request (and per HTTP+JSON request with a body), armed for the
+body's first read and for a blocking send's final write (server/closing.py, RequestScope): each
+deadline still does what its own scope did, on both bindings.
 
 Driven in-process through the ASGI app, on asyncio, trio and trio's mock clock (where a body
 arriving exactly at its deadline lands in the same tick as the deadline): a stalled body gets
@@ -37,21 +37,31 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
 _SCOPE = {"type": "http", "method": "POST", "path": "/", "root_path": "", "query_string": b"",
           "headers": [(b"content-type", b"application/json"), (b"a2a-version", b"1.0")]}
 
-_BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
-    "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}}).encode()
+_PARAMS = {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}
+_REQUESTS = {  # binding: (path, body of a blocking send)
+    "JSON-RPC": ("/", json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                  "params": _PARAMS}).encode()),
+    "HTTP+JSON": ("/message:send", json.dumps(_PARAMS).encode()),
+}
+
+
+@pytest.fixture(params=list(_REQUESTS))
+def binding(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 async def echo(ctx: RunContext) -> str:
     return "echo"
 
 
-async def _call(app: A2AApp, receive: Any, send: Any | None = None) -> list[dict[str, Any]]:
+async def _call(app: A2AApp, receive: Any, send: Any | None = None,
+                binding: str = "JSON-RPC") -> list[dict[str, Any]]:
     sent: list[dict[str, Any]] = []
 
     async def record(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await app(dict(_SCOPE), receive, send or record)
+    await app({**_SCOPE, "path": _REQUESTS[binding][0]}, receive, send or record)
     return sent
 
 
@@ -60,7 +70,7 @@ def _status_and_body(sent: list[dict[str, Any]]) -> tuple[int, bytes]:
     return sent[0]["status"], sent[1]["body"]
 
 
-async def test_a_stalled_body_gets_408() -> None:
+async def test_a_stalled_body_gets_408(binding: str) -> None:
     app = A2AApp(echo, body_timeout=0.2)
 
     async def receive() -> dict[str, Any]:
@@ -69,7 +79,7 @@ async def test_a_stalled_body_gets_408() -> None:
 
     async with app.running():
         with anyio.fail_after(10):
-            status, body = _status_and_body(await _call(app, receive))
+            status, body = _status_and_body(await _call(app, receive, binding=binding))
         assert status == 408, body
         assert b"did not arrive within 0.2 s" in body, body
         assert app.bodies._reading.open == 0
@@ -78,17 +88,17 @@ async def test_a_stalled_body_gets_408() -> None:
 
 @pytest.mark.parametrize("early", [0.0, 1e-9, 0.001])
 async def test_a_body_arriving_as_its_deadline_passes_is_refused_or_answered_whole(
-    early: float,
+    early: float, binding: str,
 ) -> None:
     app = A2AApp(echo, body_timeout=0.2)
 
     async def receive() -> dict[str, Any]:
         await anyio.sleep(0.2 - early)
-        return {"type": "http.request", "body": _BODY, "more_body": False}
+        return {"type": "http.request", "body": _REQUESTS[binding][1], "more_body": False}
 
     async with app.running():
         with anyio.fail_after(10):
-            status, body = _status_and_body(await _call(app, receive))
+            status, body = _status_and_body(await _call(app, receive, binding=binding))
         tasks = [await app.store.get(t) for t in list(app.store._tasks)]
         if status == 408:
             assert tasks == [], f"refused, yet a task was made: {tasks}"
@@ -98,9 +108,9 @@ async def test_a_body_arriving_as_its_deadline_passes_is_refused_or_answered_who
         assert app.bodies._reading.open == 0
 
 
-async def test_a_final_answer_not_taken_ends_at_the_write_deadline() -> None:
+async def test_a_final_answer_not_taken_ends_at_the_write_deadline(binding: str) -> None:
     app = A2AApp(echo, stream_write_timeout=0.3)
-    pending = [{"type": "http.request", "body": _BODY, "more_body": False}]
+    pending = [{"type": "http.request", "body": _REQUESTS[binding][1], "more_body": False}]
     started = anyio.Event()
 
     async def receive() -> dict[str, Any]:
@@ -117,7 +127,7 @@ async def test_a_final_answer_not_taken_ends_at_the_write_deadline() -> None:
     async with app.running():
         with anyio.fail_after(10):
             before = anyio.current_time()
-            await _call(app, receive, send)
+            await _call(app, receive, send, binding)
             took = anyio.current_time() - before
         assert started.is_set()
         assert 0.3 <= took < 5, took
@@ -128,9 +138,9 @@ async def test_a_final_answer_not_taken_ends_at_the_write_deadline() -> None:
         assert task.status.state.name == "COMPLETED"
 
 
-async def test_a_body_and_answer_that_do_not_wait_arm_nothing() -> None:
+async def test_a_body_and_answer_that_do_not_wait_arm_nothing(binding: str) -> None:
     app = A2AApp(echo)
-    pending = [{"type": "http.request", "body": _BODY, "more_body": False}]
+    pending = [{"type": "http.request", "body": _REQUESTS[binding][1], "more_body": False}]
     opened: list[int] = []
 
     async def receive() -> dict[str, Any]:
@@ -144,13 +154,13 @@ async def test_a_body_and_answer_that_do_not_wait_arm_nothing() -> None:
 
     async with app.running():
         with anyio.fail_after(10):
-            await _call(app, receive, send)
+            await _call(app, receive, send, binding)
     assert opened == [0, 0], opened
 
 
 @pytest.mark.parametrize("limit", ["max_body_bytes", "max_body_memory"])
 async def test_a_refused_body_is_freed_with_its_request_not_by_the_cycle_collector(
-    limit: str,
+    limit: str, binding: str,
 ) -> None:
     """The answer to a refused body (413, or 503 over the memory bound) is carried out of the
     request's scope as data, not as the exception: a kept exception's traceback holds the body
@@ -176,14 +186,14 @@ async def test_a_refused_body_is_freed_with_its_request_not_by_the_cycle_collect
 
     async with app.running(), anyio.create_task_group() as tg:
         if limit == "max_body_memory":
-            tg.start_soon(_call, app, hold)
+            tg.start_soon(_call, app, hold, None, binding)
             await held.wait()
         gc.collect()
         gc.disable()
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
             with anyio.fail_after(10):
-                status, body = _status_and_body(await _call(app, receive))
+                status, body = _status_and_body(await _call(app, receive, binding=binding))
             gc.collect()
             left = [o for o in gc.garbage if isinstance(o, FrameType)
                     and o.f_code.co_filename.endswith("body.py")]

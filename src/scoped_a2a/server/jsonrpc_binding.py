@@ -17,8 +17,6 @@ hang-up cancels it, and an answer that cannot be written is dropped, never raise
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from ..observe.base import NOOP, Observer
 from ..protocol.dialect import FROM_V03, V03_DIALECT, V10_DIALECT, check_params, check_version
 from ..protocol.errors import A2AError, InvalidRequest, MethodNotFound
@@ -39,7 +37,6 @@ from .body import (
 )
 from .closing import ClosingDeadlines, RequestScope
 from .dispatch import Responder, extensions, last_event_id, run_method
-from .eager import bounded
 from .methods import Methods
 from .sse import SSEWriter
 
@@ -164,7 +161,7 @@ class _JsonRpcOutput(Responder):
                  closing: ClosingDeadlines | None = None,
                  request: RequestScope | None = None) -> None:
         self._send = send
-        self._request = request
+        self.request = request
         self.closing = closing
         self._id = id_json
         self._v1 = v1
@@ -176,16 +173,6 @@ class _JsonRpcOutput(Responder):
     async def _final(self, body: bytes) -> None:
         self._done = True
         await self.final_write(lambda: send_response(self._send, 200, body))
-
-    async def final_write(self, write: Callable[[], Awaitable[None]]) -> None:
-        """As :meth:`.Responder.final_write`; for a method that runs in the request's own task
-        (``watches_hangup``: no task group between the request's scope and here), in the
-        request's scope (closing.RequestScope) rather than a scope of its own. A deadline
-        passing cancels the request's scope: the method ends there, with no answer."""
-        if self._receive is None or self._request is None or self.closing is None:
-            await super().final_write(write)
-            return
-        await bounded(write(), self._request.writing(self.closing, self.write_timeout))
 
     async def result(self, result: bytes) -> None:
         await self._final(result_frame(self._id, result))
