@@ -135,9 +135,10 @@ class LazyDeadline:
 
 
 class RequestScope:
-    """One plain cancel scope around a whole JSON-RPC request, armed (deadline, shield) only for
-    the parts that must be bounded, and only if they wait (eager.py): the first read of the
-    body (:meth:`reading`), then the final answer's write (:meth:`writing`).
+    """One plain cancel scope around a whole request (JSON-RPC; HTTP+JSON with a body), armed
+    (deadline, shield) only for the parts that must be bounded, and only if they wait
+    (eager.py): the first read of the body (:meth:`reading`), then the final answer's write
+    (:meth:`writing`).
 
     Why one scope: each anyio cancel scope entered costs ~27k instructions on asyncio and ~69k
     on trio (callgrind), a tenth of a blocking send's own work on trio; the read and the write
