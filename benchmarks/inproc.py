@@ -1,8 +1,8 @@
 """Our layer alone: CPU per request of ``A2AApp`` driven directly, with no server stack.
 
     python -m benchmarks.inproc [--backend asyncio|trio] [--requests N] [--concurrency C]
-        [--method SendMessage|SendStreamingMessage] [--observe off|metrics|tracing|console]
-        [--gc default|tuned|off] [--profile] [--parts]
+        [--method SendMessage|SendStreamingMessage] [--binding jsonrpc|rest]
+        [--observe off|metrics|tracing|console] [--gc default|tuned|off] [--profile] [--parts]
     python -m benchmarks.inproc --compare OTHER_SRC [--rounds R] [--concurrency C ...]
 
 The HTTP scenarios measure scoped-a2a with its server, where the server's own share (parsing,
@@ -50,17 +50,19 @@ async def echo(ctx: RunContext) -> str:
     return "echo"
 
 
-def _body(method: str) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": {
-        "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}}).encode()
+def _body(method: str, binding: str = "jsonrpc") -> bytes:
+    params = {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}
+    if binding == "rest":  # HTTP+JSON: the params are the body
+        return json.dumps(params).encode()
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
 
 
 class _Bodies:
     """Request bodies, each with a message id of its own: a repeated one is a resend of the
     same send (docs/exactly-once.md), which answers with the first task instead of running."""
 
-    def __init__(self, method: str) -> None:
-        self._head, self._tail = _body(method).split(b'"m1"')
+    def __init__(self, method: str, binding: str = "jsonrpc") -> None:
+        self._head, self._tail = _body(method, binding).split(b'"m1"')
         self._n = 0
 
     def __call__(self) -> bytes:
@@ -73,10 +75,18 @@ _SCOPE = {"type": "http", "method": "POST", "path": "/", "root_path": "", "query
                       (b"host", b"bench")]}
 
 
+_REST_PATHS = {"SendMessage": "/message:send", "SendStreamingMessage": "/message:stream"}
+
+
+def _scope(method: str, binding: str) -> dict[str, Any]:
+    """JSON-RPC: POST /; HTTP+JSON: POST to the method's route."""
+    return _SCOPE if binding == "jsonrpc" else {**_SCOPE, "path": _REST_PATHS[method]}
+
+
 _STAYS: list[anyio.Event] = []  # never set: the client stays for the whole request
 
 
-async def _one(app: A2AApp, body: bytes) -> None:
+async def _one(app: A2AApp, body: bytes, scope: dict[str, Any] = _SCOPE) -> None:
     pending = [{"type": "http.request", "body": body, "more_body": False}]
     last: dict[str, Any] = {}
 
@@ -92,7 +102,7 @@ async def _one(app: A2AApp, body: bytes) -> None:
         if message.get("body"):
             last["body"] = message["body"]
 
-    await app(_SCOPE, receive, send)
+    await app(scope, receive, send)
     if b"TASK_STATE_COMPLETED" not in last.get("body", b""):
         raise RuntimeError(f"unexpected answer: {last!r}")
 
@@ -142,12 +152,13 @@ async def _run(args: argparse.Namespace) -> None:
         app = A2AApp(echo, console=ConsoleSettings())
     else:
         app = A2AApp(echo, observe=_observer(args.observe))
-    body = _Bodies(args.method)
+    body = _Bodies(args.method, args.binding)
+    scope = _scope(args.method, args.binding)
     async with app.running(), anyio.create_task_group() as pages:
         if args.observe == "console":
             pages.start_soon(_console_page, app)
         for _ in range(200):  # warm-up: lazily made objects, caches
-            await _one(app, body())
+            await _one(app, body(), scope)
         gc.collect()
         if args.gc == "tuned":
             # What ``serve`` does once started (server/gc_tuning.py).
@@ -160,14 +171,14 @@ async def _run(args: argparse.Namespace) -> None:
         gc_was = gc.isenabled()
         gc.disable()
         for _ in range(100):
-            await _one(app, body())
+            await _one(app, body(), scope)
         cyclic = gc.collect() / 100
         if gc_was:
             gc.enable()
 
         async def caller(count: int) -> None:
             for _ in range(count):
-                await _one(app, body())
+                await _one(app, body(), scope)
 
         async def load(profile: cProfile.Profile | None) -> float:
             started = time.process_time()
@@ -236,6 +247,8 @@ def _parts(stats: pstats.Stats, requests: int, per_request: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="asyncio", choices=("asyncio", "trio"))
+    parser.add_argument("--binding", default="jsonrpc", choices=("jsonrpc", "rest"),
+                        help="JSON-RPC (POST /) or HTTP+JSON (POST /message:send)")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--method", default="SendMessage",
@@ -268,8 +281,8 @@ def _compare(args: argparse.Namespace) -> None:
     other = str(Path(args.compare).resolve())
     root = str(Path(__file__).resolve().parent.parent)  # this benchmark, whichever src
     flags = ["--backend", args.backend, "--requests", str(args.requests), "--concurrency",
-             str(args.concurrency), "--method", args.method, "--observe", args.observe,
-             "--gc", args.gc]
+             str(args.concurrency), "--method", args.method, "--binding", args.binding,
+             "--observe", args.observe, "--gc", args.gc]
     results: dict[str, list[float]] = {"this": [], "other": []}
     for round_ in range(args.rounds):
         sides = [("this", ours), ("other", other)]

@@ -375,3 +375,43 @@ async def test_a_custom_hook_and_its_failures(caplog: pytest.LogCaptureFixture) 
         assert (await client.post(url, json=body, headers=hdr)).status_code == 401
     assert seen == ["/"] * 4  # once per request; never for the card
     assert "hunter2" in caplog.text  # the traceback is in the log, with an id
+
+
+async def test_an_unusable_credential_leaves_nothing_to_the_cycle_collector() -> None:
+    """The refusal keeps what the caller may see of an unusable credential, not the exception:
+    on Python 3.12+ a kept exception's traceback and the authenticator's frame form a cycle
+    that holds the request's scope until the cyclic collector runs (docs/design.md). With the
+    collector off, the refusal must leave no frame of it behind (fails without, 3.11 too)."""
+    import gc
+    from types import FrameType
+
+    from scoped_a2a.server.auth import CredentialUnusable
+
+    class Unusable:
+        name, challenge = "unusable", 'Bearer realm="a2a"'
+
+        async def authenticate(self, scope: dict[str, Any]) -> None:
+            raise CredentialUnusable("no commonName in the certificate",
+                                     public="the client certificate names no caller")
+
+        def card_scheme(self) -> dict[str, Any]:
+            return {}
+
+    auth = Authenticator([Unusable()])  # type: ignore[list-item]
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        with pytest.raises(CredentialUnusable) as refused:
+            await auth({"type": "http", "headers": []})
+        refused_public = refused.value.public
+        del refused
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, FrameType)
+                and o.f_code.co_name == "authenticate"]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert refused_public == "the client certificate names no caller"
+    assert left == [], f"left to the cycle collector: {left[:5]}"

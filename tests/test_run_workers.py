@@ -72,6 +72,26 @@ async def test_each_run_sees_its_starters_context_and_no_earlier_runs() -> None:
     assert (b, b2) == ("second caller", "set by second"), seen
 
 
+async def test_a_reused_task_takes_each_runs_name() -> None:
+    """A run's task is named after the run (``scoped_a2a run <task id>`` in the runner), also
+    when an idle task executes it: the name a debugger or the task list shows is the run's."""
+    seen: list[tuple[str, int]] = []
+
+    async def job() -> None:
+        task = anyio.get_current_task()
+        seen.append((task.name, task.id))
+        await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        workers = RunWorkers(tg)
+        for name in ("run a", "run b", "run c"):
+            workers.start(job(), name=name)
+            await _ticks(5)
+        workers.stop()
+    assert [name for name, _ in seen] == ["run a", "run b", "run c"], seen
+    assert len({task for _, task in seen}) == 1, f"the task was not reused: {seen}"
+
+
 @pytest.mark.parametrize("ticks", [-1, 0, 1, 2, 3])
 async def test_a_run_handed_over_as_the_nursery_is_cancelled_still_executes(ticks: int) -> None:
     """The nursery's cancellation lands 0-3 ticks after the hand-off to an idle task, or (-1)
@@ -146,7 +166,7 @@ async def test_an_error_a_run_lets_out_reaches_the_nursery() -> None:
     async def quick() -> None:
         pass
 
-    with pytest.raises(BaseException) as caught:
+    with pytest.raises(BaseException) as caught:  # an ExceptionGroup
         async with anyio.create_task_group() as tg:
             workers = RunWorkers(tg)
             workers.start(quick(), name="w")

@@ -24,8 +24,9 @@ shuts down (:meth:`RunWorkers.stop`), so the nursery can close; at most ``max_id
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 import anyio
@@ -36,11 +37,31 @@ MAX_IDLE = 256
 
 
 class _Worker:
-    __slots__ = ("job", "wake")
+    __slots__ = ("job", "name", "wake")
 
     def __init__(self) -> None:
         self.job: tuple[Coroutine[Any, Any, Any], contextvars.Context] | None = None
+        self.name = ""
         self.wake: anyio.Event | None = None
+
+
+def _renamer() -> Callable[[str], None]:
+    """What sets the current task's name (the one ``anyio.get_current_task().name``, trio's
+    and asyncio's task lists and their debuggers show), found once per worker."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio loop runs: trio
+        task = None
+    if task is not None:
+        return task.set_name
+    import trio  # (only where trio runs)
+
+    trio_task = trio.lowlevel.current_task()
+
+    def rename(name: str) -> None:
+        trio_task.name = name
+
+    return rename
 
 
 class RunWorkers:
@@ -63,13 +84,14 @@ class RunWorkers:
     def start(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """Execute ``coro`` in a task of the nursery, in a copy of the current context.
 
-        ``name``: the task's name when a new task is spawned for it (an idle worker keeps its
-        own). Raises what ``start_soon`` raises (a closed nursery), closing ``coro``.
+        ``name``: the task's name while it executes ``coro`` (a new task's, or an idle
+        worker's, renamed for this run). Raises what ``start_soon`` raises (a closed
+        nursery), closing ``coro``.
         """
         job = (coro, contextvars.copy_context())
         if self._idle:
             worker = self._idle.pop()
-            worker.job = job
+            worker.job, worker.name = job, name
             assert worker.wake is not None
             worker.wake.set()
             return
@@ -90,6 +112,7 @@ class RunWorkers:
 
     async def _work(self, job: tuple[Coroutine[Any, Any, Any], contextvars.Context]) -> None:
         worker = _Worker()
+        rename: Callable[[str], None] | None = None
         while True:
             await _InContext(*job)
             del job
@@ -107,11 +130,17 @@ class RunWorkers:
                     if worker in self._idle:  # (a list scan: only on the nursery's end)
                         self._idle.remove(worker)
                     raise
+                if rename is None:
+                    rename = _renamer()
+                rename(worker.name)
                 await _InContext(*handed)
                 raise
             if worker.job is None:
                 return  # stopped
             job, worker.job = worker.job, None
+            if rename is None:  # (found on the first reuse: most workers are never reused)
+                rename = _renamer()
+            rename(worker.name)
 
 
 class _InContext:

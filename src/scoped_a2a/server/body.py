@@ -14,7 +14,7 @@ import anyio
 
 from ..protocol.errors import A2AError, InvalidRequest, ServerUnavailable
 from .asgi import Receive, Scope, header
-from .closing import ClosingDeadlines, ClosingScope
+from .closing import ClosingDeadlines, ClosingScope, Phase, RequestScope
 from .eager import bounded
 
 
@@ -211,6 +211,11 @@ class BodyBudget:
                 await self._reading.wait_none_open()
                 await anyio.sleep(0.05)  # the refusals' answers are sent in the readers' tasks
 
+    def first_read(self, request: RequestScope) -> Phase:
+        """The part of ``request``'s scope that reads a body's first piece (``timeout``,
+        shortened at :meth:`close`; armed only if the read waits)."""
+        return request.reading(self._reading, self.timeout)
+
     def deadline(self, *, lazy: bool = False) -> ClosingScope:
         """The cancel scope a body is read in: ``timeout``, shortened at :meth:`close`
         (``lazy``: from when it is armed; see :meth:`.ClosingDeadlines.scope`)."""
@@ -224,6 +229,7 @@ class ClientGone(Exception):
 async def read_body(
     scope: Scope, receive: Receive, limit: int, max_messages: int | None = None, *,
     budget: BodyBudget | None = None, unauthenticated: bool = False,
+    first: Phase | None = None,
 ) -> bytes:
     """Read the whole request body, refusing more than ``limit`` bytes.
 
@@ -237,9 +243,13 @@ async def read_body(
     BodyTooLarge (BodyInTooManyPieces), BodyTooSlow, BodiesOverBudget (ServerClosing once the
     budget is closed) or ClientGone. Before a refusal is raised, the rest of a body still
     arriving is discarded within bounds (:func:`discard_body`), so the caller can answer.
+    ``first`` (with a ``budget``): the first piece is read in this part of the request's own
+    scope (closing.RequestScope) rather than a scope of its own; its deadline passing then
+    cancels that scope (the caller answers once it has left it), or, if the piece came just as
+    it passed, raises as a scope of its own would.
     """
     try:
-        return await _read(scope, receive, limit, max_messages, budget, unauthenticated)
+        return await _read(scope, receive, limit, max_messages, budget, unauthenticated, first)
     except BodyRefused as exc:
         if exc.more_body:
             await discard_body(scope, receive)
@@ -247,7 +257,8 @@ async def read_body(
 
 
 async def _read(scope: Scope, receive: Receive, limit: int, max_messages: int | None,
-                budget: BodyBudget | None, unauthenticated: bool) -> bytes:
+                budget: BodyBudget | None, unauthenticated: bool,
+                first_read: Phase | None = None) -> bytes:
     max_messages = MAX_BODY_MESSAGES if max_messages is None else max_messages
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -256,8 +267,9 @@ async def _read(scope: Scope, receive: Receive, limit: int, max_messages: int | 
         # Most bodies are queued whole before the app runs: the first piece is taken with no
         # deadline scope if it is there at once (eager.py); if it has to be waited for, the
         # deadline is in place before the wait.
-        head = await bounded(receive(), budget.deadline(lazy=True))
-        if head is None:  # the deadline passed while waiting for it
+        head = await bounded(receive(), budget.deadline(lazy=True) if first_read is None
+                             else first_read)
+        if head is None or (first_read is not None and first_read.expired):  # deadline passed
             raise ServerClosing if budget.closing else BodyTooSlow(budget.timeout)
         if head["type"] == "http.request" and not head.get("more_body", False):
             chunk = head.get("body", b"")

@@ -28,7 +28,7 @@ from ..protocol.method import (
 )
 from ..runtime.failures import failure_text, new_error_id
 from .asgi import Receive, Scope, header
-from .closing import ClosingDeadlines, LazyDeadline
+from .closing import ClosingDeadlines, LazyDeadline, RequestScope
 from .disconnect import DisconnectWatcher
 from .eager import bounded
 from .sse import SlowConsumer, SSEWriter
@@ -59,6 +59,9 @@ class Responder(Output):
     write_timeout: float = 30.0
     closing: ClosingDeadlines | None = None
     """The app's final-write deadlines, cut short at shutdown (None: ``write_timeout`` only)."""
+    request: RequestScope | None = None
+    """The request's own cancel scope, which the final write arms if it waits (set by the
+    binding; None: the write takes a scope of its own)."""
     _on_hangup: Callable[[float], Awaitable[bytes]] | None = None
 
     async def error(self, exc: A2AError) -> None:
@@ -114,7 +117,14 @@ class Responder(Output):
         within :data:`FINAL_WRITE_CLOSING` once the server shuts down (``closing``): a client
         that stopped reading would otherwise hold the process for the whole timeout."""
         # The scope is made only if the write waits (eager.py): a whole answer that the
-        # server takes at once needs no deadline and no shield.
+        # server takes at once needs no deadline and no shield. A method that runs in the
+        # request's own task (``watches_hangup``: no task group between the request's scope
+        # and here) writes in the request's scope (closing.RequestScope, set by the binding)
+        # rather than a scope of its own; its deadline passing cancels the request's scope:
+        # the method ends there, with no answer.
+        if self._receive is not None and self.request is not None and self.closing is not None:
+            await bounded(write(), self.request.writing(self.closing, self.write_timeout))
+            return
         await bounded(write(), LazyDeadline(self.write_timeout, shield=True)
                       if self.closing is None
                       else self.closing.scope(self.write_timeout, shield=True, lazy=True))

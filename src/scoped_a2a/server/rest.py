@@ -50,8 +50,16 @@ from ..protocol.method import Call
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.rest_errors import rest_error_body, rest_status
 from .asgi import Receive, Scope, Send, header, send_response
-from .body import BodyBudget, BodyRefused, ClientGone, discard_body, read_body
-from .closing import ClosingDeadlines
+from .body import (
+    BodyBudget,
+    BodyRefused,
+    BodyTooSlow,
+    ClientGone,
+    ServerClosing,
+    discard_body,
+    read_body,
+)
+from .closing import ClosingDeadlines, RequestScope
 from .dispatch import Responder, extensions, last_event_id, run_method
 from .methods import Methods
 from .sse import SSEWriter
@@ -250,32 +258,58 @@ class RestBinding:
             return
         segments = tuple(str(s) for s in found)
         self.observe.request_method(route.method, "1.0", "HTTP+JSON")
+        answer: _Answer | None = None  # (stays None if a deadline ended the request)
+        if route.body == "none":  # no body to read: no scope to share (a write takes its own)
+            answer = await self._answer(scope, receive, send, route, segments, tenant,
+                                        principal, media, None)
+        else:
+            # One cancel scope for the body's first read and a blocking send's final write
+            # (closing.RequestScope, as in jsonrpc_binding); a refusal is answered out of it.
+            request = RequestScope()
+            with request.scope:
+                answer = await self._answer(scope, receive, send, route, segments, tenant,
+                                            principal, media, request)
+            if request.read_expired:  # the deadline cancelled (or ended) the first read
+                assert self.bodies is not None  # only a budget arms it
+                answer = _refused(ServerClosing() if self.bodies.closing
+                                  else BodyTooSlow(self.bodies.timeout))
+        if answer is not None:
+            status, body, headers = answer
+            await _respond(send, status, body, headers=headers, media=media)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, route: Route,
+                      segments: tuple[str, ...], tenant: str | None, principal: Principal,
+                      media: bytes, request: RequestScope | None) -> _Answer | None:
+        """Read the body and answer the call (inside ``request``'s scope if there is one); an
+        answer decided before the method runs is returned, not sent: the caller sends it out
+        of the scope. Returned as data, never as the exception: a kept exception's traceback
+        would hold the body read so far in a reference cycle (jsonrpc_binding._answer)."""
         try:
-            body = await self._body(scope, receive, route)
+            body = await self._body(scope, receive, route, request)
         except _Answered as answered:
-            await _respond(send, answered.status, answered.body, headers=answered.headers,
-                           media=media)
-            return
+            return answered.status, answered.body, answered.headers
         except ClientGone:
-            return
+            return None
         try:
             _check_version(scope)
             params = self._params(scope, route, segments, body, tenant)
         except A2AError as exc:
             await _respond(send, rest_status(exc), rest_error_body(exc), media=media)
-            return
+            return None
         handler = self.methods.table.get(route.method)
         if handler is None:  # not in the table: a method this server was built without
             err = MethodNotFound(f"{route.method} is not served by this agent")
             await _respond(send, 404, rest_error_body(err), media=media)
-            return
+            return None
         call = Call(V10_DIALECT, RpcRequest(b"null", route.method, params),
                     extensions(scope), last_event_id(scope), principal)
-        out = _RestOutput(send, self.write_timeout, self.final_writes, media)
+        out = _RestOutput(send, self.write_timeout, self.final_writes, media, request)
         await run_method(handler, call, out, receive, route.method,
                          expose_errors=self.expose_errors)
+        return None
 
-    async def _body(self, scope: Scope, receive: Receive, route: Route) -> bytes:
+    async def _body(self, scope: Scope, receive: Receive, route: Route,
+                    request: RequestScope | None = None) -> bytes:
         if route.body == "none":
             await discard_body(scope, receive)
             return b""
@@ -287,11 +321,12 @@ class RestBinding:
                 f"{ctype or 'absent'!r}")
             raise _Answered(415, rest_error_body(err, http_status=415))
         try:
-            return await read_body(scope, receive, self.max_body_bytes, budget=self.bodies)
+            return await read_body(
+                scope, receive, self.max_body_bytes, budget=self.bodies,
+                first=(self.bodies.first_read(request)
+                       if self.bodies is not None and request is not None else None))
         except BodyRefused as exc:
-            raise _Answered(exc.http_status, rest_error_body(exc.a2a_error(),
-                                                             http_status=exc.http_status),
-                            exc.http_headers()) from None
+            raise _Answered(*_refused(exc)) from None
 
     def _params(self, scope: Scope, route: Route, segments: tuple[str, ...],
                 body: bytes, tenant: str | None = None) -> msgspec.Raw:
@@ -321,6 +356,15 @@ async def _respond(send: Send, status: int, body: bytes,
     await send_response(send, status, body, content_type=media, headers=headers or ())
 
 
+_Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
+"""An answer decided before the method runs: status, REST error body, headers."""
+
+
+def _refused(exc: BodyRefused) -> _Answer:
+    return (exc.http_status, rest_error_body(exc.a2a_error(), http_status=exc.http_status),
+            exc.http_headers())
+
+
 class _Answered(Exception):
     """An answer decided before the method runs (a refused body, 415)."""
 
@@ -342,8 +386,10 @@ class _RestOutput(Responder):
     _sse: _RestSSE
 
     def __init__(self, send: Send, write_timeout: float,
-                 closing: ClosingDeadlines | None = None, media: bytes = MEDIA_TYPE) -> None:
+                 closing: ClosingDeadlines | None = None, media: bytes = MEDIA_TYPE,
+                 request: RequestScope | None = None) -> None:
         self._send = send
+        self.request = request
         self._media = media
         self.write_timeout = write_timeout
         self.closing = closing

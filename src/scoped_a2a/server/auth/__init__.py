@@ -93,14 +93,17 @@ class Authenticator:
 
     async def __call__(self, scope: Scope) -> Principal:
         refusals: list[str] = []
-        unusable: CredentialUnusable | None = None
+        # What the caller may see of the first unusable credential, not the exception itself:
+        # one kept past its except block forms a reference cycle with this frame on Python
+        # 3.12+ (docs/design.md, "Facts about the stack"), left to the cyclic collector.
+        unusable: str | None = None
         for scheme in self.schemes:
             try:
                 principal = await scheme.authenticate(scope)
             except Unauthenticated as exc:
                 refusals.append(f"{scheme.name}: {exc.message}")
                 if isinstance(exc, CredentialUnusable) and unusable is None:
-                    unusable = exc
+                    unusable = exc.public
                 continue
             if principal is not None:
                 return principal
@@ -108,7 +111,7 @@ class Authenticator:
         # wrong with a credential it sent that could not be used (CredentialUnusable).
         text = "; ".join(refusals) or "no credential"
         if unusable is not None:
-            raise CredentialUnusable(text, public=unusable.public)
+            raise CredentialUnusable(text, public=unusable)
         raise Unauthenticated(text)
 
     @property
