@@ -253,6 +253,8 @@ class Handovers:
             if run is not None:
                 reply = Envelope(REPLY, env.id, sender=self.transport.process_id,
                                  text=run.cancel_reason or "")
+                log.info("probe of task %s from process %s: %s", env.task_id, env.sender,
+                         f"being cancelled ({reply.text})" if reply.text else "running")
                 self._post(self._send, env.sender, encode(reply))
         elif env.kind == HAND and self._tg is not None:
             try:
