@@ -148,27 +148,56 @@ async def reap(store: TaskStore, leases: ProcessLeases) -> int:
 
 async def keep_alive(store: TaskStore, leases: ProcessLeases) -> None:
     """Renew this process's lease and record the runs of lapsed processes, every third of
-    the lease, until cancelled. Never raises for store trouble (it is logged, rate-limited)."""
+    the lease, until cancelled. Never raises for store trouble (it is logged, rate-limited).
+
+    The renewal has a loop of its own, on a fixed cadence (every third of the lease from the
+    first renewal, however long one took): recording another process's runs lost (a write
+    per run) or a slow check must never delay it, or a live process under load could let its
+    own lease lapse and have its waiting runs recorded lost by another."""
     period = leases.lease / 3
-    outages = OutageLog(log)
-    first = True
-    while True:
-        try:
-            if not await leases.beat() and not first:
-                log.error("this process's lease lapsed (the store was unreachable or the "
-                          "process stalled for over %.1f s): other processes may have "
-                          "recorded its interactive runs lost", leases.lease)
-            first = False
-            await reap(store, leases)
-            outages.recovered("liveness")
-        except ServerUnavailable as exc:
-            if first:
-                # Never reached yet: whoever opened the store says so (serve's start-up check
-                # is one line), and no run depends on this lease before it is first renewed.
-                log.debug("liveness lease: %s", exc)
+    renewed = anyio.Event()  # reaping waits for the first renewal: the store is reached
+
+    async def renew() -> None:
+        outages = OutageLog(log)
+        first = True
+        due = anyio.current_time()
+        while True:
+            try:
+                if not await leases.beat() and not first:
+                    log.error("this process's lease lapsed (the store was unreachable or the "
+                              "process stalled for over %.1f s): other processes may have "
+                              "recorded its interactive runs lost", leases.lease)
+                outages.recovered("liveness")
+            except ServerUnavailable as exc:
+                if first:
+                    # Never reached yet: whoever opened the store says so (serve's start-up
+                    # check is one line), and no run depends on this lease before it is first
+                    # renewed.
+                    log.debug("liveness lease: %s", exc)
+                else:
+                    outages.failed("liveness", "liveness lease: %s", exc)
             else:
-                outages.failed("liveness", "liveness lease: %s", exc)
-        await anyio.sleep(period)
+                renewed.set()
+            first = False
+            # From when this renewal was due, not from when it ended (a slow one eats into
+            # the wait); a renewal more than a period late goes out at once.
+            due = max(due + period, anyio.current_time())
+            await anyio.sleep_until(due)
+
+    async def reap_all() -> None:
+        outages = OutageLog(log)
+        await renewed.wait()
+        while True:
+            try:
+                await reap(store, leases)
+                outages.recovered("reap")
+            except ServerUnavailable as exc:
+                outages.failed("reap", "liveness lease check: %s", exc)
+            await anyio.sleep(period)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(renew, name="scoped_a2a lease renewal")
+        tg.start_soon(reap_all, name="scoped_a2a lease check")
 
 
 async def retire(leases: ProcessLeases, *, renewed: bool = True) -> None:
