@@ -118,3 +118,45 @@ async def test_a_resend_through_another_replica_right_after_a_hang_up_or_a_crash
         again = (await rpc(client, url_b, "SendMessage", {"message": lost}))["result"]
         assert again["task"]["status"]["state"] == "TASK_STATE_COMPLETED", again
         assert b.text().count(f"run start task={again['task']['id']} ") == 1
+
+
+async def test_a_resend_that_replica_a_says_is_running_then_hangs_up_on_runs_again(
+    fleet: Fleet,
+) -> None:
+    # The race behind a flaky run of the test above, made certain: B asks A about the run
+    # (probe) before A has seen its caller hang up, so A answers "running" and B's resend
+    # follows A's run; only then does the caller hang up on A. The run ends canceled
+    # (hang-up) in A, and B, instead of answering its caller with another caller's hang-up,
+    # runs the message again: once, as a new task on B.
+    a, b = fleet.serve("--lease", str(LEASE)), fleet.serve("--lease", str(LEASE))
+    url_a, url_b = await a.url(), await b.url()
+    message = text_message(f"sleep-in {a.pid} 60")
+    async with httpx.AsyncClient(timeout=60) as client:
+        again: dict[str, Any] = {}
+        first = ""
+        async with anyio.create_task_group() as tg:
+            req = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+                   "params": {"message": message}}
+            async with client.stream("POST", url_a, json=req, headers=V1) as resp:
+                events = sse_events(resp)  # kept: a dropped generator closes the response
+                _, event = await events.__anext__()
+                first = event["result"]["task"]["id"]
+                await a.wait_for(rf"run start task={first} ")
+
+                async def resend() -> None:
+                    again.update(await rpc(client, url_b, "SendMessage", {"message": message}))
+
+                tg.start_soon(resend)
+                # A told B the run goes on (it still has its caller): now the caller hangs up.
+                await a.wait_for(rf"probe of task {first} from process \S+: running")
+        assert "result" in again, again
+        task = again["result"]["task"]
+        assert task["id"] != first, again
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", again
+        await a.wait_for(rf"run end task={first} outcome=canceled .*reason=hang-up")
+        assert b.text().count(f"run start task={task['id']} ") == 1, b.text()[-2000:]
+        assert f"its task {first}, followed in another process, ended canceled (hang-up)" in (
+            b.text()), b.text()[-2000:]
+        async with fleet.store() as store:
+            old, _ = await store.get(first)
+        assert old.status.state.name == "CANCELED", old.status

@@ -117,3 +117,34 @@ async def test_sigkill_a_replica_with_interactive_runs_in_flight(
                 if not rows:
                     break
                 await anyio.sleep(0.1)
+
+
+async def test_the_lease_is_renewed_while_every_pooled_connection_is_busy(
+    pg_url: str, tmp_path: Any,
+) -> None:
+    # Under load every connection of the pool may be taken by requests for longer than a
+    # lease: a renewal queued behind them let a live replica's lease lapse, and another replica
+    # recorded its waiting runs lost (a fleet hand-over test, under load). The renewal has a
+    # connection of its own: here the pool's only one is held while the lease is renewed.
+    async with open_postgres_store(pg_url, key_file=tmp_path / "push.key", pool_size=1,
+                                   lease=LEASE) as store:
+        release = anyio.Event()
+        held = anyio.Event()
+
+        async def hold_the_pool(conn: Any) -> None:
+            held.set()
+            await release.wait()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.pool.run, hold_the_pool)
+            await held.wait()
+            # A hang guard, not a timing: without its own connection the renewal waits for
+            # the held one, which is released only after this block.
+            try:
+                with anyio.fail_after(10):
+                    renewed = await store.leases.beat()
+                    lapsed = await store.leases.lapsed()
+            finally:
+                release.set()  # the held work is shielded: let it end, or the test hangs
+        assert renewed, "the lease had lapsed although it was renewed in time"
+        assert lapsed == [], lapsed

@@ -196,7 +196,10 @@ class Handovers:
         process runs it; once it ended if that process is cancelling it (``wait_if_cancelled``
         seconds at most, e.g. its caller hung up); once the lease rule recorded it if no process
         answers for a run a lease covers (its process died: ``settle_wait`` at most). A resend
-        of the task's message then decides on its end whether to run the message again."""
+        of the task's message then decides on its end whether to run the message again.
+        "Running" may be said just before that process notices its caller's hang-up: a
+        blocking resend that then sees the run end for a rerun reason sends again
+        (``Resends.cut_off``)."""
         leases = self.store.process_leases()
         if leases is None or not await leases.covers(task.id):
             return task  # a queued run: the queue's own lease takes care of it
@@ -253,6 +256,8 @@ class Handovers:
             if run is not None:
                 reply = Envelope(REPLY, env.id, sender=self.transport.process_id,
                                  text=run.cancel_reason or "")
+                log.info("probe of task %s from process %s: %s", env.task_id, env.sender,
+                         f"being cancelled ({reply.text})" if reply.text else "running")
                 self._post(self._send, env.sender, encode(reply))
         elif env.kind == HAND and self._tg is not None:
             try:

@@ -65,6 +65,9 @@ _encode = msgspec.json.Encoder().encode
 MAX_PAGE_SIZE = 100
 """The largest ListTasks ``pageSize`` (the 1.0 proto's maximum)."""
 
+_RERUN = b""
+"""A blocking resend's signal to send again: its task was cut off elsewhere (resend.py)."""
+
 
 def trim(task: Task, history_length: int | None, *, artifacts: bool = True) -> Task:
     """A copy of ``task`` with at most ``history_length`` recent messages (None: all)."""
@@ -144,13 +147,30 @@ class Methods:
         req = call.dialect.send_params(call.rpc.params)
         history = req.configuration.history_length if req.configuration else None
         follow_up = req.message.task_id is not None
-        task, run, pos = await self.sends.begin(req, call.dialect.v1, call.principal)
-        if req.configuration is not None and req.configuration.return_immediately:
-            if follow_up:
-                task = accepted(task, req.message)
-            await out.result(call.dialect.send_result(trim(task, history)))
-            return
+        # Twice at most: a resend that followed its task's run in another process, which was
+        # then cut off (e.g. its first caller's hang-up reached that process after it said the
+        # run went on), sends again: the claim then runs the message again, once (resend.py).
+        for again in (True, False):
+            task, run, pos = await self.sends.begin(req, call.dialect.v1, call.principal)
+            if req.configuration is not None and req.configuration.return_immediately:
+                if follow_up:
+                    task = accepted(task, req.message)
+                await out.result(call.dialect.send_result(trim(task, history)))
+                return
+            answered = await self._send_answer(
+                call, out, task, run, pos, history,
+                req.message.message_id if again and not follow_up else None)
+            if answered != _RERUN:
+                if answered is not None:
+                    await out.result(answered)
+                return
 
+    async def _send_answer(self, call: Call, out: Output, task: Task, run: Run, pos: int,
+                           history: int | None, rerun_id: str | None) -> bytes | None:
+        """A blocking send's answer, once ``run`` settles; None when the caller hung up (the
+        hold's release cancels the run; the binding answers); :data:`_RERUN` when this is a
+        resend of message ``rerun_id`` whose task, its run in another process, was cut off
+        for a reason that reruns it (``Resends.cut_off``)."""
         task_id, dialect = task.id, call.dialect  # the closure keeps neither the task nor out
 
         async def answer(wait: float) -> bytes:
@@ -170,7 +190,7 @@ class Methods:
                 hung_up, answered = await self._until_settled(out, run, task_id, dialect,
                                                               history)
                 if hung_up:
-                    return  # the hold's release cancels the run; the binding answers
+                    return None  # the hold's release cancels the run
             if answered is None:
                 # Anything else (a run in another process, a resent message, an end the
                 # store has not taken yet) follows the log, beside a hang-up watcher.
@@ -179,10 +199,12 @@ class Methods:
                     # stored.
                     await tail(self.store, task_id, pos, stop=lambda: _lost(run))
                 if watching.hung_up:
-                    return
+                    return None
                 final, _ = await self.store.get(task_id)
+                if rerun_id is not None and self.sends.resends.cut_off(run, final, rerun_id):
+                    return _RERUN
                 answered = send_answer(dialect, final, history)
-        await out.result(answered)
+        return answered
 
     async def _until_settled(
         self, out: Output, run: Run, task_id: str, dialect: Dialect, history: int | None

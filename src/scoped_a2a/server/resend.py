@@ -55,6 +55,9 @@ PENDING_WAIT = 10.0
 """Seconds a resend waits for the first send of its messageId to store its task (a race of two
 identical sends on two replicas); then -32000 "try again"."""
 
+RESENT = "resent"
+"""The detach reason of the stand-in a resend holds when its task's run is not here."""
+
 HANGUP_WAIT = 5.0
 """Seconds a resend waits for a run being cancelled by its caller's hang-up to record its end."""
 
@@ -161,12 +164,32 @@ class Resends:
         state = task.status.state
         return state is TaskState.CANCELED and _reason(task) in RERUN_REASONS
 
+    def cut_off(self, run: Run, task: Task, message_id: str) -> bool:
+        """Whether a resend answered with ``run`` (from :meth:`claim`) saw its task, as it
+        ended (``task``), cut off for a reason that reruns it: then the caller sends again
+        (:meth:`claim` reruns it, once: the reclaim is atomic).
+
+        Only for a stand-in (a run in another process, which this caller's hold does not keep
+        alive): the first caller may hang up on that process after it told this one the run
+        was going on (``settle``'s probe raced the hang-up), and a resend must not be answered
+        "canceled (hang-up)" for another caller's hang-up. A run here is kept by this caller's
+        own hold, as on one process."""
+        if run.detach_reason != RESENT or task.status.state is not TaskState.CANCELED:
+            return False
+        if _reason(task) not in RERUN_REASONS:
+            return False
+        if any(m.role is Role.USER and m.message_id != message_id for m in task.history or ()):
+            return False
+        log.info("resend of message %r: its task %s, followed in another process, ended "
+                 "canceled (%s); running the message again", message_id, task.id, _reason(task))
+        return True
+
     def _answer(self, task: Task, pos: int, prior: PriorSend) -> tuple[Task, Run, int]:
         run = self.runner.get(task.id)
         if run is None:
             # Ended, or running in another process: holding a detached stand-in keeps nothing
             # alive and cancels nothing (as for a queued run).
-            run = Run(task.id, task.context_id, "resent")
+            run = Run(task.id, task.context_id, RESENT)
         # Follow from where the first send's caller did: its answer is the first interrupted
         # or terminal status after that position (the same one, if the task has moved on).
         return task, run, min(prior.position, pos)

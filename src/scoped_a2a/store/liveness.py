@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 import anyio
 
@@ -148,27 +149,60 @@ async def reap(store: TaskStore, leases: ProcessLeases) -> int:
 
 async def keep_alive(store: TaskStore, leases: ProcessLeases) -> None:
     """Renew this process's lease and record the runs of lapsed processes, every third of
-    the lease, until cancelled. Never raises for store trouble (it is logged, rate-limited)."""
+    the lease, until cancelled. Never raises for store trouble (it is logged, rate-limited).
+
+    The renewal runs on a fixed cadence (every third of the lease from the first renewal,
+    however long one took); the check has a task of its own after the first one (done right
+    after the first renewal): recording another process's runs lost (a write per run) or a
+    slow check must never delay the renewal, or a live process under load could let its
+    own lease lapse and have its waiting runs recorded lost by another."""
     period = leases.lease / 3
-    outages = OutageLog(log)
-    first = True
-    while True:
-        try:
-            if not await leases.beat() and not first:
-                log.error("this process's lease lapsed (the store was unreachable or the "
-                          "process stalled for over %.1f s): other processes may have "
-                          "recorded its interactive runs lost", leases.lease)
+
+    async def check() -> None:
+        outages = OutageLog(log)
+        while True:
+            try:
+                await reap(store, leases)
+                outages.recovered("reap")
+            except ServerUnavailable as exc:
+                outages.failed("reap", "liveness lease check: %s", exc)
+            await anyio.sleep(period)
+
+    async with anyio.create_task_group() as tg:
+        outages = OutageLog(log)
+        first, checking = True, False
+        due = anyio.current_time()
+        while True:
+            try:
+                if not await leases.beat() and not first:
+                    log.error("this process's lease lapsed (the store was unreachable or the "
+                              "process stalled for over %.1f s): other processes may have "
+                              "recorded its interactive runs lost", leases.lease)
+                outages.recovered("liveness")
+                if not checking:
+                    # The store is reached: check other processes now (a restarted lone
+                    # server records its former runs lost), then every period on their own.
+                    checking = True
+                    await reap(store, leases)
+                    tg.start_soon(_after, period, check, name="scoped_a2a lease check")
+            except ServerUnavailable as exc:
+                if first:
+                    # Never reached yet: whoever opened the store says so (serve's start-up
+                    # check is one line), and no run depends on this lease before it is first
+                    # renewed.
+                    log.debug("liveness lease: %s", exc)
+                else:
+                    outages.failed("liveness", "liveness lease: %s", exc)
             first = False
-            await reap(store, leases)
-            outages.recovered("liveness")
-        except ServerUnavailable as exc:
-            if first:
-                # Never reached yet: whoever opened the store says so (serve's start-up check
-                # is one line), and no run depends on this lease before it is first renewed.
-                log.debug("liveness lease: %s", exc)
-            else:
-                outages.failed("liveness", "liveness lease: %s", exc)
-        await anyio.sleep(period)
+            # From when this renewal was due, not from when it ended (a slow one, or the first
+            # check, eats into the wait); one more than a period late goes out at once.
+            due = max(due + period, anyio.current_time())
+            await anyio.sleep_until(due)
+
+
+async def _after(delay: float, fn: Callable[[], Awaitable[None]]) -> None:
+    await anyio.sleep(delay)
+    await fn()
 
 
 async def retire(leases: ProcessLeases, *, renewed: bool = True) -> None:

@@ -214,7 +214,8 @@ Work = Callable[[Conn], Awaitable[T]]
 
 
 class Pool:
-    """At most ``size`` connections to ``url``, each used by one operation at a time."""
+    """At most ``size`` connections to ``url`` (and one more for the liveness lease's own
+    writes), each used by one operation at a time."""
 
     def __init__(self, url: str, schema: str, size: int = 12) -> None:
         if size < 1:
@@ -228,6 +229,10 @@ class Pool:
         self.size = size
         self._idle: list[Conn] = []
         self._slots = anyio.CapacityLimiter(size)
+        # The lease's renewal and check (``background``) never queue behind requests for a
+        # connection: under load all ``size`` may be busy for longer than a lease, and a live
+        # process would be recorded lost (store/liveness.py).
+        self._background_slots = anyio.CapacityLimiter(1)
         self._failing: str | None = None  # the failure last logged (logged once until it heals)
         self._writes_failing = False  # ... and it fails writes only (read-only, a full disk)
 
@@ -240,12 +245,13 @@ class Pool:
         snapshot either; ``BEGIN`` and ``COMMIT`` would be two more round trips).
         ``background``: a small write no caller waits on (the lease's heartbeat and check),
         which does not end a logged failure of writes (on a full disk a small upsert may fit
-        in a page where an event does not: the failure was logged again after each).
+        in a page where an event does not: the failure was logged again after each), and
+        which takes a connection of its own (one at a time) rather than queue behind requests.
         ServerUnavailable when the database cannot be used; ``fn``'s own exceptions pass
         through."""
         if transaction is None:
             transaction = not retry
-        async with self._slots:
+        async with self._background_slots if background else self._slots:
             for attempt in (0, 1):
                 try:
                     with anyio.CancelScope(shield=True):
