@@ -163,6 +163,7 @@ def test_serve_with_no_extras_installed_imports_no_store_driver() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.one_python("3.13")  # a venv and a pip install: one Python is enough (suite time)
 def test_a_fresh_venv_without_extras_imports_and_serves(tmp_path: Path) -> None:
     # What the meta-path blocker above cannot see: a module of the core that needs a package
     # only an extra (or the test venv) brings. The worktree is pip-installed with no extras into

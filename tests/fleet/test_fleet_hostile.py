@@ -61,6 +61,7 @@ async def _state(client: httpx.AsyncClient, url: str, task_id: str) -> str:
     return str(r.json()["result"]["status"]["state"])
 
 
+@pytest.mark.pairs
 async def test_hostile_callers_of_a_handed_over_run(fleet: Fleet) -> None:
     keys = fleet.tmp / "keys.txt"
     keys.write_text("alice:alice-secret\nbob:bob-secret\n")

@@ -72,6 +72,7 @@ async def test_a_lone_server_killed_and_restarted_records_its_runs_and_reruns_a_
         await second.wait_for(r"process \S+ stopped renewing its lease: 1 interactive run")
 
 
+@pytest.mark.pairs
 async def test_a_resend_through_another_replica_right_after_a_hang_up_or_a_crash_runs_again(
     fleet: Fleet,
 ) -> None:
