@@ -31,5 +31,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         version = marker.args[0] if marker.args else ONE_PYTHON
         if version != running:
             item.add_marker(pytest.mark.skip(
-                reason=f"a slow real-process fleet test: runs on Python {version} only "
+                reason=f"a slow test: runs on Python {version} only "
                        "(suite time)"))

@@ -143,6 +143,7 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 def test_server_process_holds_no_fds_after_2000_keepalive_cycles(backend: str) -> None:
     """``python -m scoped_a2a serve`` (fd limit 1,024): 2,000 clients each send a request on a
     keep-alive connection, read the answer and close. A second later the server holds no more

@@ -140,6 +140,7 @@ def rss_mib(pid: int) -> float:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 def test_a_client_granting_no_window_is_cut_off_like_a_slow_reader(backend: str,
                                                                    tmp_path: Path) -> None:
     """20 ``SubscribeToTask`` streams on one HTTP/2 connection that grants no flow-control

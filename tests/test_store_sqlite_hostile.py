@@ -234,6 +234,7 @@ async def test_a_fifo_for_the_file_or_its_key_is_refused_in_one_line(tmp_path: P
     assert "not a regular file" in lines[0], done.stderr
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_a_detached_run_whose_end_a_locked_file_refused_completes_on_its_retry(
     serve: Callable[..., Proc], tmp_path: Path,
 ) -> None:
@@ -278,6 +279,7 @@ async def test_a_detached_run_whose_end_a_locked_file_refused_completes_on_its_r
     assert got["message"]["parts"][0]["text"].endswith("attempt=2")
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_an_interactive_runs_end_a_locked_file_refused_is_recorded_once_it_frees(
     serve: Callable[..., Proc], tmp_path: Path,
 ) -> None:

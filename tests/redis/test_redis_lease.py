@@ -34,6 +34,7 @@ DETACHED = 50
 V1 = {"A2A-Version": "1.0"}
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_sigkill_a_replica_with_runs_in_flight(
     redis_server: RedisServer, spawn: Callable[..., Proc],
 ) -> None:
