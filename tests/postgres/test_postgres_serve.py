@@ -25,7 +25,7 @@ import pytest
 from ..helpers import rpc, sse_events, text_message
 from ..push_receiver import Receiver, eventually, receiving
 from ..redis.conftest import ROOT, Proc
-from ..test_store_sqlite_restart import _count, _send_all, _terminal
+from ..test_store_sqlite_restart import _count, _send_all, _terminal, _until_mid_way
 from .server import PASSWORD, PostgresServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.one_python("3.13")]  # conftest: 3.13 only
@@ -138,8 +138,7 @@ async def test_detached_runs_in_flight_at_a_kill_complete_exactly_once(
     ids = await _send_all(url, texts)  # each acknowledged: stored with its run
     async with httpx.AsyncClient(timeout=30) as client:
         with anyio.fail_after(120):
-            while await _count(client, url, "TASK_STATE_COMPLETED") < n // 4:
-                await anyio.sleep(0.05)
+            await _until_mid_way(client, url, n)
         first.kill()  # SIGKILL: mid-way, runs in flight and runs still queued
     before = _logs(pg_url)
     ended_before = {t for t, log in before.items() if any(_terminal(e) for e in log)}
