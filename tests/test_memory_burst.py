@@ -159,3 +159,22 @@ def test_a_trim_is_due_after_a_burst_and_not_again_for_the_same_free_memory() ->
     assert not trimmer.due(free=410 * mb, resident=90 * mb)  # a little more: not yet
     assert trimmer.due(free=400 * mb, resident=300 * mb)  # pages came back in use and went
     assert trimmer.due(free=420 * mb, resident=80 * mb)  # more freed since (a burst's tail)
+
+
+def test_cycles_are_collected_after_a_trim_and_after_growth_not_at_every_look() -> None:
+    """Memory in garbage cycles is not free to malloc: the looks after a trim, and a look after
+    the resident size grew by the threshold, collect first; a steady large server does not."""
+    from scoped_a2a.server.memory_trim import Trimmer
+
+    mb = 1 << 20
+    trimmer = Trimmer(threshold=64 * mb, resident=80 * mb)
+    assert not trimmer.collect_first(100 * mb)  # grown less than the threshold
+    assert trimmer.collect_first(900 * mb)  # a burst: what it left in cycles is collected
+    trimmer.collected(900 * mb)
+    assert not trimmer.collect_first(900 * mb)  # in real use, steady: not at every look
+    trimmer.trimmed(free=100 * mb, resident=600 * mb)  # a trim in the burst's tail
+    for _ in range(Trimmer.SETTLE):  # the tail's cycles, collected on the next looks
+        assert trimmer.collect_first(600 * mb)
+        trimmer.collected(600 * mb)
+    assert not trimmer.collect_first(600 * mb)
+    assert trimmer.collect_first(700 * mb)  # grown again since the last collection

@@ -21,7 +21,8 @@ Cyclic garbage first. On asyncio, each of hypercorn's ended connections is a ref
 connection, found with ``gc.DEBUG_SAVEALL``) that only the cyclic collector frees, and
 gc_tuning.py's thresholds make a full collection wait for about two million allocations: a
 quiet server after a burst never reached one. So a full ``gc.collect()`` runs before each trim
-(on the event loop; it walks only what is not frozen, milliseconds after a burst). What else
+(on the event loop; it walks only what is not frozen, milliseconds after a burst), and before
+the next few looks after a trim or a growth (:meth:`Trimmer.collect_first`). What else
 stayed in use after some bursts was the memory store's pinned tasks, evicted now as their
 readers let go (store/memory.py, ``_unpinned``; docs/memory.md).
 
@@ -83,13 +84,34 @@ def _resident() -> int:
 
 
 class Trimmer:
-    """The decision of :func:`trim_after_bursts` (no I/O but the two reads; testable)."""
+    """The decisions of :func:`trim_after_bursts` (no I/O but the two reads; testable)."""
 
-    def __init__(self, threshold: int = THRESHOLD) -> None:
+    SETTLE = 3
+    """Looks after a trim that collect cycles first: a burst's tail may still sit in them."""
+
+    def __init__(self, threshold: int = THRESHOLD, resident: int = 0) -> None:
         self.threshold = threshold
         self.free_after = 0  # what malloc held free, and the resident size, after the last trim
         self.resident_after = 0
         self.trims = 0
+        self.collected_at = resident  # the resident size at the last full collection
+        self.settling = 0
+
+    def collect_first(self, resident: int) -> bool:
+        """Whether to run a full collection before reading what malloc holds free.
+
+        Memory held by garbage cycles (on asyncio, each ended connection of hypercorn is one,
+        with the last response it wrote) is neither free to malloc nor returned until a full
+        collection, which gc_tuning.py's thresholds make rare: a trim in a burst's tail, or a
+        burst whose memory all sits in such cycles, would leave it resident (seen: 374 MB of a
+        1 GB burst, 30 s after). So: after each trim for :attr:`SETTLE` looks, and whenever the
+        resident size has grown by ``threshold`` since the last collection (at most once per
+        such step, so a server whose memory is in real use is not collected at every look)."""
+        return self.settling > 0 or resident - self.collected_at >= self.threshold
+
+    def collected(self, resident: int) -> None:
+        self.collected_at = resident
+        self.settling = max(0, self.settling - 1)
 
     def due(self, free: int, resident: int) -> bool:
         """Whether to trim now, with ``free`` bytes held by malloc and ``resident`` bytes."""
@@ -106,6 +128,8 @@ class Trimmer:
     def trimmed(self, free: int, resident: int) -> None:
         self.trims += 1
         self.free_after, self.resident_after = free, resident
+        self.collected_at = resident
+        self.settling = self.SETTLE
 
 
 async def trim_after_bursts(interval: float = INTERVAL, threshold: int = THRESHOLD) -> None:
@@ -115,13 +139,18 @@ async def trim_after_bursts(interval: float = INTERVAL, threshold: int = THRESHO
     libc = _libc()
     if libc is None:
         return
-    trimmer = Trimmer(threshold)
+    trimmer = Trimmer(threshold, _resident())
     while True:
         await anyio.sleep(interval)
+        collected = trimmer.collect_first(_resident())
+        if collected:  # what cycles hold becomes free to malloc, and to trim
+            found = gc.collect()
+            trimmer.collected(_resident())
         free = int(libc.mallinfo2().fordblks)
         if not trimmer.due(free, _resident()):
             continue
-        found = gc.collect()  # cycles a burst left hold memory no trim can return
+        if not collected:  # cycles a burst left hold memory no trim can return
+            found = gc.collect()
         before = _resident()
         await anyio.to_thread.run_sync(libc.malloc_trim, 0)
         after = _resident()
