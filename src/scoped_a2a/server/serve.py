@@ -312,11 +312,11 @@ async def serve(
                 tg.start_soon(on_shutdown)
                 tg.start_soon(deadline)
                 tg.start_soon(stop_now_deadline)
-                tg.start_soon(_announce, app, bound_port, gc_tuning, task_status)
+                line = ("serving on %s://%s:%d/ (%s)", scheme, host, bound_port,
+                        _protocols(backend, app, http2))
+                tg.start_soon(_announce, app, bound_port, gc_tuning, line, task_status)
                 if memory_trim:
                     tg.start_soon(trim_after_bursts)
-                announce("serving on %s://%s:%d/ (%s)", scheme, host, bound_port,
-                         _protocols(backend, app, http2))
                 tg.start_soon(hypercorn_serve)
         outside.cancel_scope.cancel()
 
@@ -362,14 +362,21 @@ async def shut_down_on_signals(shutdown: anyio.Event, stop_now: Callable[[], obj
             shutdown.set()
 
 
-async def _announce(app: Any, port: int, tune_gc: bool, task_status: TaskStatus[int]) -> None:
-    """Report the port once the app's lifespan has started (the socket already listens).
+async def _announce(app: Any, port: int, tune_gc: bool, line: tuple[Any, ...],
+                    task_status: TaskStatus[int]) -> None:
+    """Say ``serving on`` (``line``) and report the port once the app's lifespan has started
+    (an app without a ``ready`` event: at once); the socket listens already.
 
-    Start-up is over then, so this is where the collector is tuned (what is alive now lives as
-    long as the server)."""
+    Why not before: a client (a test, a supervisor's health check, a script reading the line)
+    acts on the line at once, and until the lifespan has started (the store open, the nursery
+    running) hypercorn accepts nothing: a request would wait in the kernel's queue, or be reset
+    if start-up fails. So the line means the server answers now. Start-up is over then, so this
+    is also where the collector is tuned (what is alive now lives as long as the server).
+    Cancelled before then (start-up failed, serve cancelled), it says nothing."""
     ready = getattr(app, "ready", None)
     if isinstance(ready, anyio.Event):
         await ready.wait()
+    announce(*line)
     if tune_gc:
         gc_tuning.apply()
     task_status.started(port)
