@@ -39,7 +39,7 @@ from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
 from ..runtime.ending import RECORD_TIMEOUT
-from . import gc_tuning, hypercorn_fixes
+from . import gc_tuning, header_deadline, hypercorn_fixes
 from .memory_trim import trim_after_bursts
 from .tls import configure_tls
 
@@ -128,6 +128,7 @@ async def serve(
     memory_trim: bool = True,
     handle_signals: bool | None = None,
     reuse_port: bool = False,
+    header_timeout: float | None = header_deadline.HEADER_TIMEOUT,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
@@ -165,6 +166,9 @@ async def serve(
         restored when ``serve`` returns.
     :param reuse_port: listen with ``SO_REUSEPORT``, so that other processes (other workers
         of ``serve --workers``) listen on the same port and the kernel spreads connections.
+    :param header_timeout: once an HTTP/1.1 request's first bytes have arrived, its request
+        line and headers must arrive within this many seconds, or the connection gets 408 and
+        is closed (:mod:`.header_deadline`); None: no deadline but the keep-alive timeout.
     Raises ValueError before listening when the TLS files cannot be loaded.
     """
     backend = sniffio.current_async_library()
@@ -198,6 +202,8 @@ async def serve(
     # connection races the client's next request on it. A connection the client closed is
     # released at once (hypercorn_fixes), so this does not hold descriptors.
     config.keep_alive_timeout = 75
+    # ... which a head trickling in does not shorten: a head has its own deadline.
+    header_deadline.configure(config, header_timeout)
     # gRPC is HTTP/2: an app serving it (A2AApp(grpc=True)) has HTTP/2 on whatever was asked.
     http2 = http2 or getattr(app, "grpc", None) is not None
     setattr(config, hypercorn_fixes.HTTP2_FLAG, http2)
