@@ -66,7 +66,11 @@ class JsonRpcBinding:
             return
         # One cancel scope for the body's first read and the final answer's write
         # (closing.RequestScope); a refusal of the body is answered once out of it.
-        refusal = await self.body.answer(self._answer, scope, receive, send, principal)
+        request = RequestScope()
+        refusal: Refusal | None = None  # (stays None if a deadline ended the request)
+        with request.scope:
+            refusal = await self._answer(request, scope, receive, send, principal)
+        refusal = self.body.refusal(request, refusal)
         if refusal is not None:
             status, frame, headers = refusal
             await send_response(send, status, frame, headers=headers)

@@ -1,10 +1,11 @@
 """Reading a request's body inside the request's cancel scope, with a refused body carried out
 of that scope as data: the one shape both HTTP bindings (JSON-RPC, HTTP+JSON) share.
 
-A binding runs everything it does for one request through :meth:`BodyReader.answer`: that
-enters one :class:`~.closing.RequestScope` (armed for the body's first read and, later, for a
-blocking send's final write), and leaves it before the refusal of a body is sent, so a body
-deadline that cancelled the scope cannot swallow the answer saying so (408).
+A binding runs everything it does for one request inside one :class:`~.closing.RequestScope`
+(armed for the body's first read and, later, for a blocking send's final write), and sends the
+refusal of a body (:meth:`BodyReader.refusal`) only once out of it, so a body deadline that
+cancelled the scope cannot swallow the answer saying so (408). (A plain ``with`` in each
+binding, not a helper that awaits the work: one coroutine level less on every request.)
 
 Why a refusal is data (a :data:`Refusal` tuple) and not the exception: an exception kept past
 its ``except`` block holds its traceback, whose frames hold the body read so far. On Python
@@ -17,8 +18,7 @@ memory bound (test_body_hostile, test_request_scope).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Concatenate, ParamSpec
+from collections.abc import Callable
 
 from .asgi import Receive, Scope
 from .body import BodyBudget, BodyRefused, BodyTooSlow, ClientGone, ServerClosing, read_body
@@ -27,9 +27,6 @@ from .closing import RequestScope
 Refusal = tuple[int, bytes, list[tuple[bytes, bytes]]]
 """An answer decided before the method runs: HTTP status, body (in the binding's error
 shape), extra headers."""
-
-P = ParamSpec("P")
-
 
 class BodyReader:
     """One binding's body reads: the size limit, the server-wide budget, and how the binding
@@ -50,26 +47,20 @@ class BodyReader:
         self.bodies = bodies
         self.refuse = refuse
 
-    async def answer(self, handle: Callable[Concatenate[RequestScope, P],
-                                            Awaitable[Refusal | None]],
-                     *args: P.args, **kwargs: P.kwargs) -> Refusal | None:
-        """Run ``handle(request, *args, **kwargs)`` inside a fresh request scope; return the
-        refusal to send (once out of the scope), or None when the request was answered (or
-        nobody is left to answer).
+    def refusal(self, request: RequestScope, refusal: Refusal | None) -> Refusal | None:
+        """What to send once out of ``request``'s scope: ``refusal`` (returned by the work in
+        the scope, or None when the request was answered or nobody is left to answer), unless
+        the body's deadline cancelled the scope: then 408 (503 ``ServerClosing`` once shutdown
+        closed the budget), whatever the work had got to.
 
-        Cancellation: a body deadline cancels the scope; its exit swallows that cancellation
-        and the refusal returned is then 408 (503 ``ServerClosing`` once shutdown closed the
-        budget), whatever ``handle`` had got to. Any other cancellation (a hang-up, the
-        server's own) propagates. Errors from ``handle`` propagate.
+        Cancellation: a body deadline cancels the scope and its exit swallows that
+        cancellation (closing.RequestScope); any other (a hang-up, the server's own)
+        propagates out of the ``with`` block before this is called.
         """
-        request = RequestScope()
-        refusal: Refusal | None = None  # (stays None if a deadline ended the request)
-        with request.scope:
-            refusal = await handle(request, *args, **kwargs)
         if request.read_expired:  # the deadline cancelled (or ended) the first read
             assert self.bodies is not None  # only a budget arms it
-            refusal = self.refuse(ServerClosing() if self.bodies.closing
-                                  else BodyTooSlow(self.bodies.timeout))
+            return self.refuse(ServerClosing() if self.bodies.closing
+                               else BodyTooSlow(self.bodies.timeout))
         return refusal
 
     async def read(self, scope: Scope, receive: Receive,
@@ -78,7 +69,7 @@ class BodyReader:
         drained by :func:`~.body.read_body`), or None if the client went away first.
 
         Cancellation: the partial body is dropped and the cancellation propagates (the first
-        read's deadline is ``request``'s, see :meth:`answer`).
+        read's deadline is ``request``'s, see :meth:`refusal`).
         """
         bodies = self.bodies
         try:

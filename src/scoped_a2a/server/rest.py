@@ -138,8 +138,12 @@ class RestBinding:
             return
         # One cancel scope for the body's first read and a blocking send's final write
         # (request_body.BodyReader, as in jsonrpc_binding); a refusal is answered out of it.
-        refusal = await self.body.answer(self._answer, scope, receive, send, route, segments,
+        request = RequestScope()
+        refusal: Refusal | None = None  # (stays None if a deadline ended the request)
+        with request.scope:
+            refusal = await self._answer(request, scope, receive, send, route, segments,
                                          tenant, principal, media)
+        refusal = self.body.refusal(request, refusal)
         if refusal is not None:
             status, body, headers = refusal
             await _respond(send, status, body, headers=headers, media=media)
