@@ -28,6 +28,7 @@ Refusal = tuple[int, bytes, list[tuple[bytes, bytes]]]
 """An answer decided before the method runs: HTTP status, body (in the binding's error
 shape), extra headers."""
 
+
 class BodyReader:
     """One binding's body reads: the size limit, the server-wide budget, and how the binding
     words a refused body.
