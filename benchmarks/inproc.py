@@ -210,8 +210,8 @@ async def _run(args: argparse.Namespace) -> None:
 # a built-in, its name) matches. Our own modules by package; then the libraries.
 _PARTS = (
     ("binding (ASGI, JSON-RPC, body, answer writes)",
-     r"scoped_a2a/server/(app|asgi|body|jsonrpc_binding|rest|dispatch|disconnect|sse|closing|"
-     r"frames)\.py"),
+     r"scoped_a2a/server/(app|asgi|body|request_body|jsonrpc_binding|rest|rest_routes|dispatch|"
+     r"disconnect|sse|closing|frames)\.py"),
     ("method layer (send set-up, resends, claims)",
      r"scoped_a2a/(server/(methods|send_setup|resend|end_lost)|store/claims|protocol/"
      r"(jsonrpc|dialect|ids|principal|deadline|on_disconnect|method))\.py"),

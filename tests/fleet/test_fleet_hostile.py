@@ -11,6 +11,7 @@ by its owner's answer, exactly once even when two answers race through both repl
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
@@ -224,7 +225,10 @@ async def test_workers_behind_one_port_serve_through_slowloris_and_half_open_cli
             for n in range(1000):
                 await anyio.sleep(0.5)
                 for s in held[:150]:
-                    await s.send(f"X-More-{n}: b\r\n".encode())
+                    # A head not whole within --header-timeout (20 s) is answered 408 and
+                    # closed (server/header_deadline.py): a slow run of this test meets that.
+                    with contextlib.suppress(anyio.BrokenResourceError, OSError):
+                        await s.send(f"X-More-{n}: b\r\n".encode())
 
         answers: list[httpx.Response] = []
         async with anyio.create_task_group() as tg:

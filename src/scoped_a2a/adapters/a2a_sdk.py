@@ -206,7 +206,12 @@ class ExecutorAgent(AdaptedAgent):
             finally:
                 tg.cancel_scope.cancel()
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                # Its traceback holds this frame: a local that held it would be a cycle (and
+                # the run's frames with it) that only the cyclic collector frees.
+                del error
         return reply
 
     async def _run(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ..agent_loading import DEFAULT_AGENT
 from ..runtime.policy import DEFAULT_INPUT_TIMEOUT, DEFAULT_MAX_PARKED_RUNS
 from ..server.grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
+from ..server.header_deadline import HEADER_TIMEOUT
 from .arg_types import at_least_one, parse_size, port, seconds, seconds_or_zero
 
 if TYPE_CHECKING:
@@ -134,6 +135,10 @@ def add_limit_options(parser: argparse.ArgumentParser) -> None:
         "Bounds on request bodies, streams, and each caller's runs (-32029 beyond them).")
     g.add_argument("--max-body-bytes", type=at_least_one, default=8 << 20, metavar="BYTES",
                    help="larger request bodies are refused with 413")
+    g.add_argument("--header-timeout", type=seconds, default=HEADER_TIMEOUT, metavar="SECONDS",
+                   help="an HTTP/1.1 request's line and headers must arrive within this long "
+                        "of their first byte, or the connection gets 408 and is closed "
+                        f"(a client trickling them would hold it); default {HEADER_TIMEOUT:g}")
     g.add_argument("--body-timeout", type=seconds, default=60.0, metavar="SECONDS",
                    help="a request body must arrive whole within this long, or the request "
                         "gets 408 (gRPC: DEADLINE_EXCEEDED); default 60")

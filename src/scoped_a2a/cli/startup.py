@@ -44,7 +44,8 @@ async def listen(args: argparse.Namespace, app: A2AApp, shutdown: anyio.Event) -
     await serve(app, host=args.host, port=args.port, shutdown=shutdown, grace=args.grace,
                 http2=args.http2, gc_tuning=not args.no_gc_tuning,
                 memory_trim=not args.no_memory_trim,
-                reuse_port=getattr(args, "reuse_port", False), **tls_from_args(args))
+                reuse_port=getattr(args, "reuse_port", False),
+                header_timeout=args.header_timeout, **tls_from_args(args))
 
 
 def listen_error(exc: BaseException) -> OSError | StartupError | None:

@@ -159,7 +159,10 @@ class Supervisor:
             try:
                 if ctrl_c_seen():  # before these handlers, and Python dropped it: no workers
                     raise KeyboardInterrupt
-                log.info("serve --workers %d on port %d (SO_REUSEPORT)", self.args.workers, port)
+                # Not "serving": no worker listens yet (a connection now is refused); each
+                # says "serving on" once it answers.
+                log.info("serve --workers %d: starting them on port %d (SO_REUSEPORT)",
+                         self.args.workers, port)
                 for i in range(self.args.workers):
                     self._start(i, argv)
                 return self._supervise(argv)

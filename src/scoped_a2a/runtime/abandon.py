@@ -90,8 +90,16 @@ async def run_abandonable(
             log.error("%s ignored cancellation for %.1f s: abandoned (left running in the server "
                       "nursery; the run's end is recorded and its slot freed)", name, cancel_grace)
         raise
-    if result.error is not None:
-        raise result.error
+    error = result.error
+    if error is not None:
+        # Raised, not kept: the error's traceback holds the child's frame, whose ``result``
+        # held the error (a cycle only the cyclic collector frees, with all the run's frames
+        # hold), and raising it here adds this frame, whose ``error`` would hold it too.
+        result.error = None
+        try:
+            raise error
+        finally:
+            del error
     if not result.returned:
         # Only the nursery's own cancellation ends the child without ours: it is on its way
         # to this task too, so the next checkpoint delivers it.

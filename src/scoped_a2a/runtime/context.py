@@ -17,7 +17,6 @@ import msgspec
 
 from ..protocol.errors import TaskNotFound
 from ..protocol.ids import new_id
-from ..protocol.on_disconnect import DETACHED_KEY, with_marker
 from ..protocol.principal import ANONYMOUS, TENANT_SEPARATOR, Principal
 from ..protocol.trajectory import LogEvent, TrajectoryEvent
 from ..protocol.types import (
@@ -31,7 +30,7 @@ from ..protocol.types import (
     TaskStatusUpdateEvent,
     utc_timestamp,
 )
-from ..store.snapshot import DOWNSTREAM_KEY
+from ..store.snapshot import DOWNSTREAM_KEY, carries_server_keys, server_keys_removed
 from . import calls
 from .abandon import run_abandonable
 from .outcome import Outcome, agent_message, check_text
@@ -287,7 +286,7 @@ class RunContext:
         """
         self._check_ids(event)
         if isinstance(event, TaskStatusUpdateEvent):
-            event = _unmarked(event)
+            event = _as_agent_may_say(event)
             state = event.status.state
             if state.terminal or state.interrupted:
                 raise ValueError(
@@ -305,7 +304,7 @@ class RunContext:
         anything when the cap on parked runs is reached.
         """
         self._check_ids(event)
-        event = _unmarked(event)
+        event = _as_agent_may_say(event)
         if not event.status.state.interrupted:
             raise ValueError("interrupt() takes an input-required or auth-required status")
         if self._parking is None:
@@ -412,14 +411,17 @@ class RunContext:
             record=self._record_call, margin=margin, cancel_timeout=cancel_timeout)
 
 
-def _unmarked(event: TaskStatusUpdateEvent) -> TaskStatusUpdateEvent:
-    """``event`` without :data:`DETACHED_KEY` in its metadata (a copy if it had one).
+def _as_agent_may_say(event: TaskStatusUpdateEvent) -> TaskStatusUpdateEvent:
+    """``event`` without the metadata keys only the server writes (a copy if it had one):
+    :data:`~scoped_a2a.store.snapshot.SERVER_KEYS`.
 
-    Whether the run is detached is the server's word (the runtime's own ``working`` says it,
-    store/snapshot.py folds it into the task): an agent's status update that carries the key
-    (a relay passing on a downstream agent's, or its caller's metadata) must neither make the
-    task look detached nor erase a server rule's marker."""
+    Whether the run is detached (``detachedBy``) is the server's word (the runtime's own
+    ``working`` says it, store/snapshot.py folds it into the task), and so is the tree of calls
+    (``downstreamTasks``, recorded by :meth:`RunContext.call`): an agent's status update that
+    carries either key (a relay passing on a downstream agent's metadata, or its caller's; an
+    adapted framework's event) must neither make the task look detached, nor erase a server
+    rule's marker, nor add a task it never started to the tree a walker follows."""
     meta = event.metadata
-    if not meta or DETACHED_KEY not in meta:
+    if not carries_server_keys(meta):
         return event
-    return msgspec.structs.replace(event, metadata=with_marker(meta, None))
+    return msgspec.structs.replace(event, metadata=server_keys_removed(meta))

@@ -55,6 +55,8 @@ version nothing is patched and a warning says so, because these reach into priva
    raised ``BusyResourceError``. Now the close sends EOF only under the write lock, and when a
    write holds it (perhaps stuck on a client that stopped reading) closes the socket without
    EOF, which ends that write as hypercorn's own close always did.
+8. **A head trickled a byte at a time held its connection for the whole keep-alive timeout**
+   (75 s): a deadline on an HTTP/1.1 request's head (:mod:`.header_deadline`).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ from typing import Any
 
 import hypercorn
 
-from . import hypercorn_h2
+from . import header_deadline, hypercorn_h2
 
 log = logging.getLogger("scoped_a2a.hypercorn_fixes")
 
@@ -121,6 +123,7 @@ def install() -> bool:
     _patch_eof(asyncio_tcp.TCPServer)
     _patch_eof(trio_tcp.TCPServer)
     _patch_http2(protocol.ProtocolWrapper)
+    header_deadline.patch(protocol.ProtocolWrapper, _shielded)  # (slow heads: its module)
     _throttle_accept_errors()
     _skip_retries_on_closed_listeners()
     hypercorn_h2.install()

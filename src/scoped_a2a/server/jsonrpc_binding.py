@@ -25,19 +25,11 @@ from ..protocol.method import Call
 from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import TRAJECTORY_READ_METHOD
 from .asgi import Receive, Scope, Send, header, send_response
-from .body import (
-    BodyBudget,
-    BodyInTooManyPieces,
-    BodyRefused,
-    BodyTooSlow,
-    ClientGone,
-    ServerClosing,
-    discard_body,
-    read_body,
-)
+from .body import BodyBudget, BodyInTooManyPieces, BodyRefused, discard_body
 from .closing import ClosingDeadlines, RequestScope
 from .dispatch import Responder, extensions, last_event_id, run_method
 from .methods import Methods
+from .request_body import BodyReader, Refusal
 from .sse import SSEWriter
 
 
@@ -56,10 +48,9 @@ class JsonRpcBinding:
                  bodies: BodyBudget | None = None,
                  final_writes: ClosingDeadlines | None = None) -> None:
         self.methods = methods
-        self.bodies = bodies
+        self.body = BodyReader(max_body_bytes, bodies, _refusal)
         self.final_writes = final_writes
         self.observe = observe
-        self.max_body_bytes = max_body_bytes
         self.write_timeout = write_timeout
         self.expose_errors = expose_errors
 
@@ -76,37 +67,22 @@ class JsonRpcBinding:
         # One cancel scope for the body's first read and the final answer's write
         # (closing.RequestScope); a refusal of the body is answered once out of it.
         request = RequestScope()
-        refusal: _Refusal | None = None  # (stays None if a deadline ended the request)
+        refusal: Refusal | None = None  # (stays None if a deadline ended the request)
         with request.scope:
-            refusal = await self._answer(scope, receive, send, principal, request)
-        if request.read_expired:  # the deadline cancelled (or ended) the first read
-            assert self.bodies is not None  # only a budget arms it
-            refusal = _refusal(ServerClosing() if self.bodies.closing
-                               else BodyTooSlow(self.bodies.timeout))
+            refusal = await self._answer(request, scope, receive, send, principal)
+        refusal = self.body.refusal(request, refusal)
         if refusal is not None:
             status, frame, headers = refusal
             await send_response(send, status, frame, headers=headers)
 
-    async def _answer(self, scope: Scope, receive: Receive, send: Send, principal: Principal,
-                      request: RequestScope) -> _Refusal | None:
+    async def _answer(self, request: RequestScope, scope: Scope, receive: Receive, send: Send,
+                      principal: Principal) -> Refusal | None:
         """Read the body and answer the call, inside ``request``'s scope; a refused body's
-        answer is returned (not sent: the caller sends it out of the scope).
-
-        Why the answer and not the exception: an exception kept past its ``except`` block
-        holds its traceback, whose frames hold the body read so far (``body._read``). On
-        Python 3.12+ a coroutine frame that ends while a traceback refers to it keeps its
-        caller's frame as ``f_back``, and the caller's frame held the exception: a reference
-        cycle that only the cyclic collector frees. 3.13 runs that collector after 2,000 new
-        objects (3.11: 700), so under a flood of refused bodies hundreds of them (up to 63.5 KiB
-        each) stayed alive at once, past the body memory bound (test_body_hostile)."""
-        try:
-            body = await read_body(
-                scope, receive, self.max_body_bytes, budget=self.bodies,
-                first=self.bodies.first_read(request) if self.bodies is not None else None)
-        except BodyRefused as exc:
-            return _refusal(exc)  # (exc, and with it its traceback, ends with this block)
-        except ClientGone:
-            return None
+        answer is returned, as data (:mod:`.request_body` says why), not sent: the caller
+        sends it out of the scope."""
+        body = await self.body.read(scope, receive, request)
+        if not isinstance(body, bytes):
+            return body  # refused, or None: the client went away
         try:
             rpc = parse_request(body)
         except A2AError as exc:
@@ -139,11 +115,8 @@ class JsonRpcBinding:
         return None
 
 
-_Refusal = tuple[int, bytes, list[tuple[bytes, bytes]]]
-"""A refused body's answer: status, JSON-RPC error frame, headers."""
-
-
-def _refusal(exc: BodyRefused) -> _Refusal:
+def _refusal(exc: BodyRefused) -> Refusal:
+    """A refused body's answer: status, JSON-RPC error frame, headers."""
     err: A2AError = exc.a2a_error()
     if isinstance(exc, BodyInTooManyPieces):
         err = InvalidRequest(f"{exc}; send it in fewer, larger pieces (for example with a "

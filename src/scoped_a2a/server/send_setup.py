@@ -36,7 +36,7 @@ from ..runtime.handover import Handovers
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
-from ..store.snapshot import applied
+from ..store.snapshot import applied, carries_server_keys, server_keys_removed
 from .input_modes import InputModes
 from .resend import Resends, fingerprint
 
@@ -220,11 +220,12 @@ class SendSetup:
         msg.task_id, msg.context_id = task_id, context_id
         metadata = req.metadata
         marker = self._marker(reason, req)
-        if marker is not None or (metadata and DETACHED_KEY in metadata):
+        if marker is not None or carries_server_keys(metadata):
             # Said in the task, so a client giving up on it knows to leave it running (a CRM's
             # system event must survive its caller): protocol/on_disconnect.py. Only the
-            # server says it: a caller's own ``detachedBy`` in its request is not repeated.
-            metadata = with_marker(metadata, marker)
+            # server says it: a caller's own ``detachedBy`` in its request is not repeated,
+            # nor its ``downstreamTasks`` (the tree of calls is the run's record: snapshot.py).
+            metadata = server_keys_removed(metadata, marker)
         task = Task(
             id=task_id,
             context_id=context_id,

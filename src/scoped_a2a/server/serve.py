@@ -39,7 +39,7 @@ from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
 from ..runtime.ending import RECORD_TIMEOUT
-from . import gc_tuning, hypercorn_fixes
+from . import gc_tuning, header_deadline, hypercorn_fixes
 from .memory_trim import trim_after_bursts
 from .tls import configure_tls
 
@@ -128,6 +128,7 @@ async def serve(
     memory_trim: bool = True,
     handle_signals: bool | None = None,
     reuse_port: bool = False,
+    header_timeout: float | None = header_deadline.HEADER_TIMEOUT,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``shutdown`` is set.
@@ -165,6 +166,9 @@ async def serve(
         restored when ``serve`` returns.
     :param reuse_port: listen with ``SO_REUSEPORT``, so that other processes (other workers
         of ``serve --workers``) listen on the same port and the kernel spreads connections.
+    :param header_timeout: once an HTTP/1.1 request's first bytes have arrived, its request
+        line and headers must arrive within this many seconds, or the connection gets 408 and
+        is closed (:mod:`.header_deadline`); None: no deadline but the keep-alive timeout.
     Raises ValueError before listening when the TLS files cannot be loaded.
     """
     backend = sniffio.current_async_library()
@@ -198,6 +202,8 @@ async def serve(
     # connection races the client's next request on it. A connection the client closed is
     # released at once (hypercorn_fixes), so this does not hold descriptors.
     config.keep_alive_timeout = 75
+    # ... which a head trickling in does not shorten: a head has its own deadline.
+    header_deadline.configure(config, header_timeout)
     # gRPC is HTTP/2: an app serving it (A2AApp(grpc=True)) has HTTP/2 on whatever was asked.
     http2 = http2 or getattr(app, "grpc", None) is not None
     setattr(config, hypercorn_fixes.HTTP2_FLAG, http2)
@@ -312,11 +318,11 @@ async def serve(
                 tg.start_soon(on_shutdown)
                 tg.start_soon(deadline)
                 tg.start_soon(stop_now_deadline)
-                tg.start_soon(_announce, app, bound_port, gc_tuning, task_status)
+                line = ("serving on %s://%s:%d/ (%s)", scheme, host, bound_port,
+                        _protocols(backend, app, http2))
+                tg.start_soon(_announce, app, bound_port, gc_tuning, line, task_status)
                 if memory_trim:
                     tg.start_soon(trim_after_bursts)
-                announce("serving on %s://%s:%d/ (%s)", scheme, host, bound_port,
-                         _protocols(backend, app, http2))
                 tg.start_soon(hypercorn_serve)
         outside.cancel_scope.cancel()
 
@@ -362,14 +368,21 @@ async def shut_down_on_signals(shutdown: anyio.Event, stop_now: Callable[[], obj
             shutdown.set()
 
 
-async def _announce(app: Any, port: int, tune_gc: bool, task_status: TaskStatus[int]) -> None:
-    """Report the port once the app's lifespan has started (the socket already listens).
+async def _announce(app: Any, port: int, tune_gc: bool, line: tuple[Any, ...],
+                    task_status: TaskStatus[int]) -> None:
+    """Say ``serving on`` (``line``) and report the port once the app's lifespan has started
+    (an app without a ``ready`` event: at once); the socket listens already.
 
-    Start-up is over then, so this is where the collector is tuned (what is alive now lives as
-    long as the server)."""
+    Why not before: a client (a test, a supervisor's health check, a script reading the line)
+    acts on the line at once, and until the lifespan has started (the store open, the nursery
+    running) hypercorn accepts nothing: a request would wait in the kernel's queue, or be reset
+    if start-up fails. So the line means the server answers now. Start-up is over then, so this
+    is also where the collector is tuned (what is alive now lives as long as the server).
+    Cancelled before then (start-up failed, serve cancelled), it says nothing."""
     ready = getattr(app, "ready", None)
     if isinstance(ready, anyio.Event):
         await ready.wait()
+    announce(*line)
     if tune_gc:
         gc_tuning.apply()
     task_status.started(port)

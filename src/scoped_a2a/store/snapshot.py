@@ -5,6 +5,8 @@ Every store uses this, so a snapshot is always exactly the fold of its log (no I
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from ..protocol.on_disconnect import DETACHED_KEY, with_marker
@@ -14,6 +16,28 @@ from ..protocol.types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEven
 DOWNSTREAM_KEY = "downstreamTasks"
 """Task metadata: the tasks this task's run started on other agents, ``[{agent, taskId,
 contextId}]`` in call order (``ctx.call`` / ``ctx.stream``)."""
+
+SERVER_KEYS = frozenset({DETACHED_KEY, DOWNSTREAM_KEY})
+"""Task metadata keys only the server writes (:func:`apply_event` folds them into the task)."""
+
+
+def server_keys_removed(metadata: dict[str, Any] | None, marker: str | None = None
+                        ) -> dict[str, Any] | None:
+    """A copy of a caller's or an agent's ``metadata`` without :data:`SERVER_KEYS`, with
+    the server's own ``DETACHED_KEY`` ``marker`` when not None (None when nothing is left).
+
+    Why: the tree of calls (``DOWNSTREAM_KEY``) is what a walker follows, with its own
+    credentials, to GetTask or CancelTask each task in it: a forged entry would send it to any
+    URL and have it cancel a task outside the tree. Whether a run is detached
+    (``DETACHED_KEY``) is the server's word to a client deciding whether to cancel it."""
+    if metadata and DOWNSTREAM_KEY in metadata:
+        metadata = {k: v for k, v in metadata.items() if k != DOWNSTREAM_KEY}
+    return with_marker(metadata, marker)
+
+
+def carries_server_keys(metadata: dict[str, Any] | None) -> bool:
+    """True when ``metadata`` holds a key only the server may write (:data:`SERVER_KEYS`)."""
+    return metadata is not None and not SERVER_KEYS.isdisjoint(metadata)
 
 
 def apply_event(task: Task, event: LogEvent) -> None:

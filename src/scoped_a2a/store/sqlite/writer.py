@@ -165,8 +165,15 @@ class Writer:
             if work.undo is None and self._queued and self._queued[-1] is item:
                 self._queued.pop()
             raise
-        if item.error is not None:
-            raise item.error
+        error = item.error
+        if error is not None:
+            # Raised, not kept: its traceback holds this frame, and the frame (``item``, or a
+            # local) holding it again would be a cycle only the cyclic collector frees.
+            item.error = None
+            try:
+                raise error
+            finally:
+                del error
         return item.result
 
     # --- the loop -----------------------------------------------------------------------------
@@ -230,6 +237,8 @@ class Writer:
                 item.finished.set()
             elif item.error is not None:
                 log.error("a queued write was refused: %s", item.error)
+                # Nobody raises it: dropped, as its traceback holds this frame (``batch``).
+                item.error = None
 
     @staticmethod
     def _fail(items: list[_Item], error: ServerUnavailable) -> None:
@@ -259,14 +268,18 @@ class Writer:
                     out.append(run(conn))
                     continue
                 conn.execute("SAVEPOINT op")
+                # A refusal is kept without its traceback: that holds this frame, whose
+                # ``out`` holds the refusal (a cycle, with the whole batch's ops and bodies,
+                # that only the cyclic collector frees); the caller raises it as its own.
                 try:
                     out.append(run(conn))
                 except Refused as exc:
                     conn.execute("ROLLBACK TO op")
-                    out.append(exc)
+                    exc.error.with_traceback(None)
+                    out.append(exc.with_traceback(None))
                 except sqlite3.IntegrityError as exc:
                     conn.execute("ROLLBACK TO op")
-                    out.append(Refused(exc))
+                    out.append(Refused(exc.with_traceback(None)))
                 conn.execute("RELEASE op")
             if appended:
                 _write_appended(conn, appended)

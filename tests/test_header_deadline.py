@@ -1,0 +1,102 @@
+"""A deadline on an HTTP/1.1 request's head (server/header_deadline.py, ``serve --header-timeout``).
+
+hypercorn's idle timer (75 s here) is not shortened by a head that trickles in: a client sending
+one byte a second held its connection for the whole 75 s (measured on both workers). With the
+deadline, a head that has not arrived whole within ``header_timeout`` of its first byte gets 408
+and the connection is closed; a head that arrives in time is answered, and an idle keep-alive
+connection (no bytes of a next request yet) is not cut by it. Raw sockets against hypercorn, on
+both backends, with a short deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+
+import anyio
+import pytest
+from anyio.abc import SocketStream
+
+from scoped_a2a import A2AApp, RunContext, serve
+
+pytestmark = pytest.mark.anyio
+
+HEAD = b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 40 + b"\r\n\r\n"
+
+
+async def echo(ctx: RunContext) -> str:
+    return ctx.text
+
+
+@asynccontextmanager
+async def server(header_timeout: float) -> AsyncIterator[int]:
+    app = A2AApp(echo, public_url="http://127.0.0.1/")
+    shutdown = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(partial(serve, app, host="127.0.0.1", port=0, shutdown=shutdown,
+                                      header_timeout=header_timeout))
+        try:
+            yield port
+        finally:
+            shutdown.set()
+
+
+async def read_until_closed(conn: SocketStream) -> bytes:
+    got = b""
+    with anyio.fail_after(10):  # a hang guard: the deadline here is well under a second
+        while True:
+            try:
+                got += await conn.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return got
+
+
+async def read_answer(conn: SocketStream) -> bytes:
+    got = b""
+    with anyio.fail_after(10):
+        while b"\r\n\r\n" not in got:
+            got += await conn.receive()
+    return got
+
+
+async def test_a_trickled_head_gets_408_and_its_connection_is_closed() -> None:
+    async with server(header_timeout=0.5) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            sent = 0
+
+            async def trickle() -> None:
+                nonlocal sent
+                for byte in HEAD[:-4]:  # never the end of the head
+                    try:
+                        await conn.send(bytes([byte]))
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        return
+                    sent += 1
+                    await anyio.sleep(0.05)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(trickle)
+                got = await read_until_closed(conn)
+                tg.cancel_scope.cancel()
+        assert got.startswith(b"HTTP/1.1 408 "), (
+            f"after {sent} of {len(HEAD) - 4} head bytes the server said {got[:200]!r}")
+        assert sent < len(HEAD) - 4, "the whole trickle went through: no deadline cut it"
+
+
+async def test_a_head_in_time_is_answered_and_an_idle_connection_is_not_cut() -> None:
+    async with server(header_timeout=0.5) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            # In two pieces, within the deadline.
+            await conn.send(HEAD[:20])
+            await anyio.sleep(0.1)
+            await conn.send(HEAD[20:])
+            first = await read_answer(conn)
+            assert first.startswith(b"HTTP/1.1 200 "), first[:200]
+            # Idle (keep-alive) for longer than the head's deadline: still open, and answers.
+            await anyio.sleep(1.0)
+            await conn.send(HEAD)
+            second = await read_answer(conn)
+            assert b"HTTP/1.1 200 " in second, second[:200]
