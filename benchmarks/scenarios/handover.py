@@ -16,6 +16,8 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Mapping
+from typing import ClassVar
 
 from ..core import Bench, Metric, Scenario, percentile
 from ..loadgen import connect, http_request, message_params, rpc_body
@@ -37,7 +39,8 @@ class Handover(Scenario):
         Metric("p99", "answer p99 ms", "ms", "lower", True, "{:.2f}"),
         Metric("cpu_ms", "CPU ms per answer (both replicas)", "ms", "lower", True, "{:.2f}"),
     )
-    pairs = {HOLDER: HANDED, HOLDER + PG: HANDED + PG}  # each store's rows against its own
+    # Each store's rows against its own holder's.
+    pairs: ClassVar[Mapping[str, str]] = {HOLDER: HANDED, HOLDER + PG: HANDED + PG}
     notes = ("One caller: ask on replica A, then the answer through A (holder) or through B "
              "(handed over through Redis pub/sub, or PostgreSQL's NOTIFY), alternated; both "
              "rows of a store share the servers.")
