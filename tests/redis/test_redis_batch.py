@@ -232,15 +232,17 @@ async def test_a_runs_events_and_its_end_share_one_batch(
 ) -> None:
     """A run's pushed events wait a few turns of the loop for what follows them: a run that
     works, emits an artifact and completes sends its three appends in one batch (the first
-    pushed event used to go alone, the rest in the next batch), and all of it is stored."""
+    pushed event used to go alone, the rest in the next batch); its two pushed events share
+    one call (one check, one snapshot), its end has its own; and all of it is stored."""
     async with open_redis_store(redis_server.url) as store:
         batcher = store.conn.batcher
         send = batcher._send
-        appends: list[int] = []  # the APPEND calls of each batch sent
+        appends: list[list[int]] = []  # the events of each APPEND call, per batch sent
 
         async def counted(batch: list[Any]) -> None:
-            appends.append(sum(1 for call in batch if call.which == append_number))
-            await send(batch)
+            await send(batch)  # (a gathered call's arguments are made as it is sent)
+            appends.append([1 + (len(call.args) - 17) // 2 for call in batch
+                            if call.which == append_number])
 
         append_number = batcher._index[scripts.APPEND]
         task = new_task()
@@ -250,7 +252,8 @@ async def test_a_runs_events_and_its_end_share_one_batch(
         await store.append(task.id, status(task, TaskState.WORKING))
         await store.append(task.id, chunk(task, "0"))
         await store.append(task.id, status(task, TaskState.COMPLETED))
-        assert [n for n in appends if n] == [3], f"APPEND calls per batch: {appends}"
+        assert [n for n in appends if n] == [[2, 1]], f"events per APPEND call: {appends}"
         page = await read_all(store, task.id)
         assert [e.position for e in page.entries] == [1, 2, 3]
         assert page.task.status.state is TaskState.COMPLETED
+        assert page.task.artifacts is not None and page.task.artifacts[0].parts[0].text == "0"

@@ -123,19 +123,22 @@ class LocalView:
         elif view.snap is not None:
             view.snap_at = position
 
-    def appended(self, task_id: str, entry: LogEntry, snap: bytes, tick: int) -> None:
-        """This process appended ``entry`` (sent at ``tick``); ``snap`` b"": unchanged."""
+    def appended(self, task_id: str, entries: Sequence[LogEntry], snap: bytes, tick: int
+                 ) -> None:
+        """This process appended ``entries`` (consecutive, in one command sent at ``tick``);
+        ``snap``: the snapshot after the last of them (b"": unchanged, trajectory events)."""
         view = self._view(task_id)
-        if not (view.entries and view.entries[-1].position == entry.position - 1):
+        first, last = entries[0].position, entries[-1].position
+        if not (view.entries and view.entries[-1].position == first - 1):
             view.entries.clear()
-        view.entries.append(entry)
+        view.entries.extend(entries)
         if snap:
-            view.set_snapshot(snap, entry.position)
-        elif view.snap_at == entry.position - 1:
-            view.snap_at = entry.position  # (a trajectory event leaves the snapshot as it is)
+            view.set_snapshot(snap, last)
+        elif view.snap_at == first - 1:
+            view.snap_at = last  # (trajectory events leave the snapshot as it is)
         else:
             view.snap_at = -1
-        self.saw(task_id, entry.position, tick)
+        self.saw(task_id, last, tick)
 
     def read(self, task_id: str, entries: Sequence[LogEntry]) -> None:
         """Entries read from Redis (consecutive positions), kept if they extend what is held."""
