@@ -43,7 +43,8 @@ MAX_ENTRIES = 128
 
 
 class _TaskView:
-    __slots__ = ("_decoded", "_digest", "entries", "heard", "snap", "snap_at", "verified")
+    __slots__ = ("_decoded", "_digest", "entries", "heard", "own", "snap", "snap_at",
+                 "verified")
 
     def __init__(self) -> None:
         self.entries: deque[LogEntry] = deque(maxlen=MAX_ENTRIES)  # contiguous positions
@@ -53,6 +54,7 @@ class _TaskView:
         self._decoded: Task | None = None
         self.verified: tuple[int, int] | None = None  # (confirmation tick, position)
         self.heard = -1  # the highest position announced on the task's channel
+        self.own = -1  # the highest position this process appended (its waiters were woken)
 
     def set_snapshot(self, snap: bytes, position: int) -> None:
         if snap != self.snap:
@@ -108,11 +110,15 @@ class LocalView:
             position = max(position, view.verified[1])
         view.verified = (confirmed, position)
 
-    def heard(self, task_id: str, position: int) -> None:
-        """The task's channel announced an append at ``position``."""
+    def heard(self, task_id: str, position: int) -> bool:
+        """The task's channel announced an append at ``position``; whether that is news to
+        this process's waiters (False: this process appended it and woke them then: the
+        announcement of its own writes wakes nobody a second time)."""
         view = self._tasks.get(task_id)
-        if view is not None:
-            view.heard = max(view.heard, position)
+        if view is None:
+            return True
+        view.heard = max(view.heard, position)
+        return position > view.own
 
     def snapshot_is(self, task_id: str, snap: bytes | None, position: int) -> None:
         """Redis held ``snap`` as the task's snapshot at ``position`` (a create, or a read);
@@ -132,6 +138,7 @@ class LocalView:
         if not (view.entries and view.entries[-1].position == first - 1):
             view.entries.clear()
         view.entries.extend(entries)
+        view.own = max(view.own, last)
         if snap:
             view.set_snapshot(snap, last)
         elif view.snap_at == first - 1:

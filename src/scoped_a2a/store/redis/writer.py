@@ -142,6 +142,12 @@ class LogWriter:
         self.conn.batcher.defer(self._script, partial(self._close, gathered),
                                 partial(self._pushed, gathered))
 
+    def verifies(self, task_id: str) -> bool:
+        """Whether a write of ``task_id`` by this process is yet to be sent, with its task's
+        subscription confirmed already (the write's reply then tells the waiters its position
+        for sure, :mod:`.local`, and wakes them, whether it is stored or refused)."""
+        return task_id in self._gathering and self.conn.confirmed_at(task_id) is not None
+
     def _close(self, gathered: _Gathered) -> tuple[list[str], list[Any]]:
         """The call storing ``gathered`` (made once, when its batch is sent or an append that
         is waited for comes: nothing joins it afterwards)."""
