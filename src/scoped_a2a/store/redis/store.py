@@ -300,8 +300,9 @@ class RedisTaskStore(TaskStore):
                         # Not sure of it here, but this process's next write of the task is
                         # sent after the subscription's confirmation: its reply makes sure
                         # (.local) and wakes this waiter; a round trip of its own is spared.
+                        # (Woken by anything else first, e.g. the confirmation: check again.)
                         await woken.wait()
-                        return
+                        continue
                     if last is None:  # not sure of it here: ask (and be sure from now on)
                         tick = self.conn.tick()
                         raw = await self.conn.call(
