@@ -61,6 +61,9 @@ KIND_OF: dict[type[Any], bytes] = {t: bytes((k,)) for t, k in RECORD_KINDS.items
 CACHE_SIZE = 1024  # tasks whose latest state this process holds, to skip a read per append
 MAX_PUSHED = 4096
 """Pushed appends waiting for their batch, at most (then runs wait for theirs)."""
+YIELD_EVERY = 32
+"""A run pushing events yields to the others at its first event of a batch and every this many
+after it (the memory store's appends never yield)."""
 MAX_PUSHED_BYTES = 8 << 20
 """Bytes (events and snapshots) of the pushed appends waiting for their batch, at most."""
 
@@ -84,6 +87,7 @@ class LogWriter:
     def __init__(self, store: _Store) -> None:
         self.store = store
         self._gathering: dict[str, _Gathered] = {}  # task id -> its pushed events not yet sent
+        self._sent: dict[str, _Gathered] = {}  # task id -> its last pushed call sent, unanswered
         self.conn = store.conn
         self.keys = store.keys
         self._script = store.conn.script(scripts.APPEND)
@@ -115,11 +119,16 @@ class LogWriter:
         if (cached is not None and not waited and task_id not in self.fences
                 and self.pushed < MAX_PUSHED
                 and self.pushed_bytes < MAX_PUSHED_BYTES):
-            # Others run before this event is folded (its fold and snapshot cost this
-            # process's time: a run must not hold the loop for thousands of them). A cancel
-            # lands here, before the event is queued (then it did not happen), not after.
-            await anyio.lowlevel.checkpoint()
-            cached = self.cache.get(task_id)  # (read again: another append may have run)
+            gathered = self._gathering.get(task_id)
+            if gathered is None or len(gathered.entries) % YIELD_EVERY == 0:
+                # Others run before this event is folded: a run must not hold the loop for
+                # thousands of them. Not at every event: a run's next events then join the
+                # same call, and its readers wake once for all of them (each yield let the
+                # batch go with a few events, and woke the readers and wrote the stream for
+                # those few). A cancel lands here, before the event is queued (then it did
+                # not happen), not after.
+                await anyio.lowlevel.checkpoint()
+                cached = self.cache.get(task_id)  # (read again: another append may have run)
             if cached is not None and task_id not in self._failed:
                 self._push(task_id, entry, *cached)
                 return entry.position
@@ -143,10 +152,16 @@ class LogWriter:
                                 partial(self._pushed, gathered))
 
     def verifies(self, task_id: str) -> bool:
-        """Whether a write of ``task_id`` by this process is yet to be sent, with its task's
-        subscription confirmed already (the write's reply then tells the waiters its position
-        for sure, :mod:`.local`, and wakes them, whether it is stored or refused)."""
-        return task_id in self._gathering and self.conn.confirmed_at(task_id) is not None
+        """Whether a write of ``task_id`` by this process is yet to be answered, sent after its
+        task's subscription was confirmed (or yet to be sent: the write's reply then tells the
+        waiters its position for sure, :mod:`.local`, and wakes them, stored or refused)."""
+        confirmed = self.conn.confirmed_at(task_id)
+        if confirmed is None:
+            return False
+        if task_id in self._gathering:
+            return True  # (its tick is taken as it is sent: after the confirmation)
+        sent = self._sent.get(task_id)
+        return sent is not None and sent.tick > confirmed
 
     def _close(self, gathered: _Gathered) -> tuple[list[str], list[Any]]:
         """The call storing ``gathered`` (made once, when its batch is sent or an append that
@@ -165,6 +180,7 @@ class LogWriter:
                 args += (KIND_OF[type(entry.event)], entry.encoded)
             gathered.tick = self.conn.tick()
             gathered.call = keys, args
+            self._sent[gathered.task_id] = gathered
         return gathered.call
 
     def _pushed(self, gathered: _Gathered, reply: Any, error: Exception | None) -> None:
@@ -173,6 +189,8 @@ class LogWriter:
         task_id = gathered.task_id
         if self._gathering.get(task_id) is gathered:  # failed unsent (the store closed)
             del self._gathering[task_id]
+        if self._sent.get(task_id) is gathered:
+            del self._sent[task_id]
         self.pushed -= len(gathered.entries)
         self.pushed_bytes -= gathered.size
         if error is None and reply[0] in (1, 2):
