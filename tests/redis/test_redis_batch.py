@@ -12,14 +12,17 @@ import contextlib
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from scoped_a2a.protocol.errors import ServerUnavailable
 from scoped_a2a.protocol.types import Task, TaskState
 from scoped_a2a.runtime.tail import tail
-from scoped_a2a.store.base import LogPage
+from scoped_a2a.store.base import LogEntry, LogPage
 from scoped_a2a.store.redis import open_redis_store, scripts
 from scoped_a2a.store.redis.store import RedisTaskStore
+from scoped_a2a.store.redis.writer import KIND_OF
+from scoped_a2a.store.snapshot import apply_event
 
 from .conftest import RedisServer
 from .test_redis_local import chunk
@@ -257,3 +260,38 @@ async def test_a_runs_events_and_its_end_share_one_batch(
         assert [e.position for e in page.entries] == [1, 2, 3]
         assert page.task.status.state is TaskState.COMPLETED
         assert page.task.artifacts is not None and page.task.artifacts[0].parts[0].text == "0"
+
+
+async def test_one_call_stores_several_events_and_a_resent_call_stores_nothing_twice(
+    redis_server: RedisServer,
+) -> None:
+    """A run's pushed events of one batch are one APPEND call (writer.py): every event is
+    stored, in order, with the snapshot after the last. The same call sent again (a batch
+    resent after a lost reply) is recognised by its op id, also once later events followed
+    it, and stores nothing twice; a terminal task refuses it with a new op."""
+    async with open_redis_store(redis_server.url) as a, open_redis_store(redis_server.url) as b:
+        task = new_task()
+        await a.create(task)
+        events = [status(task, TaskState.WORKING), chunk(task, "x", append=False),
+                  chunk(task, "y")]
+        folded, _ = await a.get(task.id)
+        entries = []
+        for position, event in enumerate(events, 1):
+            apply_event(folded, event)
+            entries.append(LogEntry(position, event, msgspec.json.encode(event)))
+        keys, args = a.writer._call(task.id, entries[0], msgspec.json.encode(folded), folded, 0)
+        for entry in entries[1:]:
+            args += [KIND_OF[type(entry.event)], entry.encoded]
+        script = a.conn.script(scripts.APPEND)
+        assert await a.conn.run(script, keys, args) == [1, 3]
+        assert await a.conn.run(script, keys, args) == [2, 3]  # resent: recognised
+        await b.append(task.id, status(task, TaskState.COMPLETED))  # another process ends it
+        assert await a.conn.run(script, keys, args) == [2, 3]  # still recognised
+        fresh = [*args[:1], "another op", *args[2:]]
+        assert (await a.conn.run(script, keys, fresh))[0] == -2  # terminal: refused
+        page = await read_all(b, task.id)
+        assert [e.position for e in page.entries] == [1, 2, 3, 4]
+        assert texts(page) == ["x", "y"]
+        assert page.task.status.state is TaskState.COMPLETED
+        assert page.task.artifacts is not None
+        assert [p.text for p in page.task.artifacts[0].parts] == ["x", "y"]
