@@ -233,13 +233,13 @@ class Batcher:
         for call in calls:
             if call.build is not None:
                 try:
-                    keys, args = call.build()
+                    call_keys, call_args = call.build()
                 except Exception:  # a bug there fails its call, not the batch
                     log.exception("a batched call could not be made")
                     call.error = ServerUnavailable("the task store failed; try again")
                     call.finish()
                     continue
-                call.keys, call.args = keys, _texts(args)
+                call.keys, call.args = call_keys, _texts(call_args)
             call.sent = True
             batch.append(call)
         if not batch:
