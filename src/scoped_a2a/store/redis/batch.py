@@ -16,6 +16,10 @@ meanwhile are the next batch (at most :data:`MAX_BATCH` calls each), so a lone c
 no wait and a crowd pays one round trip per batch. Redis' ``INFO commandstats`` counts one
 ``evalsha`` per batch.
 
+Deferred calls. A pushed call may be *deferred* (:meth:`Batcher.defer`): its keys and
+arguments are made as its batch is sent, so what its maker adds meanwhile travels in it (the
+writer gathers a run's events so: one call, one snapshot, for all of them).
+
 Acknowledgement. A caller gets its reply only once Redis has executed its call (an append is
 acknowledged only once stored). If the batch fails (Redis unreachable after one retry, or an
 error), every call in it gets the same ``ServerUnavailable``; what a call wrote is not undone

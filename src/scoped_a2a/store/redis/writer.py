@@ -7,7 +7,8 @@ does not hold the latest state of, is *waited for*: it returns once Redis
 has stored it (a blocking send is answered only then). The other events of a run executing
 here (artifacts, working statuses, trajectory events) are *pushed*, as the SQLite store pushes
 them: the position and the fold are decided here, in order, the call joins the next batch, and
-the run goes on without waiting for the round trip (it yields once, so others run meanwhile).
+the run goes on without waiting for the round trip (it yields at its first event of a batch
+and every :data:`YIELD_EVERY`-th, so others run meanwhile).
 A pushed event is published (held for this process's readers, announced to the others) only
 once Redis has stored it, so nothing is shown that is not stored; and it is stored before any
 later append of its task (the batches run in order, and every append names the position it
