@@ -21,7 +21,7 @@ from scoped_a2a.runtime.tail import tail
 from scoped_a2a.store.base import LogEntry, LogPage
 from scoped_a2a.store.redis import open_redis_store, scripts
 from scoped_a2a.store.redis.store import RedisTaskStore
-from scoped_a2a.store.redis.writer import KIND_OF
+from scoped_a2a.store.redis.writer import KIND_OF, YIELD_EVERY
 from scoped_a2a.store.snapshot import apply_event
 
 from .conftest import RedisServer
@@ -295,3 +295,43 @@ async def test_one_call_stores_several_events_and_a_resent_call_stores_nothing_t
         assert page.task.status.state is TaskState.COMPLETED
         assert page.task.artifacts is not None
         assert [p.text for p in page.task.artifacts[0].parts] == ["x", "y"]
+
+
+async def test_a_run_pushing_a_burst_lets_others_run_and_stores_it_whole(
+    redis_server: RedisServer,
+) -> None:
+    """A run pushing events yields at its first event of a batch and at every YIELD_EVERY-th
+    after it (writer.py), not at each: another task still runs during a long burst, the
+    burst's events travel together rather than a few per batch, and all are stored in order."""
+    n = 320
+    async with open_redis_store(redis_server.url) as store:
+        task = new_task()
+        await store.create(task)
+        turns = 0
+        bursting = True
+
+        async def other() -> None:
+            nonlocal turns
+            while bursting:
+                turns += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            await anyio.sleep(0.05)  # (the other task runs, the store's first calls are done)
+            before = turns
+            batches = store.conn.batcher.batches
+            await store.append(task.id, status(task, TaskState.WORKING))
+            for i in range(n):
+                await store.append(task.id, chunk(task, f"{i} ", append=i > 0))
+            during = turns - before
+            bursting = False
+        await store.append(task.id, status(task, TaskState.COMPLETED))
+        batches = store.conn.batcher.batches - batches
+        assert during >= n // YIELD_EVERY, f"the other task ran {during} times"
+        assert during < n // 2, f"the run yielded about {during} times for {n} events"
+        assert batches < n // 8, f"{batches} batches for {n} events"
+        page = await read_all(store, task.id)
+        assert [e.position for e in page.entries] == list(range(1, n + 3))
+        assert texts(page) == [f"{i} " for i in range(n)]
+        assert page.task.status.state is TaskState.COMPLETED
