@@ -20,6 +20,7 @@ from scoped_a2a.protocol.types import Task, TaskState
 from scoped_a2a.runtime.tail import tail
 from scoped_a2a.store.base import LogEntry, LogPage
 from scoped_a2a.store.redis import open_redis_store, scripts
+from scoped_a2a.store.redis import writer as writer_module
 from scoped_a2a.store.redis.store import RedisTaskStore
 from scoped_a2a.store.redis.writer import KIND_OF, YIELD_EVERY
 from scoped_a2a.store.snapshot import apply_event
@@ -335,3 +336,43 @@ async def test_a_run_pushing_a_burst_lets_others_run_and_stores_it_whole(
         assert [e.position for e in page.entries] == list(range(1, n + 3))
         assert texts(page) == [f"{i} " for i in range(n)]
         assert page.task.status.state is TaskState.COMPLETED
+
+
+async def test_a_long_burst_goes_in_bounded_calls_each_with_the_snapshot_after_its_last_event(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One call carries at most MAX_GATHERED events (one script call holds Redis for its whole
+    run); a burst longer than that goes in several calls, and each stores the task as it is
+    after its own last event, not after events that follow it in another call."""
+    monkeypatch.setattr(writer_module, "MAX_GATHERED", 5)
+    async with open_redis_store(redis_server.url) as store:
+        batcher = store.conn.batcher
+        send = batcher._send
+        append_number = batcher._index[scripts.APPEND]
+        calls: list[tuple[int, int, int]] = []  # (last position, events, artifact parts)
+
+        async def counted(batch: list[Any]) -> None:
+            await send(batch)  # (a gathered call's arguments are made as it is sent)
+            for call in batch:
+                if call.which == append_number and call.args[4]:
+                    events = 1 + (len(call.args) - 17) // 2
+                    snap = msgspec.json.decode(call.args[4])
+                    parts = len(snap["artifacts"][0]["parts"]) if snap.get("artifacts") else 0
+                    calls.append((int(call.args[0]) + events, events, parts))
+
+        task = new_task()
+        await store.create(task)
+        await anyio.sleep(0.5)  # the store's first lease calls (sent at once) are done
+        monkeypatch.setattr(batcher, "_send", counted)
+        await store.append(task.id, status(task, TaskState.WORKING))  # position 1
+        for i in range(40):  # chunk i at position i + 2: the task then has i + 1 parts
+            await store.append(task.id, chunk(task, f"{i} ", append=i > 0))
+        await store.append(task.id, status(task, TaskState.COMPLETED))
+        pushed = [c for c in calls if c[0] <= 41]
+        assert sum(events for _, events, _ in pushed) == 41, calls
+        assert max(events for _, events, _ in pushed) <= 5, calls
+        assert all(parts == last - 1 for last, _, parts in pushed), calls
+        page = await read_all(store, task.id)
+        assert [e.position for e in page.entries] == list(range(1, 43))
+        assert texts(page) == [f"{i} " for i in range(40)]
+        assert page.task.artifacts is not None and len(page.task.artifacts[0].parts) == 40

@@ -62,6 +62,9 @@ KIND_OF: dict[type[Any], bytes] = {t: bytes((k,)) for t, k in RECORD_KINDS.items
 CACHE_SIZE = 1024  # tasks whose latest state this process holds, to skip a read per append
 MAX_PUSHED = 4096
 """Pushed appends waiting for their batch, at most (then runs wait for theirs)."""
+MAX_GATHERED = 256
+"""Events in one call, at most (a longer burst goes in several: one script call, however many
+events it carries, holds Redis for its whole run)."""
 YIELD_EVERY = 32
 """A run pushing events yields to the others at its first event of a batch and every this many
 after it (the memory store's appends never yield)."""
@@ -136,6 +139,11 @@ class LogWriter:
         return await self._append(task_id, entry)
 
     def _push(self, task_id: str, entry: LogEntry, task: Task, last: int) -> None:
+        gathered = self._gathering.get(task_id)
+        joins = (gathered is not None and gathered.task is task and gathered.last == last
+                 and len(gathered.entries) < MAX_GATHERED)
+        if gathered is not None and not joins:
+            self._close(gathered)  # (before the fold below: its snapshot is the task before)
         changed = not isinstance(entry.event, TrajectoryEvent)
         if changed:
             apply_event(task, entry.event)  # (encoded once for all of the call, as it is sent)
@@ -143,8 +151,7 @@ class LogWriter:
         self.remember(task_id, task, entry.position)
         self.pushed += 1
         self.pushed_bytes += len(entry.encoded)
-        gathered = self._gathering.get(task_id)
-        if gathered is not None and gathered.task is task and gathered.last == last:
+        if gathered is not None and joins:
             gathered.add(entry, changed)
             return
         gathered = self._gathering[task_id] = _Gathered(task_id, task, last)
