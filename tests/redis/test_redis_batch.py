@@ -12,14 +12,18 @@ import contextlib
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from scoped_a2a.protocol.errors import ServerUnavailable
 from scoped_a2a.protocol.types import Task, TaskState
 from scoped_a2a.runtime.tail import tail
-from scoped_a2a.store.base import LogPage
+from scoped_a2a.store.base import LogEntry, LogPage
 from scoped_a2a.store.redis import open_redis_store, scripts
+from scoped_a2a.store.redis import writer as writer_module
 from scoped_a2a.store.redis.store import RedisTaskStore
+from scoped_a2a.store.redis.writer import KIND_OF, YIELD_EVERY
+from scoped_a2a.store.snapshot import apply_event
 
 from .conftest import RedisServer
 from .test_redis_local import chunk
@@ -232,15 +236,17 @@ async def test_a_runs_events_and_its_end_share_one_batch(
 ) -> None:
     """A run's pushed events wait a few turns of the loop for what follows them: a run that
     works, emits an artifact and completes sends its three appends in one batch (the first
-    pushed event used to go alone, the rest in the next batch), and all of it is stored."""
+    pushed event used to go alone, the rest in the next batch); its two pushed events share
+    one call (one check, one snapshot), its end has its own; and all of it is stored."""
     async with open_redis_store(redis_server.url) as store:
         batcher = store.conn.batcher
         send = batcher._send
-        appends: list[int] = []  # the APPEND calls of each batch sent
+        appends: list[list[int]] = []  # the events of each APPEND call, per batch sent
 
         async def counted(batch: list[Any]) -> None:
-            appends.append(sum(1 for call in batch if call.which == append_number))
-            await send(batch)
+            await send(batch)  # (a gathered call's arguments are made as it is sent)
+            appends.append([1 + (len(call.args) - 17) // 2 for call in batch
+                            if call.which == append_number])
 
         append_number = batcher._index[scripts.APPEND]
         task = new_task()
@@ -250,7 +256,123 @@ async def test_a_runs_events_and_its_end_share_one_batch(
         await store.append(task.id, status(task, TaskState.WORKING))
         await store.append(task.id, chunk(task, "0"))
         await store.append(task.id, status(task, TaskState.COMPLETED))
-        assert [n for n in appends if n] == [3], f"APPEND calls per batch: {appends}"
+        assert [n for n in appends if n] == [[2, 1]], f"events per APPEND call: {appends}"
         page = await read_all(store, task.id)
         assert [e.position for e in page.entries] == [1, 2, 3]
         assert page.task.status.state is TaskState.COMPLETED
+        assert page.task.artifacts is not None and page.task.artifacts[0].parts[0].text == "0"
+
+
+async def test_one_call_stores_several_events_and_a_resent_call_stores_nothing_twice(
+    redis_server: RedisServer,
+) -> None:
+    """A run's pushed events of one batch are one APPEND call (writer.py): every event is
+    stored, in order, with the snapshot after the last. The same call sent again (a batch
+    resent after a lost reply) is recognised by its op id, also once later events followed
+    it, and stores nothing twice; a terminal task refuses it with a new op."""
+    async with open_redis_store(redis_server.url) as a, open_redis_store(redis_server.url) as b:
+        task = new_task()
+        await a.create(task)
+        events = [status(task, TaskState.WORKING), chunk(task, "x", append=False),
+                  chunk(task, "y")]
+        folded, _ = await a.get(task.id)
+        entries = []
+        for position, event in enumerate(events, 1):
+            apply_event(folded, event)
+            entries.append(LogEntry(position, event, msgspec.json.encode(event)))
+        keys, args = a.writer._call(task.id, entries[0], msgspec.json.encode(folded), folded, 0)
+        for entry in entries[1:]:
+            args += [KIND_OF[type(entry.event)], entry.encoded]
+        script = a.conn.script(scripts.APPEND)
+        assert await a.conn.run(script, keys, args) == [1, 3]
+        assert await a.conn.run(script, keys, args) == [2, 3]  # resent: recognised
+        await b.append(task.id, status(task, TaskState.COMPLETED))  # another process ends it
+        assert await a.conn.run(script, keys, args) == [2, 3]  # still recognised
+        fresh = [*args[:1], "another op", *args[2:]]
+        assert (await a.conn.run(script, keys, fresh))[0] == -2  # terminal: refused
+        page = await read_all(b, task.id)
+        assert [e.position for e in page.entries] == [1, 2, 3, 4]
+        assert texts(page) == ["x", "y"]
+        assert page.task.status.state is TaskState.COMPLETED
+        assert page.task.artifacts is not None
+        assert [p.text for p in page.task.artifacts[0].parts] == ["x", "y"]
+
+
+async def test_a_run_pushing_a_burst_lets_others_run_and_stores_it_whole(
+    redis_server: RedisServer,
+) -> None:
+    """A run pushing events yields at its first event of a batch and at every YIELD_EVERY-th
+    after it (writer.py), not at each: another task still runs during a long burst, the
+    burst's events travel together rather than a few per batch, and all are stored in order."""
+    n = 320
+    async with open_redis_store(redis_server.url) as store:
+        task = new_task()
+        await store.create(task)
+        turns = 0
+        bursting = True
+
+        async def other() -> None:
+            nonlocal turns
+            while bursting:
+                turns += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            await anyio.sleep(0.05)  # (the other task runs, the store's first calls are done)
+            before = turns
+            batches = store.conn.batcher.batches
+            await store.append(task.id, status(task, TaskState.WORKING))
+            for i in range(n):
+                await store.append(task.id, chunk(task, f"{i} ", append=i > 0))
+            during = turns - before
+            bursting = False
+        await store.append(task.id, status(task, TaskState.COMPLETED))
+        batches = store.conn.batcher.batches - batches
+        assert during >= n // YIELD_EVERY, f"the other task ran {during} times"
+        assert during < n // 2, f"the run yielded about {during} times for {n} events"
+        assert batches < n // 8, f"{batches} batches for {n} events"
+        page = await read_all(store, task.id)
+        assert [e.position for e in page.entries] == list(range(1, n + 3))
+        assert texts(page) == [f"{i} " for i in range(n)]
+        assert page.task.status.state is TaskState.COMPLETED
+
+
+async def test_a_long_burst_goes_in_bounded_calls_each_with_the_snapshot_after_its_last_event(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One call carries at most MAX_GATHERED events (one script call holds Redis for its whole
+    run); a burst longer than that goes in several calls, and each stores the task as it is
+    after its own last event, not after events that follow it in another call."""
+    monkeypatch.setattr(writer_module, "MAX_GATHERED", 5)
+    async with open_redis_store(redis_server.url) as store:
+        batcher = store.conn.batcher
+        send = batcher._send
+        append_number = batcher._index[scripts.APPEND]
+        calls: list[tuple[int, int, int]] = []  # (last position, events, artifact parts)
+
+        async def counted(batch: list[Any]) -> None:
+            await send(batch)  # (a gathered call's arguments are made as it is sent)
+            for call in batch:
+                if call.which == append_number and call.args[4]:
+                    events = 1 + (len(call.args) - 17) // 2
+                    snap = msgspec.json.decode(call.args[4])
+                    parts = len(snap["artifacts"][0]["parts"]) if snap.get("artifacts") else 0
+                    calls.append((int(call.args[0]) + events, events, parts))
+
+        task = new_task()
+        await store.create(task)
+        await anyio.sleep(0.5)  # the store's first lease calls (sent at once) are done
+        monkeypatch.setattr(batcher, "_send", counted)
+        await store.append(task.id, status(task, TaskState.WORKING))  # position 1
+        for i in range(40):  # chunk i at position i + 2: the task then has i + 1 parts
+            await store.append(task.id, chunk(task, f"{i} ", append=i > 0))
+        await store.append(task.id, status(task, TaskState.COMPLETED))
+        pushed = [c for c in calls if c[0] <= 41]
+        assert sum(events for _, events, _ in pushed) == 41, calls
+        assert max(events for _, events, _ in pushed) <= 5, calls
+        assert all(parts == last - 1 for last, _, parts in pushed), calls
+        page = await read_all(store, task.id)
+        assert [e.position for e in page.entries] == list(range(1, 43))
+        assert texts(page) == [f"{i} " for i in range(40)]
+        assert page.task.artifacts is not None and len(page.task.artifacts[0].parts) == 40

@@ -298,12 +298,14 @@ class RedisConnection:
                         elif channel.startswith(appended):
                             task_id = channel[len(appended):].decode()
                             try:
-                                self.local.heard(task_id, int(data))
+                                news = self.local.heard(task_id, int(data))
                             except (TypeError, ValueError):
                                 # Not a position: the task was evicted (or an older version
                                 # published): nothing local may answer for it any more.
                                 self.local.forget(task_id)
-                            self.waiters.wake(task_id)
+                                news = True
+                            if news:
+                                self.waiters.wake(task_id)
                         elif channel == cancel:
                             task_id, why = cancel_reason(
                                 data.decode() if isinstance(data, bytes) else str(data))

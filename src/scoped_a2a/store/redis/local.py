@@ -43,7 +43,8 @@ MAX_ENTRIES = 128
 
 
 class _TaskView:
-    __slots__ = ("_decoded", "_digest", "entries", "heard", "snap", "snap_at", "verified")
+    __slots__ = ("_decoded", "_digest", "entries", "heard", "own", "snap", "snap_at",
+                 "verified")
 
     def __init__(self) -> None:
         self.entries: deque[LogEntry] = deque(maxlen=MAX_ENTRIES)  # contiguous positions
@@ -53,6 +54,7 @@ class _TaskView:
         self._decoded: Task | None = None
         self.verified: tuple[int, int] | None = None  # (confirmation tick, position)
         self.heard = -1  # the highest position announced on the task's channel
+        self.own = -1  # the highest position this process appended (its waiters were woken)
 
     def set_snapshot(self, snap: bytes, position: int) -> None:
         if snap != self.snap:
@@ -108,11 +110,15 @@ class LocalView:
             position = max(position, view.verified[1])
         view.verified = (confirmed, position)
 
-    def heard(self, task_id: str, position: int) -> None:
-        """The task's channel announced an append at ``position``."""
+    def heard(self, task_id: str, position: int) -> bool:
+        """The task's channel announced an append at ``position``; whether that is news to
+        this process's waiters (False: this process appended it and woke them then: the
+        announcement of its own writes wakes nobody a second time)."""
         view = self._tasks.get(task_id)
-        if view is not None:
-            view.heard = max(view.heard, position)
+        if view is None:
+            return True
+        view.heard = max(view.heard, position)
+        return position > view.own
 
     def snapshot_is(self, task_id: str, snap: bytes | None, position: int) -> None:
         """Redis held ``snap`` as the task's snapshot at ``position`` (a create, or a read);
@@ -123,19 +129,23 @@ class LocalView:
         elif view.snap is not None:
             view.snap_at = position
 
-    def appended(self, task_id: str, entry: LogEntry, snap: bytes, tick: int) -> None:
-        """This process appended ``entry`` (sent at ``tick``); ``snap`` b"": unchanged."""
+    def appended(self, task_id: str, entries: Sequence[LogEntry], snap: bytes, tick: int
+                 ) -> None:
+        """This process appended ``entries`` (consecutive, in one command sent at ``tick``);
+        ``snap``: the snapshot after the last of them (b"": unchanged, trajectory events)."""
         view = self._view(task_id)
-        if not (view.entries and view.entries[-1].position == entry.position - 1):
+        first, last = entries[0].position, entries[-1].position
+        if not (view.entries and view.entries[-1].position == first - 1):
             view.entries.clear()
-        view.entries.append(entry)
+        view.entries.extend(entries)
+        view.own = max(view.own, last)
         if snap:
-            view.set_snapshot(snap, entry.position)
-        elif view.snap_at == entry.position - 1:
-            view.snap_at = entry.position  # (a trajectory event leaves the snapshot as it is)
+            view.set_snapshot(snap, last)
+        elif view.snap_at == first - 1:
+            view.snap_at = last  # (trajectory events leave the snapshot as it is)
         else:
             view.snap_at = -1
-        self.saw(task_id, entry.position, tick)
+        self.saw(task_id, last, tick)
 
     def read(self, task_id: str, entries: Sequence[LogEntry]) -> None:
         """Entries read from Redis (consecutive positions), kept if they extend what is held."""

@@ -60,29 +60,38 @@ APPEND = _TERMINAL + """
 -- ARGV: expected last position, op, kind, event, snapshot ('' = unchanged), state, timestamp,
 --       max events, ended ttl ms, max ended tasks, now ms, task id, lease token ('' = none),
 --       the task's wake-up channel (gets the new position), key prefix, claim keep ms,
---       'later' if the batch announces the position (else this call does)
--- Returns {code, position}: 1 appended, 2 already appended (retry), -1 no such task,
--- -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is not ours.
+--       'later' if the batch announces the position (else this call does), then the kind and
+--       event of each further event appended with the first, in order (store/redis/writer.py:
+--       a run's pushed events of one batch); the snapshot and state are those after the last
+-- Returns {code, position of the last event}: 1 appended, 2 already appended (retry), -1 no
+-- such task, -2 task is terminal, -3 position moved on (re-read and retry), -4 the lease is
+-- not ours. All the call's events are appended, or none.
 local cur = redis.call('HMGET', KEYS[1], 'last', 'state', 'op', 'proc')
 if not cur[1] then return {-1, 0} end
 local last = tonumber(cur[1])
 if cur[3] == ARGV[2] then return {2, last} end
 local pos = tonumber(ARGV[1]) + 1
+local more = (#ARGV - 17) / 2
+local final = pos + more
 if last >= pos then
   -- a resent batch: this append may be stored with later ones of its task (its op says)
   local e = redis.call('XRANGE', KEYS[2], pos .. '-0', pos .. '-0')
-  if e[1] and e[1][2][6] == ARGV[2] then return {2, pos} end
+  if e[1] and e[1][2][6] == ARGV[2] then return {2, final} end
 end
 if TERMINAL[cur[2]] then return {-2, last} end
 if ARGV[13] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[13] then return {-4, last} end
 if last ~= pos - 1 then return {-3, last} end
 redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[8], pos .. '-0', 'k', ARGV[3], 'e', ARGV[4],
            'o', ARGV[2])
+for i = 1, more do
+  redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[8], (pos + i) .. '-0', 'k', ARGV[16 + 2 * i],
+             'e', ARGV[17 + 2 * i], 'o', ARGV[2])
+end
 if ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], 'last', pos, 'op', ARGV[2], 'snap', ARGV[5], 'state', ARGV[6],
+  redis.call('HSET', KEYS[1], 'last', final, 'op', ARGV[2], 'snap', ARGV[5], 'state', ARGV[6],
              'ts', ARGV[7])
 else
-  redis.call('HSET', KEYS[1], 'last', pos, 'op', ARGV[2])
+  redis.call('HSET', KEYS[1], 'last', final, 'op', ARGV[2])
 end
 if TERMINAL[ARGV[6]] then
   local ttl = tonumber(ARGV[9])
@@ -121,8 +130,8 @@ if TERMINAL[ARGV[6]] then
 end
 -- the new position: a listener learns it without asking (store/redis/local.py); 'later': the
 -- batch announces its last append to each task once (store/redis/batch.py)
-if ARGV[17] ~= 'later' then redis.call('PUBLISH', ARGV[14], pos) end
-return {1, pos}
+if ARGV[17] ~= 'later' then redis.call('PUBLISH', ARGV[14], final) end
+return {1, final}
 """
 
 CLAIM_MESSAGE = _TERMINAL + """

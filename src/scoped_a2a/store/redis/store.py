@@ -296,6 +296,13 @@ class RedisTaskStore(TaskStore):
                 with self.conn.waiters.watching(task_id) as woken:
                     await self.conn.watch(task_id)  # subscribed before the check: no lost wake-up
                     last = self.local.known_last(task_id)
+                    if last is None and self.writer.verifies(task_id):
+                        # Not sure of it here, but this process's next write of the task is
+                        # sent after the subscription's confirmation: its reply makes sure
+                        # (.local) and wakes this waiter; a round trip of its own is spared.
+                        # (Woken by anything else first, e.g. the confirmation: check again.)
+                        await woken.wait()
+                        continue
                     if last is None:  # not sure of it here: ask (and be sure from now on)
                         tick = self.conn.tick()
                         raw = await self.conn.call(
@@ -308,8 +315,9 @@ class RedisTaskStore(TaskStore):
                     if last > after:
                         return
                     await woken.wait()
-                # Each append wakes twice (here, and its channel's message): a wake-up known
-                # to carry nothing after ``after`` sends the reader back to sleep, not to Redis.
+                # A wake-up known to carry nothing after ``after`` (an append this process had
+                # read already, announced on its channel) sends the reader back to sleep, not
+                # to Redis. (The announcements of this process's own appends wake nobody.)
                 known = self.local.known_last(task_id)
                 if known is None or known > after:
                     return
