@@ -223,6 +223,42 @@ async def test_a_newer_schema_and_foreign_tables_are_refused_and_schemas_keep_ap
         assert rows == (99,)
 
 
+async def test_a_version_2_schema_is_migrated_and_deleted_tasks_take_their_events(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # Version 3 dropped the events' foreign key (checked at every event inserted); a trigger
+    # deletes a deleted task's events instead, whoever deletes it.
+    from scoped_a2a.store.postgres.schema import MIGRATIONS, SCHEMA_VERSION
+
+    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+        conn.execute("CREATE SCHEMA old_app; SET LOCAL search_path TO old_app")
+        for version in (1, 2):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement.encode())
+            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+    kept, swept, by_hand = new_task(), new_task(), new_task()
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k", schema="old_app",
+                                   max_ended_tasks=1) as store:
+        for task in (swept, by_hand, kept):
+            await store.create(task)
+            for i in range(3):
+                await store.append(task.id, tick(task, i))
+        for task in (swept, kept):
+            await store.append(task.id, status(task, TaskState.COMPLETED, "done"))
+        assert await store.sweep() == 1
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM old_app.tasks WHERE id = %s", (by_hand.id,))
+            version = conn.execute("SELECT max(version) FROM old_app.schema_version").fetchone()
+            keys = conn.execute("SELECT conname FROM pg_constraint WHERE conrelid = "
+                                "'old_app.events'::regclass AND contype = 'f'").fetchall()
+            left = conn.execute("SELECT t.id, count(*) FROM old_app.events e LEFT JOIN "
+                                "old_app.tasks t ON t.seq = e.task GROUP BY t.id").fetchall()
+        assert version == (SCHEMA_VERSION,) and SCHEMA_VERSION >= 3 and keys == []
+        assert left == [(kept.id, 4)], f"events left, by task (None: a deleted task): {left}"
+        page = await store.read(kept.id, 0)
+        assert [e.position for e in page.entries] == [1, 2, 3, 4]
+
+
 class _Run:
     def __init__(self) -> None:
         self.reasons: list[str] = []
