@@ -33,7 +33,7 @@ from scoped_a2a.store.base import TaskEnded
 from scoped_a2a.store.postgres import StoreOpenError, open_postgres_store
 from scoped_a2a.store.postgres.store import PostgresTaskStore
 
-from ..redis.test_redis_store import new_task, status, tick
+from ..redis.test_redis_store import chunk, new_task, status, tick
 
 pytestmark = pytest.mark.anyio
 
@@ -545,3 +545,57 @@ async def test_an_end_written_here_answers_without_a_read_and_a_new_run_reads_lo
         assert row is not None and a.ended_json(task.id) == bytes(row[0])
         assert b.ended_json(task.id) is None  # b did not write the end: it reads
         assert (await b.get(task.id))[0].status.state == TaskState.COMPLETED
+
+
+async def test_streams_on_the_replica_running_them_read_nothing_from_the_database(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # 8 runs append 100 chunks each (not waited for: batched) while a reader per task follows
+    # as the SSE path does. This process's own notifications are not news: without that the
+    # listener, hearing a batch's NOTIFY before its writer took the answer, sent readers to
+    # the database (most streams of the benchmark did, each reading up to 100 events).
+    async with two(pg_url, tmp_path) as (a, b):
+        reads: list[str] = []
+        run = a.pool.run
+
+        async def counted(fn: Any, **kw: Any) -> Any:
+            if kw.get("retry") and "read" in getattr(fn, "__qualname__", ""):
+                reads.append(getattr(fn, "__qualname__", repr(fn)))
+            return await run(fn, **kw)
+
+        a.pool.run = counted  # type: ignore[method-assign]
+        seen: dict[str, list[int]] = {}
+
+        async def one() -> None:
+            task = new_task()
+            await a.create(task)
+            seen[task.id] = []
+
+            async def follow() -> None:
+                after = 0
+                while True:
+                    page = await a.read(task.id, after)
+                    seen[task.id] += [e.position for e in page.entries]
+                    after = page.next
+                    if page.task.status.state.terminal and not page.has_more:
+                        return
+                    if not page.entries:
+                        await a.wait(task.id, after)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                await a.append(task.id, status(task, TaskState.WORKING, "w"))
+                for i in range(100):
+                    await a.append(task.id, chunk(task, f"{i} ", append=i > 0))
+                await a.append(task.id, status(task, TaskState.COMPLETED, "done"))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    tg.start_soon(one)
+        assert all(p == list(range(1, 103)) for p in seen.values()), seen
+        assert reads == [], f"{len(reads)} reads went to the database: {reads[:5]}"
+        # The other replica hears every commit and reads the database.
+        for task_id in seen:
+            page = await b.read(task_id, 0, max_events=1000)
+            assert [e.position for e in page.entries] == list(range(1, 103))

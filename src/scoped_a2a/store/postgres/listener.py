@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import anyio
@@ -90,8 +90,12 @@ class Listener:
 
     def __init__(self, url: str, schema: str, waiters: Waiters,
                  on_cancel: Callable[[str], None],
-                 on_handover: Callable[[str], None] | None = None) -> None:
+                 on_handover: Callable[[str], None] | None = None,
+                 own: Container[int] = ()) -> None:
         self.url = url
+        self.own = own
+        """Server process ids of this process's pool (connection.Pool.pids): an append
+        they announce was learned here at its commit (core.py), so it is not news."""
         self.schema = schema
         self.waiters = waiters
         self.on_cancel = on_cancel
@@ -102,9 +106,15 @@ class Listener:
             self.channels[f"{schema}_handover"] = on_handover
         self.connected = False
 
-    def _appended(self, payload: str) -> None:
+    def _appended(self, payload: str, pid: int = 0) -> None:
         pos, _, task_id = payload.partition(" ")
-        self.waiters.saw(task_id, int(pos))
+        at = int(pos)
+        if pid in self.own and at:
+            # This process's own commit, heard perhaps before the writer took its answer:
+            # taken as news, readers here would go to the database for what this process
+            # is about to hold (most streams did). Position 0: a task deleted (retention).
+            return
+        self.waiters.saw(task_id, at)
 
     def _queued(self, payload: str) -> None:
         self.waiters.wake_queue()
@@ -174,7 +184,10 @@ class Listener:
                 handler = self.channels.get(n.relname.decode())
                 if handler is not None:
                     try:
-                        handler(n.extra.decode())
+                        if handler == self._appended:
+                            self._appended(n.extra.decode(), n.be_pid)
+                        else:
+                            handler(n.extra.decode())
                     except ValueError:
                         log.warning("ignored a malformed notification on %s", n.relname)
             if pg.status != psycopg.pq.ConnStatus.OK:
