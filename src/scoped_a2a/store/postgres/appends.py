@@ -90,7 +90,8 @@ class _Item:
         self.expect = expect  # the position it must take (None: whatever is next)
         self.payload = payload  # handed to on_commit
         self.waited = waited  # its caller waits for the commit
-        self.done = anyio.Event()
+        # Set once written or failed; only a waiting caller needs one (most are not waited).
+        self.done: anyio.Event | None = anyio.Event() if waited else None
         self.pos: int | None = None  # written at this position (None: take the full path)
         self.error: BaseException | None = None
 
@@ -218,6 +219,7 @@ class Batcher:
         if not waited:
             return expect
         try:
+            assert item.done is not None
             await item.done.wait()
         except BaseException:
             if item in self._queue:  # not taken yet: it will not be written
@@ -333,7 +335,8 @@ class Batcher:
         self._done(item)
 
     def _done(self, item: _Item) -> None:
-        item.done.set()
+        if item.done is not None:
+            item.done.set()
         t = self._tracks.get(item.id)
         if t is not None:
             t.queued -= 1
