@@ -385,8 +385,8 @@ class Batcher:
                 at += size
                 bodies.append(item.body)
             rows.append(_Row(first.id, len(group), at - offs[0], [i.kind for i in group],
-                             offs, lens, status and status.state, status and status.ts,
-                             first.token, first.expect))
+                             offs, lens, status.state if status else None,
+                             status.ts if status else None, first.token, first.expect))
         args = (_encode(rows).decode(), b"".join(bodies), self.commit, self.channel)
 
         async def run(conn: Conn) -> list[Any]:
