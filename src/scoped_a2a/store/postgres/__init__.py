@@ -122,7 +122,8 @@ async def open_postgres_store(
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(Listener(url, schema, waiters, queue.on_cancel,
-                                    store.handover.notified, own=pool.pids).run)
+                                    store.handover.notified, own=pool.pids,
+                                    on_reconnect=pool.close).run)
             store.handover.tg = tg
             await tg.start(store.batcher.run)
             # The lease row exists before the body can create a task naming this process: a

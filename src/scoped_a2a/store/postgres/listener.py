@@ -91,11 +91,16 @@ class Listener:
     def __init__(self, url: str, schema: str, waiters: Waiters,
                  on_cancel: Callable[[str], None],
                  on_handover: Callable[[str], None] | None = None,
-                 own: Container[int] = ()) -> None:
+                 own: Container[int] = (), on_reconnect: Callable[[], None] | None = None
+                 ) -> None:
         self.url = url
         self.own = own
         """Server process ids of this process's pool (connection.Pool.pids): an append
         they announce was learned here at its commit (core.py), so it is not news."""
+        self.on_reconnect = on_reconnect
+        """Called when listening again after a lost connection: the pool drops its idle
+        connections, whose server processes may be gone with it (a restart) and their ids
+        given to other replicas' new connections, which ``own`` must not name."""
         self.schema = schema
         self.waiters = waiters
         self.on_cancel = on_cancel
@@ -158,6 +163,8 @@ class Listener:
                 log.warning("listening for wake-ups on PostgreSQL at %s again",
                             display(self.url))
                 failing = False
+                if self.on_reconnect is not None:
+                    self.on_reconnect()
             backoff = 0.1
             self.connected = self.waiters.listening = True
             self.waiters.wake_all()  # whatever was sent while not listening is lost: re-read
