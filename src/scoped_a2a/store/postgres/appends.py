@@ -59,7 +59,7 @@ MAX_TRACKED = 4096
 _encode = msgspec.json.Encoder().encode
 
 
-OnCommit = Callable[[str, int, Any], None]
+OnCommit = Callable[[str, int, list[Any]], None]
 
 
 class _Row(msgspec.Struct, omit_defaults=True):
@@ -119,7 +119,7 @@ class Batcher:
         self.channel = channel
         self.every = every  # a snapshot is due this many events after the last one
         self.commit = "on" if sync else "off"
-        self.on_commit = on_commit  # (task id, position, payload) once committed
+        self.on_commit = on_commit  # (task id, first position, payloads) once committed
         self.terminal = TERMINAL_SQL
         self.sql = BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
         self._queue: deque[_Item] = deque()
@@ -301,9 +301,11 @@ class Batcher:
                     t.snap_pos = snap_pos
                     if t.pos is None and t.owned and not t.queued - len(group):
                         t.pos = last  # learned: what follows is not waited for
-                for n, item in enumerate(group, start=last - len(group) + 1):
+                first = last - len(group) + 1
+                for n, item in enumerate(group, start=first):
                     item.pos = n
-                    self.on_commit(item.id, n, item.payload)
+                self.on_commit(group[0].id, first, [item.payload for item in group])
+                for item in group:
                     self._done(item)
 
     async def _why(self, lost: dict[str, str | None]) -> dict[str, Exception]:

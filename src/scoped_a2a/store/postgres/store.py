@@ -90,13 +90,6 @@ class PostgresTaskStore(PostgresCore):
         nxt = out[-1].position if out else max(after, first - 1)
         return LogPage(out, nxt, nxt < last, held[0], first)
 
-    def forget_local(self) -> None:
-        """A connection broke mid-operation: a commit of this process may have been announced
-        and not learned here (its notification was ignored as this process's own: listener.py),
-        so what this process holds answers no more reads until learned again."""
-        self._cache.clear()
-        self._local.clear()
-
     async def read(
         self, task_id: str, after: int, *, max_events: int = 1000, max_bytes: int = 1 << 20
     ) -> LogPage:
