@@ -33,7 +33,7 @@ from scoped_a2a.store.base import TaskEnded
 from scoped_a2a.store.postgres import StoreOpenError, open_postgres_store
 from scoped_a2a.store.postgres.store import PostgresTaskStore
 
-from ..redis.test_redis_store import new_task, status, tick
+from ..redis.test_redis_store import chunk, new_task, status, tick
 
 pytestmark = pytest.mark.anyio
 
@@ -221,6 +221,42 @@ async def test_a_newer_schema_and_foreign_tables_are_refused_and_schemas_keep_ap
     with psycopg.connect(pg_url) as conn:  # refused: nothing was changed
         rows = conn.execute("SELECT max(version) FROM scoped_a2a.schema_version").fetchone()
         assert rows == (99,)
+
+
+async def test_a_version_2_schema_is_migrated_and_deleted_tasks_take_their_events(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # Version 3 dropped the events' foreign key (checked at every event inserted); a trigger
+    # deletes a deleted task's events instead, whoever deletes it.
+    from scoped_a2a.store.postgres.schema import MIGRATIONS, SCHEMA_VERSION
+
+    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+        conn.execute("CREATE SCHEMA old_app; SET LOCAL search_path TO old_app")
+        for version in (1, 2):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement.encode())
+            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+    kept, swept, by_hand = new_task(), new_task(), new_task()
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k", schema="old_app",
+                                   max_ended_tasks=1) as store:
+        for task in (swept, by_hand, kept):
+            await store.create(task)
+            for i in range(3):
+                await store.append(task.id, tick(task, i))
+        for task in (swept, kept):
+            await store.append(task.id, status(task, TaskState.COMPLETED, "done"))
+        assert await store.sweep() == 1
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM old_app.tasks WHERE id = %s", (by_hand.id,))
+            version = conn.execute("SELECT max(version) FROM old_app.schema_version").fetchone()
+            keys = conn.execute("SELECT conname FROM pg_constraint WHERE conrelid = "
+                                "'old_app.events'::regclass AND contype = 'f'").fetchall()
+            left = conn.execute("SELECT t.id, count(*) FROM old_app.events e LEFT JOIN "
+                                "old_app.tasks t ON t.seq = e.task GROUP BY t.id").fetchall()
+        assert version == (SCHEMA_VERSION,) and SCHEMA_VERSION >= 3 and keys == []
+        assert left == [(kept.id, 4)], f"events left, by task (None: a deleted task): {left}"
+        page = await store.read(kept.id, 0)
+        assert [e.position for e in page.entries] == [1, 2, 3, 4]
 
 
 class _Run:
@@ -509,3 +545,57 @@ async def test_an_end_written_here_answers_without_a_read_and_a_new_run_reads_lo
         assert row is not None and a.ended_json(task.id) == bytes(row[0])
         assert b.ended_json(task.id) is None  # b did not write the end: it reads
         assert (await b.get(task.id))[0].status.state == TaskState.COMPLETED
+
+
+async def test_streams_on_the_replica_running_them_read_nothing_from_the_database(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # 8 runs append 100 chunks each (not waited for: batched) while a reader per task follows
+    # as the SSE path does. This process's own notifications are not news: without that the
+    # listener, hearing a batch's NOTIFY before its writer took the answer, sent readers to
+    # the database (most streams of the benchmark did, each reading up to 100 events).
+    async with two(pg_url, tmp_path) as (a, b):
+        reads: list[str] = []
+        run = a.pool.run
+
+        async def counted(fn: Any, **kw: Any) -> Any:
+            if kw.get("retry") and "read" in getattr(fn, "__qualname__", ""):
+                reads.append(getattr(fn, "__qualname__", repr(fn)))
+            return await run(fn, **kw)
+
+        a.pool.run = counted  # type: ignore[method-assign]
+        seen: dict[str, list[int]] = {}
+
+        async def one() -> None:
+            task = new_task()
+            await a.create(task)
+            seen[task.id] = []
+
+            async def follow() -> None:
+                after = 0
+                while True:
+                    page = await a.read(task.id, after)
+                    seen[task.id] += [e.position for e in page.entries]
+                    after = page.next
+                    if page.task.status.state.terminal and not page.has_more:
+                        return
+                    if not page.entries:
+                        await a.wait(task.id, after)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                await a.append(task.id, status(task, TaskState.WORKING, "w"))
+                for i in range(100):
+                    await a.append(task.id, chunk(task, f"{i} ", append=i > 0))
+                await a.append(task.id, status(task, TaskState.COMPLETED, "done"))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    tg.start_soon(one)
+        assert all(p == list(range(1, 103)) for p in seen.values()), seen
+        assert reads == [], f"{len(reads)} reads went to the database: {reads[:5]}"
+        # The other replica hears every commit and reads the database.
+        for task_id in seen:
+            page = await b.read(task_id, 0, max_events=1000)
+            assert [e.position for e in page.entries] == list(range(1, 103))

@@ -118,10 +118,12 @@ async def open_postgres_store(
     store.leases.cancels = cancels
     queue = PostgresRunQueue(store, cancels)
     store.queue = queue
+    pool.on_broken = store.forget_local
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(Listener(url, schema, waiters, queue.on_cancel,
-                                    store.handover.notified).run)
+                                    store.handover.notified, own=pool.pids,
+                                    on_reconnect=pool.close).run)
             store.handover.tg = tg
             await tg.start(store.batcher.run)
             # The lease row exists before the body can create a task naming this process: a

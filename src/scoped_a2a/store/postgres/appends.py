@@ -17,9 +17,9 @@ the commit; other replicas hear the ``NOTIFY`` sent in the same transaction. If 
 task), the run learns at its next append (ServerUnavailable or TaskEnded). Every other event
 (another status, any event of a task not tracked here, all of them with
 ``--postgres-sync-events``) is waited for: its append returns once committed. A task's end,
-a due snapshot, and whatever the statement skipped take the full path (:data:`WRITE`, two
-statements in one transaction under the row lock) once the task's queued events are written,
-so a send is answered only once everything it stored is committed.
+a due snapshot, and whatever the statement skipped take the full path (two statements in one
+transaction under the row lock) once the task's queued events are written, so a send is
+answered only once everything it stored is committed. The statements: append_sql.py.
 
 The UPDATE takes each task's row lock, so appends to one task from any replica are serialized;
 a deadlock between two replicas' batches (each locking tasks the other wants) is retried.
@@ -45,46 +45,37 @@ import msgspec
 from psycopg import errors as pgerrors
 
 from ...protocol.errors import ServerUnavailable
-from ...protocol.types import TaskState
 from ..base import TaskEnded
+from .append_sql import BATCH, KNOWN, TERMINAL_SQL, WRITE, full_update
 from .connection import Conn, Pool
-from .schema import NOW
 
-TERMINAL = [s.value for s in TaskState if s.terminal]
-TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL)
+__all__ = ["KNOWN", "TERMINAL_SQL", "WRITE", "Batcher", "full_update"]  # core.py's
+
 MAX_BATCH = 128
 """Events written by one statement at most."""
 MAX_TRACKED = 4096
 """Tasks whose positions this process tracks (those written most recently)."""
 
-_BATCH = (
-    "WITH i AS (SELECT x->>0 AS id, x->>1 AS state, x->>2 AS ts, x->>3 AS token, "
-    "(x->>4)::bigint AS expect, (x->>5)::bigint AS n, (x->>6)::bigint AS bytes, "
-    "x->7 AS kinds, x->8 AS bodies FROM json_array_elements(%s::json) x), "
-    "t AS (UPDATE tasks SET last = tasks.last + i.n, size = tasks.size + i.bytes, "
-    "state = coalesce(i.state, tasks.state), "
-    "ts = CASE WHEN i.state IS NULL THEN tasks.ts ELSE i.ts END "
-    "FROM i WHERE tasks.id = i.id AND tasks.state NOT IN ({terminal}) "
-    "AND tasks.last + i.n - tasks.snap_pos < {every} "
-    "AND (i.expect IS NULL OR tasks.last + 1 = i.expect) "
-    "AND (i.token IS NULL OR i.token = (SELECT token FROM runs r WHERE r.task_id = i.id)) "
-    "RETURNING tasks.seq, tasks.last, tasks.id, tasks.snap_pos, i.n, i.kinds, i.bodies), "
-    "e AS (INSERT INTO events SELECT t.seq, t.last - t.n + k.o, k.kind::int2, "
-    "decode(k.body, 'base64') FROM t, ROWS FROM (json_array_elements_text(t.kinds), "
-    "json_array_elements_text(t.bodies)) WITH ORDINALITY AS k(kind, body, o)), "
-    "d AS (DELETE FROM events USING t WHERE events.task = t.seq "
-    "AND events.pos > t.last - t.n - {limit} AND events.pos <= t.last - {limit}) "
-    "SELECT id, last, snap_pos, set_config('synchronous_commit', %s, true), "
-    "pg_notify(%s, last || ' ' || id) FROM t")
-"""Every queued event in one statement, one row per task (its events at consecutive
-positions; data-modifying CTEs all run; the trim deletes nothing until a log is longer than
-its cap). The events go as one JSON parameter (bodies in base64): one statement text,
-prepared once per connection, where psycopg's adaptation of arrays cost more CPU than the
-whole statement."""
 _encode = msgspec.json.Encoder().encode
 
 
-OnCommit = Callable[[str, int, Any], None]
+OnCommit = Callable[[str, int, list[Any]], None]
+
+
+class _Row(msgspec.Struct, omit_defaults=True):
+    """One task's events in a batch (append_sql.BATCH reads these names; one left out is
+    NULL there)."""
+
+    id: str
+    n: int
+    bytes: int
+    kinds: list[int]
+    offs: list[int]
+    lens: list[int]
+    state: str | None = None
+    ts: str | None = None
+    token: str | None = None
+    expect: int | None = None
 
 
 class _Item:
@@ -99,7 +90,8 @@ class _Item:
         self.expect = expect  # the position it must take (None: whatever is next)
         self.payload = payload  # handed to on_commit
         self.waited = waited  # its caller waits for the commit
-        self.done = anyio.Event()
+        # Set once written or failed; only a waiting caller needs one (most are not waited).
+        self.done: anyio.Event | None = anyio.Event() if waited else None
         self.pos: int | None = None  # written at this position (None: take the full path)
         self.error: BaseException | None = None
 
@@ -127,9 +119,9 @@ class Batcher:
         self.channel = channel
         self.every = every  # a snapshot is due this many events after the last one
         self.commit = "on" if sync else "off"
-        self.on_commit = on_commit  # (task id, position, payload) once committed
+        self.on_commit = on_commit  # (task id, first position, payloads) once committed
         self.terminal = TERMINAL_SQL
-        self.sql = _BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
+        self.sql = BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
         self._queue: deque[_Item] = deque()
         self._notes: list[str] = []  # notifications of synchronous commits, to send
         self._tracks: OrderedDict[str, _Track] = OrderedDict()
@@ -227,6 +219,7 @@ class Batcher:
         if not waited:
             return expect
         try:
+            assert item.done is not None
             await item.done.wait()
         except BaseException:
             if item in self._queue:  # not taken yet: it will not be written
@@ -308,9 +301,11 @@ class Batcher:
                     t.snap_pos = snap_pos
                     if t.pos is None and t.owned and not t.queued - len(group):
                         t.pos = last  # learned: what follows is not waited for
-                for n, item in enumerate(group, start=last - len(group) + 1):
+                first = last - len(group) + 1
+                for n, item in enumerate(group, start=first):
                     item.pos = n
-                    self.on_commit(item.id, n, item.payload)
+                self.on_commit(group[0].id, first, [item.payload for item in group])
+                for item in group:
                     self._done(item)
 
     async def _why(self, lost: dict[str, str | None]) -> dict[str, Exception]:
@@ -342,7 +337,8 @@ class Batcher:
         self._done(item)
 
     def _done(self, item: _Item) -> None:
-        item.done.set()
+        if item.done is not None:
+            item.done.set()
         t = self._tracks.get(item.id)
         if t is not None:
             t.queued -= 1
@@ -378,49 +374,24 @@ class Batcher:
 
     async def _write(self, batch: list[list[_Item]]) -> list[Any]:
         rows = []
+        bodies: list[bytes] = []
+        at = 1  # where the next body starts in the bytea (1-based, as substr counts)
         for group in batch:
             first = group[0]
             status = next((i for i in reversed(group) if i.state is not None), None)
-            rows.append((first.id, status and status.state, status and status.ts,
-                         first.token, first.expect, len(group),
-                         sum(len(i.body) for i in group), [i.kind for i in group],
-                         [i.body for i in group]))
-        events = _encode(rows)
-        args = (events.decode(), self.commit, self.channel)
+            offs, lens = [], []
+            for item in group:
+                size = len(item.body)
+                offs.append(at)
+                lens.append(size)
+                at += size
+                bodies.append(item.body)
+            rows.append(_Row(first.id, len(group), at - offs[0], [i.kind for i in group],
+                             offs, lens, status.state if status else None,
+                             status.ts if status else None, first.token, first.expect))
+        args = (_encode(rows).decode(), b"".join(bodies), self.commit, self.channel)
 
         async def run(conn: Conn) -> list[Any]:
             return await conn.all(self.sql, args)
 
         return await self.pool.run(run, transaction=False)
-
-
-def full_update(ends: bool, snapshot: bool) -> str:
-    """The UPDATE of the full path: with the new snapshot (due, or the task's end) or not."""
-    if snapshot:
-        return (f"UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
-                f"snap_pos = last + 1, size = size + %s, "
-                f"ended_at = CASE WHEN %s THEN {NOW} END, "
-                f"process = CASE WHEN %s THEN NULL ELSE process END WHERE seq = %s")
-    return "UPDATE tasks SET last = %s, state = %s, ts = %s, size = size + %s WHERE seq = %s"
-
-
-WRITE = ("WITH t AS ({update}), e AS (INSERT INTO events VALUES (%s, %s, %s, %s)), "
-         "d AS (DELETE FROM events WHERE task = %s AND pos = %s) "
-         "SELECT CASE WHEN %s <> '' THEN pg_notify(%s, %s) END")
-"""The full path's second statement: the task's row, the event and (unless the channel given
-is empty) the notification."""
-
-KNOWN = (
-    f"WITH t AS (UPDATE tasks SET last = %s, state = %s, ts = %s, snap = %s, "
-    f"snap_pos = last + 1, size = size + %s, ended_at = CASE WHEN %s THEN {NOW} END, "
-    f"process = CASE WHEN %s THEN NULL ELSE process END WHERE id = %s AND last = %s "
-    "AND state NOT IN ({terminal}) AND (%s::text IS NULL OR %s = (SELECT token FROM runs "
-    "WHERE task_id = %s)) RETURNING seq), "
-    "e AS (INSERT INTO events SELECT seq, %s, %s, %s FROM t), "
-    "d AS (DELETE FROM events USING t WHERE events.task = t.seq AND events.pos = %s) "
-    "SELECT set_config('synchronous_commit', %s, true), "
-    "CASE WHEN %s <> '' THEN pg_notify(%s, %s) END FROM t")
-"""The full path in one statement when the position is known (this process holds the snapshot
-at the last one): the new snapshot, the event and the notification, only if the task is still
-at that position, running, and (``fenced``) under the run's lease; no row: take the
-transaction."""

@@ -175,12 +175,17 @@ async def drive(gen: Generator[Any, Any, T], fd: int) -> T:
 
 
 class Conn:
-    """One connection used from the event loop: :meth:`execute` runs one statement."""
+    """One connection used from the event loop: :meth:`execute` runs one statement.
+    ``pids``: where its server process id is kept while it is open (:attr:`Pool.pids`)."""
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], pids: set[int] | None = None) -> None:
         raw.pgconn.nonblocking = 1
         self.raw = raw
         self.fd = raw.pgconn.socket
+        self.pid = raw.pgconn.backend_pid
+        self._pids = pids
+        if pids is not None:
+            pids.add(self.pid)
 
     async def execute(self, query: Any, params: Sequence[Any] | None = None
                       ) -> psycopg.Cursor[Any]:
@@ -207,6 +212,8 @@ class Conn:
             self.raw.pgconn.transaction_status == TransactionStatus.IDLE)
 
     def close(self) -> None:
+        if self._pids is not None:
+            self._pids.discard(self.pid)
         self.raw.close()  # a socket close: never blocks
 
 
@@ -233,6 +240,13 @@ class Pool:
         # connection: under load all ``size`` may be busy for longer than a lease, and a live
         # process would be recorded lost (store/liveness.py).
         self._background_slots = anyio.CapacityLimiter(1)
+        self.pids: set[int] = set()
+        """The server process ids of this pool's open connections: a notification one of
+        them sent is this process's own (listener.py)."""
+        self.on_broken: Callable[[], None] | None = None
+        """Called when a connection breaks during an operation: a commit of this process
+        may have been announced (its notification ignored as this process's own) without
+        this process learning of it (store.py forgets what it holds)."""
         self._failing: str | None = None  # the failure last logged (logged once until it heals)
         self._writes_failing = False  # ... and it fails writes only (read-only, a full disk)
 
@@ -288,7 +302,7 @@ class Pool:
             if not conn.closed:
                 return conn
         raw = await anyio.to_thread.run_sync(connect, self.url, self.schema)
-        return Conn(raw)
+        return Conn(raw, self.pids)
 
     async def _work(self, fn: Work[T], transaction: bool, retry: bool) -> T:
         c = await self._conn()
@@ -307,6 +321,8 @@ class Pool:
                 await c.execute(b"COMMIT")
         except psycopg.OperationalError as exc:
             c.close()
+            if self.on_broken is not None:
+                self.on_broken()
             if committing or (unknown and exc.sqlstate is None):
                 raise CommitUnknown(reason(exc)) from exc
             raise

@@ -34,7 +34,6 @@ line) when the database cannot be used.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -50,7 +49,7 @@ from ...protocol.types import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from ..base import LogEntry, TaskEnded, TaskStore
+from ..base import TaskEnded, TaskStore
 from ..handover import HandoverTransport
 from ..process_leases import DEFAULT_LEASE, ProcessLeases
 from ..push_watches import PushWatches
@@ -63,14 +62,13 @@ from .connection import Conn, OutcomeUnknown, Pool
 from .handover import PostgresHandover
 from .leases import PostgresLeases
 from .listener import Waiters
+from .local import LocalState
 from .push_watches import PostgresPushWatches
 from .unstarted import Unstarted
 
 log = logging.getLogger("scoped_a2a.postgres")
 _encode = msgspec.json.Encoder().encode
 _decode_push = msgspec.json.Decoder(TaskPushNotificationConfig).decode
-CACHE = 1024  # snapshots (decoded) of tasks recently written or read here
-LOCAL_EVENTS = 256  # entries kept of each task this process appends to (reads skip the trip)
 _TERMINAL = [s.value for s in TaskState if s.terminal]
 
 
@@ -99,7 +97,7 @@ class _Ended(Exception):
     """Raised inside a transaction: the task is terminal, or the run lost its lease."""
 
 
-class PostgresCore(TaskStore):
+class PostgresCore(LocalState, TaskStore):
     """Tasks, snapshots and appends in one PostgreSQL schema (:class:`.store.PostgresTaskStore`
     is the whole store)."""
 
@@ -117,9 +115,7 @@ class PostgresCore(TaskStore):
         self.poll_interval = poll_interval
         self.sync_events = sync_events
         self.channel = f"{pool.schema}_appended"
-        self._cache: OrderedDict[str, tuple[Task, int]] = OrderedDict()
-        self._local: OrderedDict[str, deque[LogEntry]] = OrderedDict()
-        self._ended: OrderedDict[str, bytes] = OrderedDict()  # ends written here (ended_json)
+        LocalState.__init__(self)
         self._fences: dict[str, str] = {}
         self._next_sweep = 0.0
         self.queue: Any = None  # the run queue (queue.py), set by open_postgres_store
@@ -152,44 +148,6 @@ class PostgresCore(TaskStore):
     def run_launcher(self) -> Any:
         """The run queue: detached runs are stored with their task and run by any worker."""
         return self.queue
-
-    # --- snapshots cache ------------------------------------------------------------------
-
-    def _remember(self, task_id: str, task: Task, pos: int) -> None:
-        self._cache[task_id] = (task, pos)
-        self._cache.move_to_end(task_id)
-        if len(self._cache) > CACHE:
-            self._cache.popitem(last=False)
-
-    def _held(self, task_id: str) -> tuple[Task | None, int]:
-        """The cached snapshot of ``task_id`` and its position (None, -1 if none): a query
-        skips sending the snapshot when the position is still this one."""
-        held = self._cache.get(task_id)
-        return held if held is not None else (None, -1)
-
-    def _snapshot(self, task_id: str, snap: bytes | None, pos: int,
-                  held: tuple[Task | None, int]) -> Task:
-        """The snapshot at ``pos``: ``snap`` decoded, or ``held`` (taken before the query)
-        when ``snap`` is None (the database skipped sending what this process held)."""
-        if snap is None and held[0] is not None and held[1] == pos:
-            return held[0]
-        if snap is None:  # cannot happen: the query sends it unless the position was held's
-            raise ServerUnavailable("the task store lost track of a snapshot; try again")
-        task = decode_task(snap)
-        if pos >= self._held(task_id)[1]:
-            self._remember(task_id, task, pos)
-        return task
-
-    def ended_json(self, task_id: str) -> bytes | None:
-        """The ended snapshot of ``task_id`` if this process committed its end (recently): a
-        terminal task refuses every write, so it is what the database holds (a blocking
-        send's answer needs no read)."""
-        return self._ended.get(task_id)
-
-    def _ended_at(self, task_id: str, snap: bytes) -> None:
-        self._ended[task_id] = snap
-        if len(self._ended) > CACHE:
-            self._ended.popitem(last=False)
 
     # --- tasks ----------------------------------------------------------------------------
 
@@ -296,24 +254,11 @@ class PostgresCore(TaskStore):
             self._remember(task_id, task, pos)
         else:
             self._cache.pop(task_id, None)
-        self._keep(task_id, LogEntry(pos, event, encoded))
+        self._keep(task_id, pos, [(event, encoded)])
         self.waiters.saw(task_id, pos)
         if ends:
             await self._retain()
         return pos
-
-    def _committed(self, task_id: str, pos: int, payload: tuple[LogEvent, bytes]) -> None:
-        """A batched event of ``task_id`` committed at ``pos`` (in position order): fold it,
-        keep it for local reads, wake the readers here."""
-        event, encoded = payload
-        held = self._cache.get(task_id)
-        if held is not None and held[1] == pos - 1:
-            task = held[0] if isinstance(event, TrajectoryEvent) else applied(held[0], event)
-            self._remember(task_id, task, pos)
-        else:
-            self._cache.pop(task_id, None)
-        self._keep(task_id, LogEntry(pos, event, encoded))
-        self.waiters.saw(task_id, pos)
 
     async def _append_full(self, task_id: str, event: LogEvent, encoded: bytes, kind: int,
                            token: str | None, ends: bool) -> tuple[int, Task | None, int]:
@@ -415,14 +360,3 @@ class PostgresCore(TaskStore):
 
     async def _retain(self) -> None:
         """After a task's end: the retention sweep (store.py)."""
-
-    def _keep(self, task_id: str, entry: LogEntry) -> None:
-        """Keep an entry this process appended, for :meth:`_read_local` (consecutive only)."""
-        entries = self._local.get(task_id)
-        if entries is None or entries[-1].position != entry.position - 1:
-            entries = self._local[task_id] = deque(maxlen=LOCAL_EVENTS)
-        self._local.move_to_end(task_id)
-        entries.append(entry)
-        if len(self._local) > CACHE:
-            self._local.popitem(last=False)
-

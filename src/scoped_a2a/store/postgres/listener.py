@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import anyio
@@ -90,8 +90,17 @@ class Listener:
 
     def __init__(self, url: str, schema: str, waiters: Waiters,
                  on_cancel: Callable[[str], None],
-                 on_handover: Callable[[str], None] | None = None) -> None:
+                 on_handover: Callable[[str], None] | None = None,
+                 own: Container[int] = (), on_reconnect: Callable[[], None] | None = None
+                 ) -> None:
         self.url = url
+        self.own = own
+        """Server process ids of this process's pool (connection.Pool.pids): an append
+        they announce was learned here at its commit (core.py), so it is not news."""
+        self.on_reconnect = on_reconnect
+        """Called when listening again after a lost connection: the pool drops its idle
+        connections, whose server processes may be gone with it (a restart) and their ids
+        given to other replicas' new connections, which ``own`` must not name."""
         self.schema = schema
         self.waiters = waiters
         self.on_cancel = on_cancel
@@ -102,9 +111,15 @@ class Listener:
             self.channels[f"{schema}_handover"] = on_handover
         self.connected = False
 
-    def _appended(self, payload: str) -> None:
+    def _appended(self, payload: str, pid: int = 0) -> None:
         pos, _, task_id = payload.partition(" ")
-        self.waiters.saw(task_id, int(pos))
+        at = int(pos)
+        if pid in self.own and at:
+            # This process's own commit, heard perhaps before the writer took its answer:
+            # taken as news, readers here would go to the database for what this process
+            # is about to hold (most streams did). Position 0: a task deleted (retention).
+            return
+        self.waiters.saw(task_id, at)
 
     def _queued(self, payload: str) -> None:
         self.waiters.wake_queue()
@@ -148,6 +163,8 @@ class Listener:
                 log.warning("listening for wake-ups on PostgreSQL at %s again",
                             display(self.url))
                 failing = False
+                if self.on_reconnect is not None:
+                    self.on_reconnect()
             backoff = 0.1
             self.connected = self.waiters.listening = True
             self.waiters.wake_all()  # whatever was sent while not listening is lost: re-read
@@ -174,7 +191,10 @@ class Listener:
                 handler = self.channels.get(n.relname.decode())
                 if handler is not None:
                     try:
-                        handler(n.extra.decode())
+                        if handler == self._appended:
+                            self._appended(n.extra.decode(), n.be_pid)
+                        else:
+                            handler(n.extra.decode())
                     except ValueError:
                         log.warning("ignored a malformed notification on %s", n.relname)
             if pg.status != psycopg.pq.ConnStatus.OK:

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version this code writes; a schema of a newer version is refused."""
 
 NOW = "extract(epoch from clock_timestamp())"
@@ -89,6 +89,20 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE push ADD COLUMN owner text",
         "UPDATE push SET owner = ''",
         "CREATE INDEX push_owner ON push (owner) WHERE owner IS NOT NULL AND owner <> '-'",
+    ],
+    3: [
+        # The events' foreign key checked every event row inserted (a query per row: a third
+        # of the database's CPU per event of a stream, docs/postgres.md "Speed"). Events are
+        # only inserted under their task's row lock (an UPDATE of it in the same statement or
+        # transaction), so the key guarded nothing there; what it did on delete, a trigger
+        # does once per statement: deleting tasks (retention, or anyone by hand) deletes
+        # their events in the same transaction.
+        "ALTER TABLE events DROP CONSTRAINT IF EXISTS events_task_fkey",
+        "CREATE FUNCTION events_of_deleted_tasks() RETURNS trigger LANGUAGE plpgsql "
+        "SET search_path FROM CURRENT AS $$ BEGIN "
+        "DELETE FROM events e USING deleted d WHERE e.task = d.seq; RETURN NULL; END $$",
+        "CREATE TRIGGER tasks_deleted AFTER DELETE ON tasks REFERENCING OLD TABLE AS deleted "
+        "FOR EACH STATEMENT EXECUTE FUNCTION events_of_deleted_tasks()",
     ],
 }
 
