@@ -100,3 +100,47 @@ async def test_a_head_in_time_is_answered_and_an_idle_connection_is_not_cut() ->
             await conn.send(HEAD)
             second = await read_answer(conn)
             assert b"HTTP/1.1 200 " in second, second[:200]
+
+
+async def read_for(conn: SocketStream, seconds: float) -> tuple[bytes, bool]:
+    """What arrives within ``seconds``, and whether the server closed the connection by then."""
+    got = b""
+    with anyio.move_on_after(seconds):
+        while True:
+            try:
+                got += await conn.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return got, True
+    return got, False
+
+
+async def test_a_head_trickled_right_after_a_trickled_head_has_its_own_deadline() -> None:
+    """The end of a trickled head and the start of the next one in one read (a client that
+    keeps writing): the next head's deadline starts too. It did not: the first head's deadline
+    was still taken as running, so the second head had hypercorn's 75 s idle timer."""
+    async with server(header_timeout=0.5) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(HEAD[:10])  # an incomplete head: its deadline starts
+            await anyio.sleep(0.1)
+            await conn.send(HEAD[10:] + b"GET /.well-known/agent-card.json HTTP/1.1\r\n")
+            lines = 0
+
+            async def trickle() -> None:  # the second head, a header line at a time, 4 s
+                nonlocal lines
+                for n in range(80):
+                    try:
+                        await conn.send(f"X-More-{n}: b\r\n".encode())
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        return
+                    lines += 1
+                    await anyio.sleep(0.05)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(trickle)
+                got, closed = await read_for(conn, 8)  # the deadline is 0.5 s; keep-alive 75 s
+                tg.cancel_scope.cancel()
+        assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+        assert b"HTTP/1.1 408 " in got and closed, (
+            f"the second head trickled {lines} header lines (deadline 0.5 s); the server sent "
+            f"{len(got)} bytes, ending {got[-200:]!r}, closed: {closed}")
