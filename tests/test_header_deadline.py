@@ -144,3 +144,26 @@ async def test_a_head_trickled_right_after_a_trickled_head_has_its_own_deadline(
         assert b"HTTP/1.1 408 " in got and closed, (
             f"the second head trickled {lines} header lines (deadline 0.5 s); the server sent "
             f"{len(got)} bytes, ending {got[-200:]!r}, closed: {closed}")
+
+
+@pytest.mark.parametrize("head", [
+    # curl --http2 on an http:// URL asks for h2c like this; served over HTTP/1.1 (h2 off).
+    b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings"
+    b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+    b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nUpgrade: websocket-ish\r\n\r\n",
+], ids=["h2c", "other"])
+async def test_a_connection_idle_after_an_upgrade_request_is_not_cut(head: bytes) -> None:
+    """A request that offers an upgrade (declined: answered over HTTP/1.1) is answered before
+    hypercorn's handling of its bytes returns, so the connection is already idle, with no
+    bytes of a next head, when the deadline's check runs. It took that for a head just begun:
+    an unasked-for 408 and a close after the head deadline instead of the 75 s keep-alive."""
+    async with server(header_timeout=0.5) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(head)
+            first, closed = await read_for(conn, 1.5)  # three deadlines, idle
+            assert first.startswith(b"HTTP/1.1 200 ") and b" 408 " not in first and not closed, (
+                f"closed: {closed}; the server said {first[:120]!r}...{first[-120:]!r}")
+            await conn.send(HEAD)
+            second = await read_answer(conn)
+            assert second.startswith(b"HTTP/1.1 200 "), second[:200]

@@ -10,8 +10,8 @@ task, for the whole 75 s, and many such clients hold many (slowloris). The body 
 deadline (``body_timeout``, server/body.py); this bounds what comes before it.
 
 How: hypercorn's ``ProtocolWrapper.handle`` is wrapped. After it handled bytes on an HTTP/1.1
-connection that leave a head incomplete (h11 still waits for the request: both sides IDLE),
-the connection's idle timer, which is running then, is restarted as this deadline (a
+connection that leave a head incomplete (h11 still waits for the request: both sides IDLE,
+and holds bytes of it), the connection's idle timer, which is running then, is restarted as this deadline (a
 connection's idle task is one at a time, so the deadline replaces the 75 s wait, and
 hypercorn's own ``Updated(idle=False)`` stops it once the head is parsed). A head that arrives
 in one read, the usual case, starts nothing: the cost is a few attribute reads per read.
@@ -79,6 +79,11 @@ def patch(wrapper_class: Any, closing: Callable[[Callable[[], Awaitable[None]]],
         # them, and the next head would have had no deadline but the 75 s idle timer.
         head = protocol.keep_alive_requests
         if seconds is None or not event.data or getattr(self, _STARTED, -1) == head:
+            return
+        if not conn.trailing_data[0]:
+            # No bytes of a next head: these bytes ended a request that was answered before
+            # handle returned (one offering an upgrade or a CONNECT: h11 pauses until the
+            # answer). The connection is idle: its 75 s timer runs, not a head's deadline.
             return
         server: Any = getattr(self.send, "__self__", None)  # the worker's TCPServer
         idle_task = getattr(server, "idle_task", None)
