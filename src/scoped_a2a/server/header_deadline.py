@@ -11,12 +11,13 @@ deadline (``body_timeout``, server/body.py); this bounds what comes before it.
 
 How: hypercorn's ``ProtocolWrapper.handle`` is wrapped. After it handled bytes on an HTTP/1.1
 connection that leave a head incomplete (h11 still waits for the request: both sides IDLE,
-and holds bytes of it), the connection's idle timer, which is running then, is restarted as this deadline (a
-connection's idle task is one at a time, so the deadline replaces the 75 s wait, and
-hypercorn's own ``Updated(idle=False)`` stops it once the head is parsed). A head that arrives
-in one read, the usual case, starts nothing: the cost is a few attribute reads per read.
-HTTP/2 is left alone (its frames between requests are not a head). The deadline's wait ends
-early on server shutdown, which closes the connection as hypercorn's idle timer would.
+and holds bytes of it), the connection's idle timer, which is running then, is restarted as
+this deadline (a connection's idle task is one at a time, so the deadline replaces the 75 s
+wait, and hypercorn's own ``Updated(idle=False)`` stops it once the head is parsed). A head
+that arrives in one read, the usual case, starts nothing: the cost is a few attribute reads
+per read. HTTP/2 is left alone (its frames between requests are not a head). The deadline's
+wait ends early on server shutdown, which closes the connection as hypercorn's idle timer
+would.
 """
 
 from __future__ import annotations
