@@ -17,8 +17,11 @@ from functools import partial
 import anyio
 import pytest
 from anyio.abc import SocketStream
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scoped_a2a import A2AApp, RunContext, serve
+from scoped_a2a.server.header_deadline import TIMEOUT_ANSWER
 
 pytestmark = pytest.mark.anyio
 
@@ -167,3 +170,37 @@ async def test_a_connection_idle_after_an_upgrade_request_is_not_cut(head: bytes
             await conn.send(HEAD)
             second = await read_answer(conn)
             assert second.startswith(b"HTTP/1.1 200 "), second[:200]
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % len(data) for c in cuts} - {0})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(heads=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+       cuts=st.lists(st.integers(0, 10_000), max_size=12),
+       pause=st.sampled_from([0.0, 0.01]),
+       stalled=st.one_of(st.none(), st.integers(1, 60)))
+async def test_heads_split_anywhere_are_answered_and_a_stalled_one_gets_408(
+        heads: list[int], cuts: list[int], pause: float, stalled: int | None) -> None:
+    """Requests pipelined on one connection, their bytes cut into reads at any points (a read
+    ending one head and starting the next included), arriving well within the deadline: each is
+    answered 200 and none gets 408. Then, when ``stalled``, a head's first bytes and nothing
+    more: 408 and the connection closed, whatever the reads before were."""
+    requests = [b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n"
+                + b"".join(b"X-%d: y\r\n" % i for i in range(extra)) + b"\r\n" for extra in heads]
+    stream = b"".join(requests) + (HEAD[:stalled] if stalled is not None else b"")
+    async with server(header_timeout=1.0) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            for piece in _split(stream, cuts):
+                await conn.send(piece)
+                await anyio.sleep(pause)
+            got, closed = await read_for(conn, 6 if stalled is not None else 2)
+    answered = got.count(b"HTTP/1.1 200 ")
+    assert answered == len(requests), f"{answered} of {len(requests)} answered: {got[-300:]!r}"
+    if stalled is None:
+        assert b" 408 " not in got and not closed, f"closed: {closed}; {got[-300:]!r}"
+    else:
+        assert got.endswith(TIMEOUT_ANSWER[-40:]) and closed, f"closed: {closed}; {got[-300:]!r}"
