@@ -89,3 +89,39 @@ async def test_an_agents_published_status_cannot_write_the_tree_of_calls() -> No
     assert any((u.get("metadata") or {}).get("step") == "relayed" for u in updates), updates
     stored = _downstream_entries(got["result"].get("metadata"))
     assert [e["agent"] for e in stored] == [b], f"A's task metadata: {got['result']}"
+
+
+async def _asks_once(ctx: RunContext) -> str:
+    return "got " + await ctx.ask("which lead?")
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc-0.3", "rest"])
+async def test_a_follow_up_cannot_write_the_server_keys(binding: str) -> None:
+    """Both server keys (the tree of calls, ``detachedBy``) in a new send's and in its
+    follow-up's request and message metadata, over the 0.3 JSON-RPC binding and HTTP+JSON:
+    the stored task never holds them, and the rest of the metadata is kept."""
+    forged = {DOWNSTREAM_KEY: [FORGED], "detachedBy": "forged", "crm": "lead-7"}
+    v1 = binding == "rest"
+
+    async def send(http: httpx.AsyncClient, url: str, text: str,
+                   task: dict[str, Any] | None) -> dict[str, Any]:
+        ids = {"taskId": task["id"], "contextId": task["contextId"]} if task else {}
+        params = {"message": {**text_message(text, v1=v1, **ids), "metadata": forged},
+                  "metadata": forged}
+        if v1:
+            r = await http.post(url + "message:send", json=params, headers={"A2A-Version": "1.0"})
+            assert r.status_code == 200, r.text
+            return dict(r.json()["task"])
+        sent = await rpc(http, url, "message/send", params, version=None)
+        assert "result" in sent, sent
+        return dict(sent["result"])
+
+    async with served(A2AApp(_asks_once)) as url, httpx.AsyncClient(timeout=10) as http:
+        first = await send(http, url, "lead", None)
+        second = await send(http, url, "lead 7", first)
+        stored = (await rpc(http, url, "GetTask", {"id": first["id"]}))["result"]
+    assert stored["status"]["state"] == "TASK_STATE_COMPLETED", stored["status"]
+    for seen in (first, second, stored):
+        meta = seen.get("metadata") or {}
+        assert DOWNSTREAM_KEY not in meta and "detachedBy" not in meta, meta
+        assert meta.get("crm") == "lead-7", meta

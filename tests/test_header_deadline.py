@@ -17,8 +17,11 @@ from functools import partial
 import anyio
 import pytest
 from anyio.abc import SocketStream
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scoped_a2a import A2AApp, RunContext, serve
+from scoped_a2a.server.header_deadline import TIMEOUT_ANSWER
 
 pytestmark = pytest.mark.anyio
 
@@ -100,3 +103,104 @@ async def test_a_head_in_time_is_answered_and_an_idle_connection_is_not_cut() ->
             await conn.send(HEAD)
             second = await read_answer(conn)
             assert b"HTTP/1.1 200 " in second, second[:200]
+
+
+async def read_for(conn: SocketStream, seconds: float) -> tuple[bytes, bool]:
+    """What arrives within ``seconds``, and whether the server closed the connection by then."""
+    got = b""
+    with anyio.move_on_after(seconds):
+        while True:
+            try:
+                got += await conn.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return got, True
+    return got, False
+
+
+async def test_a_head_trickled_right_after_a_trickled_head_has_its_own_deadline() -> None:
+    """The end of a trickled head and the start of the next one in one read (a client that
+    keeps writing): the next head's deadline starts too. It did not: the first head's deadline
+    was still taken as running, so the second head had hypercorn's 75 s idle timer."""
+    async with server(header_timeout=0.5) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(HEAD[:10])  # an incomplete head: its deadline starts
+            await anyio.sleep(0.1)
+            await conn.send(HEAD[10:] + b"GET /.well-known/agent-card.json HTTP/1.1\r\n")
+            lines = 0
+
+            async def trickle() -> None:  # the second head, a header line at a time, 4 s
+                nonlocal lines
+                for n in range(80):
+                    try:
+                        await conn.send(f"X-More-{n}: b\r\n".encode())
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        return
+                    lines += 1
+                    await anyio.sleep(0.05)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(trickle)
+                got, closed = await read_for(conn, 8)  # the deadline is 0.5 s; keep-alive 75 s
+                tg.cancel_scope.cancel()
+        assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+        assert b"HTTP/1.1 408 " in got and closed, (
+            f"the second head trickled {lines} header lines (deadline 0.5 s); the server sent "
+            f"{len(got)} bytes, ending {got[-200:]!r}, closed: {closed}")
+
+
+@pytest.mark.parametrize("head", [
+    # curl --http2 on an http:// URL asks for h2c like this; served over HTTP/1.1 (h2 off).
+    b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings"
+    b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+    b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nUpgrade: websocket-ish\r\n\r\n",
+], ids=["h2c", "other"])
+async def test_a_connection_idle_after_an_upgrade_request_is_not_cut(head: bytes) -> None:
+    """A request that offers an upgrade (declined: answered over HTTP/1.1) is answered before
+    hypercorn's handling of its bytes returns, so the connection is already idle, with no
+    bytes of a next head, when the deadline's check runs. It took that for a head just begun:
+    an unasked-for 408 and a close after the head deadline instead of the 75 s keep-alive."""
+    async with server(header_timeout=0.5) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(head)
+            first, closed = await read_for(conn, 1.5)  # three deadlines, idle
+            assert first.startswith(b"HTTP/1.1 200 ") and b" 408 " not in first and not closed, (
+                f"closed: {closed}; the server said {first[:120]!r}...{first[-120:]!r}")
+            await conn.send(HEAD)
+            second = await read_answer(conn)
+            assert second.startswith(b"HTTP/1.1 200 "), second[:200]
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % len(data) for c in cuts} - {0})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(heads=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+       cuts=st.lists(st.integers(0, 10_000), max_size=12),
+       pause=st.sampled_from([0.0, 0.01]),
+       stalled=st.one_of(st.none(), st.integers(1, 60)))
+async def test_heads_split_anywhere_are_answered_and_a_stalled_one_gets_408(
+        heads: list[int], cuts: list[int], pause: float, stalled: int | None) -> None:
+    """Requests pipelined on one connection, their bytes cut into reads at any points (a read
+    ending one head and starting the next included), arriving well within the deadline: each is
+    answered 200 and none gets 408. Then, when ``stalled``, a head's first bytes and nothing
+    more: 408 and the connection closed, whatever the reads before were."""
+    requests = [b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n"
+                + b"".join(b"X-%d: y\r\n" % i for i in range(extra)) + b"\r\n" for extra in heads]
+    stream = b"".join(requests) + (HEAD[:stalled] if stalled is not None else b"")
+    async with server(header_timeout=1.0) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            for piece in _split(stream, cuts):
+                await conn.send(piece)
+                await anyio.sleep(pause)
+            got, closed = await read_for(conn, 6 if stalled is not None else 2)
+    answered = got.count(b"HTTP/1.1 200 ")
+    assert answered == len(requests), f"{answered} of {len(requests)} answered: {got[-300:]!r}"
+    if stalled is None:
+        assert b" 408 " not in got and not closed, f"closed: {closed}; {got[-300:]!r}"
+    else:
+        assert got.endswith(TIMEOUT_ANSWER[-40:]) and closed, f"closed: {closed}; {got[-300:]!r}"

@@ -10,13 +10,14 @@ task, for the whole 75 s, and many such clients hold many (slowloris). The body 
 deadline (``body_timeout``, server/body.py); this bounds what comes before it.
 
 How: hypercorn's ``ProtocolWrapper.handle`` is wrapped. After it handled bytes on an HTTP/1.1
-connection that leave a head incomplete (h11 still waits for the request: both sides IDLE),
-the connection's idle timer, which is running then, is restarted as this deadline (a
-connection's idle task is one at a time, so the deadline replaces the 75 s wait, and
-hypercorn's own ``Updated(idle=False)`` stops it once the head is parsed). A head that arrives
-in one read, the usual case, starts nothing: the cost is a few attribute reads per read.
-HTTP/2 is left alone (its frames between requests are not a head). The deadline's wait ends
-early on server shutdown, which closes the connection as hypercorn's idle timer would.
+connection that leave a head incomplete (h11 still waits for the request: both sides IDLE,
+and holds bytes of it), the connection's idle timer, which is running then, is restarted as
+this deadline (a connection's idle task is one at a time, so the deadline replaces the 75 s
+wait, and hypercorn's own ``Updated(idle=False)`` stops it once the head is parsed). A head
+that arrives in one read, the usual case, starts nothing: the cost is a few attribute reads
+per read. HTTP/2 is left alone (its frames between requests are not a head). The deadline's
+wait ends early on server shutdown, which closes the connection as hypercorn's idle timer
+would.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ TIMEOUT_ANSWER = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n
 ANSWER_SECONDS = 1.0
 """At most this long for the 408 to be written (the client may not be reading)."""
 
-_STARTED = "_scoped_a2a_head_deadline"  # on the ProtocolWrapper: a deadline runs for this head
+_STARTED = "_scoped_a2a_head_deadline"  # on the ProtocolWrapper: the head whose deadline runs
 
 
 def configure(config: Any, seconds: float | None) -> None:
@@ -71,17 +72,25 @@ def patch(wrapper_class: Any, closing: Callable[[Callable[[], Awaitable[None]]],
             return
         conn = protocol.connection
         if conn.their_state is not idle or conn.our_state is not idle:
-            # A head was parsed (or an answer is under way): a later head gets its own.
-            setattr(self, _STARTED, False)
-            return
+            return  # a head was parsed (or an answer is under way)
         seconds = getattr(self.config, ATTR, None)
-        if seconds is None or not event.data or getattr(self, _STARTED, False):
+        # Which head this is: the count of heads parsed before it. Not a flag reset when a
+        # head is parsed: the end of one head and the start of the next can come in one read
+        # (and be answered within it), so this check may never see the connection between
+        # them, and the next head would have had no deadline but the 75 s idle timer.
+        head = protocol.keep_alive_requests
+        if seconds is None or not event.data or getattr(self, _STARTED, -1) == head:
+            return
+        if not conn.trailing_data[0]:
+            # No bytes of a next head: these bytes ended a request that was answered before
+            # handle returned (one offering an upgrade or a CONNECT: h11 pauses until the
+            # answer). The connection is idle: its 75 s timer runs, not a head's deadline.
             return
         server: Any = getattr(self.send, "__self__", None)  # the worker's TCPServer
         idle_task = getattr(server, "idle_task", None)
         if idle_task is None:
             return
-        setattr(self, _STARTED, True)
+        setattr(self, _STARTED, head)
         # Replaces the idle timer running now; hypercorn stops it once the head is parsed.
         await idle_task.restart(server._task_group,
                                 partial(_deadline, server, seconds, closing))

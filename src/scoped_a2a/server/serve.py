@@ -39,7 +39,7 @@ from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
 from ..runtime.ending import RECORD_TIMEOUT
-from . import gc_tuning, header_deadline, hypercorn_fixes
+from . import gc_tuning, header_deadline, hypercorn_fixes, hypercorn_noise
 from .memory_trim import trim_after_bursts
 from .tls import configure_tls
 
@@ -311,7 +311,7 @@ async def serve(
                     else:
                         import hypercorn.asyncio
 
-                        with hypercorn_fixes.quiet_asyncio_worker():
+                        with hypercorn_noise.quiet_asyncio_worker():
                             await hypercorn.asyncio.serve(app, config, shutdown_trigger=trigger)
                     tg.cancel_scope.cancel()
 
