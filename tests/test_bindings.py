@@ -168,9 +168,12 @@ class RestWire(Wire):
 
 
 async def slow_agent(ctx: RunContext) -> str:
-    """Works in 40 ticks of 50 ms, each an artifact chunk (a task to cancel or subscribe to)."""
+    """Works in 40 ticks, each an artifact chunk (a task to cancel or subscribe to): of 50 ms,
+    or of N ms for ``tick N`` (a scenario that waits for the end asks for shorter ones)."""
+    words = ctx.text.split()
+    tick = int(words[1]) / 1000 if len(words) > 1 else 0.05
     for i in range(40):
-        await anyio.sleep(0.05)
+        await anyio.sleep(tick)
         await ctx.artifact(f"t{i} ", name="ticks", append=i > 0, last_chunk=i == 39)
     return "slow done"
 
@@ -222,7 +225,9 @@ async def sc_send_blocking(w: Wire, push: str) -> Any:
 
 
 async def sc_send_return_immediately(w: Wire, push: str) -> Any:
-    result = await w.call("SendMessage", send("tick", configuration={"returnImmediately": True}))
+    # Short ticks: this waits for the end, and nothing here depends on how long the run takes.
+    result = await w.call("SendMessage", send("tick 5",
+                                              configuration={"returnImmediately": True}))
     first = result["task"]["status"]["state"]
     assert first in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
     done = await wait_state(w, result["task"]["id"], "TASK_STATE_COMPLETED")
