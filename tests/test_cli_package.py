@@ -293,6 +293,7 @@ def slow_agent_url() -> Iterator[str]:
         stopped_cleanly(proc, log)
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", DELAYS)
 def test_sigint_during_send_is_one_line_never_a_traceback(

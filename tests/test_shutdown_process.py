@@ -372,6 +372,7 @@ async def test_a_follow_up_to_a_parked_run_is_refused_once_shutdown_begins() -> 
     assert ended.status.message.metadata == {"reason": "shutdown"}
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.parametrize("backend", ["trio", "asyncio"])
 def test_a_client_that_stops_reading_a_large_answer_does_not_hold_up_shutdown(
         backend: str) -> None:

@@ -38,6 +38,7 @@ def _start_once(tmp_path: Path, store: str = "") -> subprocess.CompletedProcess[
         env={"PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_a_lost_or_exposed_key_file_is_refused_in_one_line(
     serve: Callable[..., Proc], tmp_path: Path,
 ) -> None:

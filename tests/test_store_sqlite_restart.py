@@ -96,6 +96,7 @@ async def _until_mid_way(client: httpx.AsyncClient, url: str, n: int) -> None:
         await anyio.sleep(0.05)
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_detached_runs_in_flight_at_a_kill_complete_exactly_once(
     serve: Callable[..., Proc], tmp_path: Path,
 ) -> None:
