@@ -185,6 +185,7 @@ def _length(raw: bytes) -> int:
     return 1 << 30
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 def test_a_stalled_body_gets_408_on_each_http_binding(
         server: tuple[str, subprocess.Popen[str]]) -> None:
     url, _ = server
@@ -319,6 +320,7 @@ def _grpc_endings(events: list[Any]) -> dict[int, tuple[int, str]]:
     return found
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 def test_grpc_messages_that_never_end_get_deadline_exceeded_or_unavailable(
         server: tuple[str, subprocess.Popen[str]]) -> None:
     """The same bounds on gRPC: a message that never ends gets DEADLINE_EXCEEDED at the body

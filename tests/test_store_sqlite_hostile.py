@@ -87,6 +87,7 @@ def _message(text: str, message_id: str) -> dict[str, Any]:
     return msg
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_resends_across_a_kill_are_the_same_send_or_run_again_once(
     serve: Callable[..., Proc],
 ) -> None:

@@ -170,6 +170,7 @@ async def test_a_stream_resumes_across_a_restart_with_last_event_id(
     assert final["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_an_interactive_run_in_flight_ends_canceled_and_owners_still_hold(
     serve: Callable[..., Proc], tmp_path: Path,
 ) -> None:
