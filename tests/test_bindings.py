@@ -308,7 +308,9 @@ async def sc_subscribe_and_resume(w: Wire, push: str) -> Any:
         await w.events("SubscribeToTask", {"id": task["id"]})
     except WireError as exc:
         ended = exc.code
-    return before + "".join(ticks) == "".join(f"t{i} " for i in range(40)), final, ended
+    seen, whole = before + "".join(ticks), "".join(f"t{i} " for i in range(40))
+    assert seen == whole, f"chunks seen across the resume: {seen[:400]!r}"
+    return seen == whole, final, ended
 
 
 async def sc_push_crud(w: Wire, push: str) -> Any:
