@@ -125,6 +125,7 @@ def assert_canceled_by_shutdown(task: dict[str, Any]) -> None:
     assert status["message"]["metadata"] == {"reason": "shutdown"}, task
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_sigint_answers_every_waiting_caller_with_its_final_task(
         anyio_backend: str) -> None:
     grace = 2.0

@@ -165,6 +165,7 @@ async def asking_agent(ctx: RunContext) -> str:
     return f"got {reply} attempt={ctx.attempt}"
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_a_task_waiting_for_input_at_a_kill(serve: Callable[..., Proc]) -> None:
     """A parked run lives in the process. Found: after a kill, an interactive task that was
     waiting for input (its caller had its input-required answer) was recorded canceled with
@@ -218,6 +219,7 @@ def _asked(db: Path, task_id: str) -> int:
             (task_id,)))
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_a_fifo_for_the_file_or_its_key_is_refused_in_one_line(tmp_path: Path) -> None:
     """Found: a FIFO (or a device) given as the store's file got "disk I/O error" after SQLite
     had tried it (on /dev/null it left a /dev/null-journal behind), and a FIFO as the key file

@@ -137,6 +137,7 @@ async def test_detached_runs_in_flight_at_a_kill_complete_exactly_once(
     assert retried > 0  # the runs in flight at the kill were run again, as attempt 2
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_a_stream_resumes_across_a_restart_with_last_event_id(
     serve: Callable[..., Proc],
 ) -> None:
