@@ -5,7 +5,9 @@ restarted, a database's server killed) run on one Python only: CI runs the suite
 3.13 and each must stay under 10 minutes on two cores. What these tests add is store and process
 behaviour, which the Python version does not change. By default they run on 3.11 (its
 ``asyncio.wait_for`` swallows cancels, the bug this project exists to be immune to);
-``one_python("3.13")`` puts a file on 3.13 instead, to share the time between the two runs.
+``one_python("3.13")`` puts a test (or a file) on 3.13 instead, to share the time between the
+two runs; a test whose subject is a Python 3.12+ behaviour (hypercorn's hang in
+``Server.wait_closed``) goes there.
 """
 
 from __future__ import annotations

@@ -88,6 +88,7 @@ def _hold(port: int, streams: int, size: int, answers: dict[int, int]) -> RawH2:
     return client
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 def test_bodies_that_stop_short_of_64_kib_are_bounded_too(
         server: tuple[str, subprocess.Popen[str]]) -> None:
     """8 connections x 100 streams, each sending 63.5 KiB of a body and never the end (50 MB

@@ -185,6 +185,7 @@ def _length(raw: bytes) -> int:
     return 1 << 30
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 def test_a_stalled_body_gets_408_on_each_http_binding(
         server: tuple[str, subprocess.Popen[str]]) -> None:
     url, _ = server
@@ -217,6 +218,7 @@ def _statuses(events: list[Any]) -> dict[int, int]:
             if isinstance(e, h2.events.ResponseReceived)}
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 def test_unfinished_http2_bodies_are_bounded_server_wide_then_released(
         server: tuple[str, subprocess.Popen[str]]) -> None:
     """Twelve streams each send 256 KiB of a body and stop. 1 MiB holds five of them (192 KiB
@@ -266,6 +268,7 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 def test_sixty_never_ending_bodies_cost_bounded_memory(
         server: tuple[str, subprocess.Popen[str]]) -> None:
     """60 streams each send 900 KiB of a body and never the end (54 MB offered; before the
@@ -317,6 +320,7 @@ def _grpc_endings(events: list[Any]) -> dict[int, tuple[int, str]]:
     return found
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 def test_grpc_messages_that_never_end_get_deadline_exceeded_or_unavailable(
         server: tuple[str, subprocess.Popen[str]]) -> None:
     """The same bounds on gRPC: a message that never ends gets DEADLINE_EXCEEDED at the body

@@ -167,6 +167,7 @@ async def wait_for_end(url: str, task_id: str) -> dict[str, object]:
                 await anyio.sleep(0.05)
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 @pytest.mark.anyio
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
 async def test_send_timeout_bounds_the_call_and_the_run_is_cancelled(

@@ -272,6 +272,7 @@ def _ours(err: str) -> list[str]:
     return [ln for ln in err.splitlines() if not ln[:4].isdigit()]
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", DELAYS)
 def test_sigint_during_serve_start_up_is_one_line_never_a_traceback(
@@ -293,6 +294,7 @@ def slow_agent_url() -> Iterator[str]:
         stopped_cleanly(proc, log)
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", DELAYS)
 def test_sigint_during_send_is_one_line_never_a_traceback(

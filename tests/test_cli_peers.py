@@ -54,6 +54,7 @@ def assert_one_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["blocking", "--stream", "--follow"])
 def test_cli_follow_up_on_the_sdk(sdk_url: str, backend: str, mode: str) -> None:
@@ -122,6 +123,7 @@ def test_cli_cancel_exits_0_only_for_a_canceled_task(sdk_url: str) -> None:
     assert f"task {task_id[1]} is completed, not canceled" in again.stderr
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["blocking", "--stream", "--follow"])
 def test_cli_when_the_server_dies_mid_send(backend: str, mode: str) -> None:

@@ -61,6 +61,7 @@ async def test_send_exits_non_zero_with_a_clear_message(anyio_backend: str) -> N
     assert err.startswith("error: cannot reach the agent at ")
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_send_transport_picks_the_binding(anyio_backend: str) -> None:
     async with served(A2AApp(demo_agent)) as url:
         for transport, path in (("rest", "message:stream"), ("jsonrpc", "")):

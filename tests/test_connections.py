@@ -178,6 +178,7 @@ def test_server_process_holds_no_fds_after_2000_keepalive_cycles(backend: str) -
         proc.communicate(timeout=30)
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_fd_exhaustion_is_logged_once_per_interval(backend: str) -> None:
     """A server out of descriptors logs it once per interval, not once per accept(): before,

@@ -50,6 +50,7 @@ def test_each_model_examples_docstring_says_how_to_run_it_offline(module: str) -
     assert "MODEL_URL=http://127.0.0.1:8001/v1" in doc, (path, doc[-600:])
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 @pytest.mark.parametrize("module", sorted(EXAMPLES))
 async def test_each_model_example_answers_offline_from_the_fake_endpoint(
         module: str, tmp_path: Path, anyio_backend: str) -> None:

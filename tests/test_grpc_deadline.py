@@ -118,8 +118,11 @@ def get_task(url: str, task_id: str) -> pb.Task:
 
 @pytest.fixture(params=["trio", "asyncio"])
 def server(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A ``serve --grpc`` process (the demo agent) on ``request.param``; its URL."""
-    proc, url, log = start("--grpc", "--backend", request.param, "--grace", "1")
+    """A ``serve --grpc`` process (the demo agent) on ``request.param``; its URL.
+
+    Its grace is short: the tests leave a 30 s detached task running, which shutdown cancels
+    once the grace is over, so a longer grace only adds to each test's teardown."""
+    proc, url, log = start("--grpc", "--backend", request.param, "--grace", "0.2")
     try:
         yield url
     finally:

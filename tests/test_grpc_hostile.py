@@ -180,6 +180,7 @@ def send_while_probing(url: str, request: pb.SendMessageRequest) -> tuple[object
     return outcome[0], took[0], worst
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 def test_a_large_request_message_of_tiny_fields_is_refused_and_stalls_no_one(
         server: tuple[str, StderrLog]) -> None:
     """An 8 MB SendMessageRequest of 400,000 tiny metadata entries (1.6 million fields, within

@@ -244,6 +244,7 @@ MESSAGE = 1 * MiB
 ALLOWANCE = 32 * MiB
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_ended_tasks_stay_within_the_byte_budget_in_a_real_server(backend: str) -> None:
     async with (
         server(backend, "--max-ended-bytes", "64MiB") as (srv, url),
@@ -274,6 +275,7 @@ async def test_ended_tasks_stay_within_the_byte_budget_in_a_real_server(backend:
             assert got["result"]["status"]["state"] == "TASK_STATE_COMPLETED", got
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_parked_runs_are_capped_and_unanswered_questions_time_out(backend: str) -> None:
     async with (
         server(backend, "--max-parked-runs", "2", "--input-timeout", "5") as (srv, url),

@@ -54,6 +54,7 @@ async def _send(client: httpx.AsyncClient, url: str, text: str) -> None:
     assert result["task"]["status"]["state"] == "TASK_STATE_COMPLETED", str(result)[:500]
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_memory_goes_back_within_30_s_of_a_burst(backend: str) -> None:
     proc = subprocess.Popen(

@@ -125,6 +125,7 @@ def assert_canceled_by_shutdown(task: dict[str, Any]) -> None:
     assert status["message"]["metadata"] == {"reason": "shutdown"}, task
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_sigint_answers_every_waiting_caller_with_its_final_task(
         anyio_backend: str) -> None:
     grace = 2.0
@@ -372,6 +373,7 @@ async def test_a_follow_up_to_a_parked_run_is_refused_once_shutdown_begins() -> 
     assert ended.status.message.metadata == {"reason": "shutdown"}
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.parametrize("backend", ["trio", "asyncio"])
 def test_a_client_that_stops_reading_a_large_answer_does_not_hold_up_shutdown(
         backend: str) -> None:

@@ -101,6 +101,7 @@ def _refused_in_one_line(path: Path, backend: str) -> str:
     return line
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_a_damaged_file_is_refused_in_one_line_and_left_as_it_was(
         serve: Callable[..., Proc], tmp_path: Path, anyio_backend: str) -> None:
     db = await _written_store(serve, tmp_path)

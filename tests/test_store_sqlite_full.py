@@ -96,6 +96,7 @@ def _serve(db: Path, backend: str, log: Path) -> Proc:
                  "--store", f"sqlite:{db}", "--log-level", "INFO", "--grace", "1"], log)
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_a_full_disk_answers_committed_sends_at_once_and_loses_nothing(
         tmp_path: Path, anyio_backend: str) -> None:
     with small_disk(tmp_path / "small") as disk:

@@ -38,6 +38,7 @@ def _start_once(tmp_path: Path, store: str = "") -> subprocess.CompletedProcess[
         env={"PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_a_lost_or_exposed_key_file_is_refused_in_one_line(
     serve: Callable[..., Proc], tmp_path: Path,
 ) -> None:
@@ -86,6 +87,7 @@ def _message(text: str, message_id: str) -> dict[str, Any]:
     return msg
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_resends_across_a_kill_are_the_same_send_or_run_again_once(
     serve: Callable[..., Proc],
 ) -> None:
@@ -163,6 +165,7 @@ async def asking_agent(ctx: RunContext) -> str:
     return f"got {reply} attempt={ctx.attempt}"
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_a_task_waiting_for_input_at_a_kill(serve: Callable[..., Proc]) -> None:
     """A parked run lives in the process. Found: after a kill, an interactive task that was
     waiting for input (its caller had its input-required answer) was recorded canceled with
@@ -216,6 +219,7 @@ def _asked(db: Path, task_id: str) -> int:
             (task_id,)))
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_a_fifo_for_the_file_or_its_key_is_refused_in_one_line(tmp_path: Path) -> None:
     """Found: a FIFO (or a device) given as the store's file got "disk I/O error" after SQLite
     had tried it (on /dev/null it left a /dev/null-journal behind), and a FIFO as the key file

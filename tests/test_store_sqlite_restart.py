@@ -96,6 +96,7 @@ async def _until_mid_way(client: httpx.AsyncClient, url: str, n: int) -> None:
         await anyio.sleep(0.05)
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_detached_runs_in_flight_at_a_kill_complete_exactly_once(
     serve: Callable[..., Proc], tmp_path: Path,
 ) -> None:
@@ -136,6 +137,7 @@ async def test_detached_runs_in_flight_at_a_kill_complete_exactly_once(
     assert retried > 0  # the runs in flight at the kill were run again, as attempt 2
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_a_stream_resumes_across_a_restart_with_last_event_id(
     serve: Callable[..., Proc],
 ) -> None:
@@ -169,6 +171,7 @@ async def test_a_stream_resumes_across_a_restart_with_last_event_id(
     assert final["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_an_interactive_run_in_flight_ends_canceled_and_owners_still_hold(
     serve: Callable[..., Proc], tmp_path: Path,
 ) -> None:

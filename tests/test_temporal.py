@@ -310,6 +310,7 @@ def _pages(out: Path) -> tuple[list[tuple[int, int]], list[int]]:
     return pages, positions
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_sigkilled_worker_retry_resumes_the_trajectory_without_gap_or_duplicate(
     temporal_address: str, agent_url: str, tmp_path: Path,
 ) -> None:
@@ -395,6 +396,7 @@ def _assert_all(outcomes: dict[str, str], ids: list[str], wanted: str, in_use: i
                 f"{in_use}\n" + "\n".join(lines[:10]), pytrace=False)
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 async def test_hundred_activities_cancelled_at_once_free_every_slot(
     temporal_address: str, agent_url: str, tmp_path: Path,
 ) -> None:

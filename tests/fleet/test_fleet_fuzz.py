@@ -63,6 +63,7 @@ def _url(proc: Any) -> str:
     return m.group(1)
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.pairs
 def test_fuzzed_follow_ups_through_the_other_replica(fleet: Fleet) -> None:
     keys = fleet.tmp / "keys.txt"

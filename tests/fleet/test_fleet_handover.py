@@ -50,6 +50,7 @@ async def stream(client: httpx.AsyncClient, url: str, params: dict[str, Any]
         return [event async for _, event in sse_events(resp)]
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 @pytest.mark.pairs
 async def test_answers_through_the_other_replica(fleet: Fleet) -> None:
     a, b, c = (fleet.serve("--lease", str(LEASE)) for _ in range(3))
@@ -203,6 +204,7 @@ async def test_a_follow_up_a_rule_detaches_says_so_through_the_other_replica(
             await rpc(client, urls[0], "CancelTask", {"id": asked["id"]})
 
 
+@pytest.mark.one_python("3.11")  # suite time: one Python is enough
 @pytest.mark.pairs
 async def test_another_caller_reaches_no_run_through_the_replica_that_does_not_hold_it(
     fleet: Fleet,

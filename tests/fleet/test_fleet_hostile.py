@@ -62,6 +62,7 @@ async def _state(client: httpx.AsyncClient, url: str, task_id: str) -> str:
     return str(r.json()["result"]["status"]["state"])
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 @pytest.mark.pairs
 async def test_hostile_callers_of_a_handed_over_run(fleet: Fleet) -> None:
     keys = fleet.tmp / "keys.txt"

@@ -301,6 +301,7 @@ def _positions(url: str) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_a_full_disk_is_a_clear_error_at_once_and_heals(
     tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -145,6 +145,7 @@ async def test_a_detached_send_resent_after_a_restart_is_the_same_task(
     assert runs_started(first, again) == [task["id"]]
 
 
+@pytest.mark.one_python("3.13")  # suite time: one Python is enough
 async def test_a_resend_after_a_hang_up_runs_again_and_a_resent_follow_up_does_not(
     redis_server: RedisServer, spawn: Callable[..., Proc],
 ) -> None:

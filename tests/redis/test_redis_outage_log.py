@@ -28,7 +28,10 @@ V1 = {"A2A-Version": "1.0"}
 async def test_an_outage_under_load_is_a_few_log_lines(
     redis_server: RedisServer, spawn: Callable[..., Proc],
 ) -> None:
-    server = spawn("serve", "--store", redis_server.url, "--port", "0", "--lease", "2")
+    # A short grace: the runs still going at the end are not what this test is about, and
+    # each would otherwise hold up the server's stop at teardown (10 s by default).
+    server = spawn("serve", "--store", redis_server.url, "--port", "0", "--lease", "2",
+                   "--grace", "1")
     url = await server.url()
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:

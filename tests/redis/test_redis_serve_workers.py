@@ -27,7 +27,7 @@ from ..helpers import listen_backlogs, somaxconn, text_message
 from .conftest import ROOT, Proc, RedisServer
 from .util import post_json
 
-pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python("3.13")]  # suite time: 3.13 only
 
 
 async def send(url: str, text: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from .agents import probe_agent
 from .conftest import Proc, RedisServer
 from .util import log_of, post_json, wait_for_start, wait_until_ended
 
-pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python("3.13")]  # suite time: 3.13 only
 STARTED = r"worker \S+ started"
 
 
