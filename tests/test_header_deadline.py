@@ -63,26 +63,28 @@ async def read_answer(conn: SocketStream) -> bytes:
     return got
 
 
+async def trickle(conn: SocketStream, pieces: list[bytes], sent: list[int]) -> None:
+    """Send ``pieces`` 50 ms apart until the server closes; ``sent[0]`` counts those sent."""
+    for piece in pieces:
+        try:
+            await conn.send(piece)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return
+        sent[0] += 1
+        await anyio.sleep(0.05)
+
+
 async def test_a_trickled_head_gets_408_and_its_connection_is_closed() -> None:
     async with server(header_timeout=0.5) as port:
         conn = await anyio.connect_tcp("127.0.0.1", port)
         async with conn:
-            sent = 0
-
-            async def trickle() -> None:
-                nonlocal sent
-                for byte in HEAD[:-4]:  # never the end of the head
-                    try:
-                        await conn.send(bytes([byte]))
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                        return
-                    sent += 1
-                    await anyio.sleep(0.05)
-
+            count = [0]
             async with anyio.create_task_group() as tg:
-                tg.start_soon(trickle)
+                # A byte at a time, never the end of the head.
+                tg.start_soon(trickle, conn, [bytes([b]) for b in HEAD[:-4]], count)
                 got = await read_until_closed(conn)
                 tg.cancel_scope.cancel()
+            sent = count[0]
         assert got.startswith(b"HTTP/1.1 408 "), (
             f"after {sent} of {len(HEAD) - 4} head bytes the server said {got[:200]!r}")
         assert sent < len(HEAD) - 4, "the whole trickle went through: no deadline cut it"
@@ -127,22 +129,14 @@ async def test_a_head_trickled_right_after_a_trickled_head_has_its_own_deadline(
             await conn.send(HEAD[:10])  # an incomplete head: its deadline starts
             await anyio.sleep(0.1)
             await conn.send(HEAD[10:] + b"GET /.well-known/agent-card.json HTTP/1.1\r\n")
-            lines = 0
-
-            async def trickle() -> None:  # the second head, a header line at a time, 4 s
-                nonlocal lines
-                for n in range(80):
-                    try:
-                        await conn.send(f"X-More-{n}: b\r\n".encode())
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                        return
-                    lines += 1
-                    await anyio.sleep(0.05)
-
+            count = [0]
             async with anyio.create_task_group() as tg:
-                tg.start_soon(trickle)
+                # The second head, a header line at a time, 4 s.
+                tg.start_soon(trickle, conn, [f"X-More-{n}: b\r\n".encode() for n in range(80)],
+                              count)
                 got, closed = await read_for(conn, 8)  # the deadline is 0.5 s; keep-alive 75 s
                 tg.cancel_scope.cancel()
+            lines = count[0]
         assert got.startswith(b"HTTP/1.1 200 "), got[:300]
         assert b"HTTP/1.1 408 " in got and closed, (
             f"the second head trickled {lines} header lines (deadline 0.5 s); the server sent "

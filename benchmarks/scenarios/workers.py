@@ -90,7 +90,8 @@ class Workers(Scenario):
                     await self.measure(bench, server, n, redis)
             for server in SERVERS:
                 await measure_push_takeover(bench, server, redis)
-                await Handover().on(bench, server, redis, f"wh-{server}")
+                await Handover().on(bench, server, ("--store", redis.url, "--redis-prefix",
+                                                    f"wh-{server}"), "")
         finally:
             redis.stop()
 
