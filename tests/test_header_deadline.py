@@ -171,7 +171,7 @@ def _split(data: bytes, cuts: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
 
 
-@pytest.mark.one_python("3.13")  # a property over real sockets, ~10 s a backend: suite time
+@pytest.mark.one_python  # a property over real sockets, ~12 s a backend: suite time (3.11)
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(heads=st.lists(st.integers(0, 6), min_size=1, max_size=3),
        cuts=st.lists(st.integers(0, 10_000), max_size=12),
