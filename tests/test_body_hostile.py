@@ -52,24 +52,24 @@ def _serve(backend: str, *extra: str) -> tuple[subprocess.Popen[str], str, Stder
                  *extra)
 
 
-@pytest.fixture
-def server(backend: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``serve --http2`` with a 4 s body deadline and a 1 MiB bound on unfinished bodies."""
-    proc, url, log = _serve(backend, "--body-timeout", "4")
+def _serving(backend: str, body_timeout: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    proc, url, log = _serve(backend, "--body-timeout", body_timeout)
     try:
         yield url, proc
     finally:
         stopped_cleanly(proc, log)
+
+
+@pytest.fixture
+def server(backend: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``serve --http2`` with a 4 s body deadline and a 1 MiB bound on unfinished bodies."""
+    yield from _serving(backend, "4")
 
 
 @pytest.fixture
 def patient_server(backend: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """The same with a 30 s body deadline: a held body stays held while a test probes."""
-    proc, url, log = _serve(backend, "--body-timeout", "30")
-    try:
-        yield url, proc
-    finally:
-        stopped_cleanly(proc, log)
+    yield from _serving(backend, "30")
 
 
 def _post(client: RawH2, path: str = "/", extra: list[tuple[str, str]] | None = None) -> int:
