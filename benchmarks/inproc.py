@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,7 @@ async def _one(app: A2AApp, body: bytes, scope: dict[str, Any] = _SCOPE) -> None
         await _STAYS[0].wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         if message.get("body"):
             last["body"] = message["body"]
 
@@ -140,7 +141,7 @@ async def _console_page(app: A2AApp) -> None:
         await gone.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         pass
 
     await app(scope, receive, send)

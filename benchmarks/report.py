@@ -72,9 +72,9 @@ def ratios(scenario: Scenario, rows: Sequence[Row]) -> list[tuple[str, str, Metr
                 if mine.value is not None and theirs.note:
                     out.append((system, backend, m, theirs.note))
                 continue
-            r = ratio(mine.value, theirs.value, m.better)
-            if r is not None:
-                out.append((system, backend, m, r))
+            q = ratio(mine.value, theirs.value, m.better)
+            if q is not None:
+                out.append((system, backend, m, q))
     return out
 
 
@@ -149,7 +149,7 @@ def markdown(scenario: Scenario, rows: Sequence[Row]) -> str:
 
 
 def environment(python_for_servers: str) -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)

@@ -169,7 +169,11 @@ async def old_run(http: Any, url: str, ending: str, cap: float, *,
     started, told, ended = asyncio.Event(), asyncio.Event(), asyncio.Event()
     stats.told = told
     task = asyncio.create_task(old_step(http, url, text_for(ending), ending, stats, started))
-    task.add_done_callback(lambda _: (setattr(stats, "end", time.monotonic()), ended.set()))
+    def on_done(_: object) -> None:
+        stats.end = time.monotonic()
+        ended.set()
+
+    task.add_done_callback(on_done)
     if ending == "cancelled":
         with suppress(TimeoutError):
             async with asyncio.timeout(10):

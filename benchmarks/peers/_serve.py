@@ -43,18 +43,18 @@ def run(app: Any, server: str, port: int, *, started: Callable[[], object] | Non
         return
     from hypercorn.config import Config
 
-    config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.backlog = 1024
-    config.keep_alive_timeout = 75
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
+    hconfig = Config()
+    hconfig.bind = [f"127.0.0.1:{port}"]
+    hconfig.backlog = 1024
+    hconfig.keep_alive_timeout = 75
+    hconfig.accesslog = None
+    hconfig.errorlog = logging.getLogger("hypercorn.error")
     if server == "hypercorn-trio":
         import hypercorn.trio
         import trio
 
-        trio.run(hypercorn.trio.serve, app, config)
+        trio.run(hypercorn.trio.serve, app, hconfig)
     else:
         import hypercorn.asyncio
 
-        asyncio.run(hypercorn.asyncio.serve(app, config))  # type: ignore[arg-type]
+        asyncio.run(hypercorn.asyncio.serve(app, hconfig))

@@ -67,8 +67,8 @@ class BenchWorker(Worker[Any]):
                 self._scopes.pop(task_id, None)
         if scope.cancelled_caught:
             state = "canceled"
-        await self.storage.update_task(task_id, state=state, new_artifacts=artifacts)  # type: ignore[arg-type]
-        await self._end_stream(task_id, context_id, state)  # type: ignore[arg-type]
+        await self.storage.update_task(task_id, state=state, new_artifacts=artifacts)
+        await self._end_stream(task_id, context_id, state)
 
     async def _artifact(self, task_id: str, context_id: str, artifact_id: str, name: str,
                         text: str, *, append: bool = False, last: bool = True) -> Artifact:

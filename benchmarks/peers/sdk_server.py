@@ -32,6 +32,7 @@ class BenchExecutor(AgentExecutor):
         words = text.split()
         task = context.current_task
         if task is None:
+            assert context.message is not None  # execute() is only called for a message
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
         up = TaskUpdater(event_queue, task.id, task.context_id)
@@ -89,6 +90,7 @@ class BenchExecutor(AgentExecutor):
         await up.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id is not None and context.context_id is not None
         up = TaskUpdater(event_queue, context.task_id, context.context_id)
         await up.cancel()
 

@@ -46,7 +46,11 @@ async def cross_replica(bench: Bench, url: str, events: int) -> tuple[float, flo
 
         ended: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         conn.on_event = on_event
-        conn.send(start, lambda status, body: ended.done() or ended.set_result(status))
+        def on_end(status: int, body: bytes) -> None:
+            if not ended.done():
+                ended.set_result(status)
+
+        conn.send(start, on_end)
         conns = []
         try:
             async with asyncio.timeout(30):

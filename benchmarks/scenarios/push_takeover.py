@@ -56,7 +56,8 @@ class Hooks:
         for at, _, body in self.got:
             update = body.get("statusUpdate") or body.get("task") or {}
             task_id = update.get("taskId") or update.get("id")
-            if update.get("status", {}).get("state") == state and task_id not in out:
+            if (isinstance(task_id, str) and update.get("status", {}).get("state") == state
+                    and task_id not in out):
                 out[task_id] = at
         return out
 
