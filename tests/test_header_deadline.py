@@ -294,6 +294,33 @@ async def test_h2_an_idle_connection_and_a_frame_that_completes_are_not_cut() ->
     assert statuses == {1: 200, 3: 200}, _frames(first + idle + second)
 
 
+async def test_h2_each_trickled_request_has_its_own_deadline() -> None:
+    """A request whose frame trickles but completes within the deadline is answered; the next
+    request trickled on the same connection has a deadline of its own. It had none: the first
+    one's was taken as still running (its key, hypercorn's request count, stays 0 under
+    hypercorn_h2), so the second was held for the 75 s idle timer."""
+    async with server(header_timeout=0.5, http2=True) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(PREFACE)
+            first = h2_request(1)
+            await conn.send(first[:20])
+            await anyio.sleep(0.2)
+            await conn.send(first[20:])
+            answered, _ = await read_for(conn, 0.5)
+            second = h2_request(3)
+            count = [0]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(trickle, conn, [bytes([b]) for b in second[:-1]], count)
+                got = await read_until_closed(conn)
+                tg.cancel_scope.cancel()
+            sent = count[0]
+    assert _statuses(answered).get(1) == 200, _frames(answered)
+    assert sent < len(second) - 1 and any(isinstance(f, GoAwayFrame) for f in _frames(got)), (
+        f"{sent} of {len(second) - 1} bytes of the second request went through; "
+        f"frames: {_frames(got)[-3:]}")
+
+
 def _frames(data: bytes) -> list[Any]:
     """The frames in ``data`` (a server's bytes after the preface); a cut last one left out."""
     frames = []

@@ -113,7 +113,9 @@ def patch(wrapper_class: Any, closing: Callable[[Callable[[], Awaitable[None]]],
         # A frame of which only part has arrived, or a header block still waiting for its
         # CONTINUATION frames (h2 then refuses any other frame on the connection).
         unfinished = bool(frames._data) or bool(frames._headers_buffer)
-        head = protocol.keep_alive_requests
+        # Which head: the highest stream the client has opened (h2 counts a stream once its
+        # header block is whole). Not hypercorn's request count: hypercorn_h2 keeps that at 0.
+        head = protocol.connection.highest_inbound_stream_id
         started = getattr(self, _STARTED, -1) == head
         if unfinished and not started:
             await _start(self, head, seconds, partial(_goaway, protocol.connection), closing)
