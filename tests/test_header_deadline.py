@@ -84,17 +84,23 @@ async def trickle(conn: SocketStream, pieces: list[bytes], sent: list[int]) -> N
         await anyio.sleep(0.05)
 
 
+async def trickled_until_closed(conn: SocketStream, pieces: list[bytes]) -> tuple[bytes, int]:
+    """:func:`trickle` ``pieces`` while reading until the server closes; what it sent, and how
+    many pieces went out."""
+    count = [0]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(trickle, conn, pieces, count)
+        got = await read_until_closed(conn)
+        tg.cancel_scope.cancel()
+    return got, count[0]
+
+
 async def test_a_trickled_head_gets_408_and_its_connection_is_closed() -> None:
     async with server(header_timeout=0.5) as port:
         conn = await anyio.connect_tcp("127.0.0.1", port)
         async with conn:
-            count = [0]
-            async with anyio.create_task_group() as tg:
-                # A byte at a time, never the end of the head.
-                tg.start_soon(trickle, conn, [bytes([b]) for b in HEAD[:-4]], count)
-                got = await read_until_closed(conn)
-                tg.cancel_scope.cancel()
-            sent = count[0]
+            # A byte at a time, never the end of the head.
+            got, sent = await trickled_until_closed(conn, [bytes([b]) for b in HEAD[:-4]])
         assert got.startswith(b"HTTP/1.1 408 "), (
             f"after {sent} of {len(HEAD) - 4} head bytes the server said {got[:200]!r}")
         assert sent < len(HEAD) - 4, "the whole trickle went through: no deadline cut it"
@@ -245,12 +251,7 @@ async def test_h2_a_header_block_left_unfinished_gets_goaway_and_is_closed() -> 
         async with conn:
             await conn.send(PREFACE)
             pieces = continuations(1, 50)  # 50 x 50 ms: 2.5 s, five deadlines
-            count = [0]
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(trickle, conn, pieces, count)
-                got = await read_until_closed(conn)
-                tg.cancel_scope.cancel()
-            sent = count[0]
+            got, sent = await trickled_until_closed(conn, pieces)
     goaways = [f for f in _frames(got) if isinstance(f, GoAwayFrame)]
     assert sent < len(pieces) and goaways, (
         f"{sent} of {len(pieces)} frames went through; the server sent {got[-200:]!r}")
@@ -263,12 +264,7 @@ async def test_h2_a_frame_trickled_a_byte_at_a_time_is_cut_at_the_deadline() -> 
         async with conn:
             await conn.send(PREFACE)
             request = h2_request(1)
-            count = [0]
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(trickle, conn, [bytes([b]) for b in request[:-1]], count)
-                got = await read_until_closed(conn)
-                tg.cancel_scope.cancel()
-            sent = count[0]
+            got, sent = await trickled_until_closed(conn, [bytes([b]) for b in request[:-1]])
     assert sent < len(request) - 1, "the whole trickle went through: no deadline cut it"
     assert any(isinstance(f, GoAwayFrame) for f in _frames(got)), got[-200:]
 
@@ -309,12 +305,7 @@ async def test_h2_each_trickled_request_has_its_own_deadline() -> None:
             await conn.send(first[20:])
             answered, _ = await read_for(conn, 0.5)
             second = h2_request(3)
-            count = [0]
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(trickle, conn, [bytes([b]) for b in second[:-1]], count)
-                got = await read_until_closed(conn)
-                tg.cancel_scope.cancel()
-            sent = count[0]
+            got, sent = await trickled_until_closed(conn, [bytes([b]) for b in second[:-1]])
     assert _statuses(answered).get(1) == 200, _frames(answered)
     assert sent < len(second) - 1 and any(isinstance(f, GoAwayFrame) for f in _frames(got)), (
         f"{sent} of {len(second) - 1} bytes of the second request went through; "
