@@ -13,10 +13,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any
 
 import anyio
 import pytest
 from anyio.abc import SocketStream
+from hpack import Decoder, Encoder
+from hyperframe.frame import (
+    ContinuationFrame,
+    Frame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    SettingsFrame,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,12 +43,12 @@ async def echo(ctx: RunContext) -> str:
 
 
 @asynccontextmanager
-async def server(header_timeout: float) -> AsyncIterator[int]:
+async def server(header_timeout: float, *, http2: bool = False) -> AsyncIterator[int]:
     app = A2AApp(echo, public_url="http://127.0.0.1/")
     shutdown = anyio.Event()
     async with anyio.create_task_group() as tg:
         port = await tg.start(partial(serve, app, host="127.0.0.1", port=0, shutdown=shutdown,
-                                      header_timeout=header_timeout))
+                                      header_timeout=header_timeout, http2=http2))
         try:
             yield port
         finally:
@@ -74,17 +84,23 @@ async def trickle(conn: SocketStream, pieces: list[bytes], sent: list[int]) -> N
         await anyio.sleep(0.05)
 
 
+async def trickled_until_closed(conn: SocketStream, pieces: list[bytes]) -> tuple[bytes, int]:
+    """:func:`trickle` ``pieces`` while reading until the server closes; what it sent, and how
+    many pieces went out."""
+    count = [0]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(trickle, conn, pieces, count)
+        got = await read_until_closed(conn)
+        tg.cancel_scope.cancel()
+    return got, count[0]
+
+
 async def test_a_trickled_head_gets_408_and_its_connection_is_closed() -> None:
     async with server(header_timeout=0.5) as port:
         conn = await anyio.connect_tcp("127.0.0.1", port)
         async with conn:
-            count = [0]
-            async with anyio.create_task_group() as tg:
-                # A byte at a time, never the end of the head.
-                tg.start_soon(trickle, conn, [bytes([b]) for b in HEAD[:-4]], count)
-                got = await read_until_closed(conn)
-                tg.cancel_scope.cancel()
-            sent = count[0]
+            # A byte at a time, never the end of the head.
+            got, sent = await trickled_until_closed(conn, [bytes([b]) for b in HEAD[:-4]])
         assert got.startswith(b"HTTP/1.1 408 "), (
             f"after {sent} of {len(HEAD) - 4} head bytes the server said {got[:200]!r}")
         assert sent < len(HEAD) - 4, "the whole trickle went through: no deadline cut it"
@@ -199,3 +215,118 @@ async def test_heads_split_anywhere_are_answered_and_a_stalled_one_gets_408(
         assert b" 408 " not in got and not closed, f"closed: {closed}; {got[-300:]!r}"
     else:
         assert got.endswith(TIMEOUT_ANSWER[-40:]) and closed, f"closed: {closed}; {got[-300:]!r}"
+
+
+# --- HTTP/2 (serve --http2): a header block or a frame left unfinished on an idle connection ---
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + SettingsFrame(0).serialize()
+
+
+def h2_block() -> bytes:
+    """The HPACK block of a card GET with some padding headers (~2 KiB)."""
+    return Encoder().encode([(":method", "GET"), (":scheme", "http"), (":authority", "x"),
+                             (":path", "/.well-known/agent-card.json"),
+                             *((f"x-pad-{i}", "v" * 50) for i in range(40))])
+
+
+def h2_request(stream_id: int) -> bytes:
+    frame = HeadersFrame(stream_id, data=h2_block(), flags=["END_HEADERS", "END_STREAM"])
+    return bytes(frame.serialize())
+
+
+def continuations(stream_id: int, pieces: int) -> list[bytes]:
+    """A request's HEADERS frame holding the block's first bytes, then CONTINUATION frames of a
+    few bytes each, the last (END_HEADERS) left out: the header block never ends."""
+    block = h2_block()
+    first = HeadersFrame(stream_id, data=block[:8], flags=["END_STREAM"])
+    return [first.serialize(), *(ContinuationFrame(stream_id, data=block[8 + i:9 + i]).serialize()
+                                 for i in range(pieces))]
+
+
+async def test_h2_a_header_block_left_unfinished_gets_goaway_and_is_closed() -> None:
+    """A HEADERS frame whose CONTINUATION frames trickle: the connection was held until the
+    75 s idle timer (or h2's cap of 64 CONTINUATION frames, whichever came first)."""
+    async with server(header_timeout=0.5, http2=True) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(PREFACE)
+            pieces = continuations(1, 50)  # 50 x 50 ms: 2.5 s, five deadlines
+            got, sent = await trickled_until_closed(conn, pieces)
+    goaways = [f for f in _frames(got) if isinstance(f, GoAwayFrame)]
+    assert sent < len(pieces) and goaways, (
+        f"{sent} of {len(pieces)} frames went through; the server sent {got[-200:]!r}")
+    assert b"deadline" in goaways[-1].additional_data, goaways[-1]
+
+
+async def test_h2_a_frame_trickled_a_byte_at_a_time_is_cut_at_the_deadline() -> None:
+    async with server(header_timeout=0.5, http2=True) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(PREFACE)
+            request = h2_request(1)
+            got, sent = await trickled_until_closed(conn, [bytes([b]) for b in request[:-1]])
+    assert sent < len(request) - 1, "the whole trickle went through: no deadline cut it"
+    assert any(isinstance(f, GoAwayFrame) for f in _frames(got)), got[-200:]
+
+
+async def test_h2_an_idle_connection_and_a_frame_that_completes_are_not_cut() -> None:
+    """A request answered, then a PING in two reads (the deadline starts, then the frame is
+    whole and the connection idle again): still open after three deadlines, and it answers."""
+    async with server(header_timeout=0.5, http2=True) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(PREFACE + h2_request(1))
+            first, _ = await read_for(conn, 0.5)
+            ping = PingFrame(0, opaque_data=b"12345678").serialize()
+            await conn.send(ping[:5])
+            await anyio.sleep(0.2)
+            await conn.send(ping[5:])
+            idle, closed = await read_for(conn, 1.5)
+            assert not closed and not any(isinstance(f, GoAwayFrame) for f in _frames(idle)), (
+                f"closed: {closed}; frames {_frames(idle)}")
+            await conn.send(h2_request(3))
+            second, _ = await read_for(conn, 1.0)
+    statuses = _statuses(first + idle + second)  # one byte stream: one HPACK table
+    assert statuses == {1: 200, 3: 200}, _frames(first + idle + second)
+
+
+async def test_h2_each_trickled_request_has_its_own_deadline() -> None:
+    """A request whose frame trickles but completes within the deadline is answered; the next
+    request trickled on the same connection has a deadline of its own. It had none: the first
+    one's was taken as still running (its key, hypercorn's request count, stays 0 under
+    hypercorn_h2), so the second was held for the 75 s idle timer."""
+    async with server(header_timeout=0.5, http2=True) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(PREFACE)
+            first = h2_request(1)
+            await conn.send(first[:20])
+            await anyio.sleep(0.2)
+            await conn.send(first[20:])
+            answered, _ = await read_for(conn, 0.5)
+            second = h2_request(3)
+            got, sent = await trickled_until_closed(conn, [bytes([b]) for b in second[:-1]])
+    assert _statuses(answered).get(1) == 200, _frames(answered)
+    assert sent < len(second) - 1 and any(isinstance(f, GoAwayFrame) for f in _frames(got)), (
+        f"{sent} of {len(second) - 1} bytes of the second request went through; "
+        f"frames: {_frames(got)[-3:]}")
+
+
+def _frames(data: bytes) -> list[Any]:
+    """The frames in ``data`` (a server's bytes after the preface); a cut last one left out."""
+    frames = []
+    while len(data) >= 9:
+        frame, length = Frame.parse_frame_header(memoryview(data[:9]))
+        if len(data) < 9 + length:
+            break
+        frame.parse_body(memoryview(data[9:9 + length]))
+        frames.append(frame)
+        data = data[9 + length:]
+    return frames
+
+
+def _statuses(data: bytes) -> dict[int, int]:
+    """Each stream's response status in ``data``."""
+    decoder = Decoder()
+    return {frame.stream_id: int(dict(decoder.decode(frame.data))[":status"])
+            for frame in _frames(data) if isinstance(frame, HeadersFrame)}

@@ -20,7 +20,7 @@ import pytest
 from trio.testing import MockClock
 
 from scoped_a2a import A2AApp, RunContext
-from scoped_a2a.runtime.workers import RunWorkers
+from scoped_a2a.runtime.workers import IDLE_NAME, RunWorkers
 from tests.helpers import rpc, served, text_message
 
 pytestmark = pytest.mark.anyio
@@ -90,6 +90,34 @@ async def test_a_reused_task_takes_each_runs_name() -> None:
         workers.stop()
     assert [name for name, _ in seen] == ["run a", "run b", "run c"], seen
     assert len({task for _, task in seen}) == 1, f"the task was not reused: {seen}"
+
+
+async def test_a_task_waiting_for_a_run_drops_the_last_runs_name() -> None:
+    """Between runs a reused task is named as idle, not after the run it executed last: a task
+    dump or a debugger would otherwise blame a run that has ended."""
+    names: list[str] = []
+
+    async def job() -> None:
+        names.append(anyio.get_current_task().name)
+        await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        workers = RunWorkers(tg)
+        workers.start(job(), name="run a")
+        await _idle(workers, 1)
+        idle = _names_of_children()
+        workers.start(job(), name="run b")
+        await _idle(workers, 1)
+        idle_again = _names_of_children()
+        workers.stop()
+    assert names == ["run a", "run b"], names
+    assert idle == [IDLE_NAME] and idle_again == [IDLE_NAME], (idle, idle_again)
+
+
+def _names_of_children() -> list[str]:
+    """The names of the running tasks the current task's task groups hold."""
+    own = anyio.get_current_task().id
+    return sorted(str(task.name) for task in anyio.get_running_tasks() if task.parent_id == own)
 
 
 @pytest.mark.parametrize("ticks", [-1, 0, 1, 2, 3])
@@ -216,3 +244,28 @@ async def test_sends_reuse_run_tasks_without_sharing_context(anyio_backend: Any)
         assert app.runner.idle_workers >= 1
     assert [value for value, _ in seen] == ["unset"] * 3, seen
     assert len({task for _, task in seen}) < 3, f"no run task was reused: {seen}"
+
+
+async def test_no_task_is_named_after_a_run_that_has_ended(anyio_backend: Any) -> None:
+    """End to end: once blocking sends are answered, the server's tasks waiting for the next
+    run are named as idle; none is named after a task whose run ended."""
+    if anyio_backend != "asyncio" and anyio_backend != "trio":
+        pytest.skip("real sockets: not under the mock clock")
+
+    async def agent(ctx: RunContext) -> str:
+        return "ok"
+
+    app = A2AApp(agent)
+    ended: list[str] = []
+    async with served(app) as url, httpx.AsyncClient(timeout=10) as client:
+        for i in range(3):
+            body = await rpc(client, url, "SendMessage", {"message": text_message(f"m{i}")})
+            assert body["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", body
+            ended.append(body["result"]["task"]["id"])
+        with anyio.fail_after(5):
+            while app.runner.idle_workers < 1:  # the last run's task goes idle after answering
+                await anyio.sleep(0.01)
+        names = [str(task.name) for task in anyio.get_running_tasks()]
+    blamed = [name for name in names if any(task_id in name for task_id in ended)]
+    assert not blamed, f"tasks named after ended runs: {blamed}"
+    assert IDLE_NAME in names, f"no idle run task among {sorted(names)[:20]}"

@@ -190,7 +190,7 @@ async def test_the_answer_from_the_stored_json_matches_the_decoded_one() -> None
     the answer is built from the task instead."""
     from scoped_a2a.protocol.dialect import V10_DIALECT
     from scoped_a2a.protocol.types import Message, Part, Role
-    from scoped_a2a.server.methods import send_answer
+    from scoped_a2a.server.answers import send_answer
 
     async def agent(ctx: RunContext) -> Any:
         text = ctx.message.parts[0].text

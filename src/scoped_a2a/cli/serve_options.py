@@ -138,7 +138,9 @@ def add_limit_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--header-timeout", type=seconds, default=HEADER_TIMEOUT, metavar="SECONDS",
                    help="an HTTP/1.1 request's line and headers must arrive within this long "
                         "of their first byte, or the connection gets 408 and is closed "
-                        f"(a client trickling them would hold it); default {HEADER_TIMEOUT:g}")
+                        "(a client trickling them would hold it); on an idle HTTP/2 "
+                        "connection, the same for an unfinished frame or header block "
+                        f"(GOAWAY); default {HEADER_TIMEOUT:g}")
     g.add_argument("--body-timeout", type=seconds, default=60.0, metavar="SECONDS",
                    help="a request body must arrive whole within this long, or the request "
                         "gets 408 (gRPC: DEADLINE_EXCEEDED); default 60")

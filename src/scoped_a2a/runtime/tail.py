@@ -36,8 +36,8 @@ async def tail(
     """Deliver the log after ``after`` page by page until a terminal or interrupted status.
 
     ``on_page`` receives each page, cut after the ending event. Returns the ending position.
-    (Streams follow the log in ``Methods._stream``, which also writes keep-alives by the bytes
-    actually written.)
+    (Streams follow the log in ``LogStream.follow``, server/log_stream.py, which also writes
+    keep-alives by the bytes actually written.)
     Raises TaskNotFound if the task is evicted meanwhile. ``stop``: checked before each wait
     for more (the store's ``wake`` makes a waiter check again); an exception it returns is
     raised (a blocking send whose run's end cannot be stored). Cancellation ends it at once;

@@ -35,6 +35,10 @@ from anyio.abc import TaskGroup
 MAX_IDLE = 256
 """Idle workers kept for the next runs (each is a task waiting: about 2 KiB)."""
 
+IDLE_NAME = "scoped_a2a run worker (idle)"
+"""An idle worker's task name: between runs it is not the last run's (a task dump or a
+debugger would blame a run that has ended)."""
+
 
 class _Worker:
     __slots__ = ("job", "name", "wake")
@@ -85,8 +89,8 @@ class RunWorkers:
         """Execute ``coro`` in a task of the nursery, in a copy of the current context.
 
         ``name``: the task's name while it executes ``coro`` (a new task's, or an idle
-        worker's, renamed for this run). Raises what ``start_soon`` raises (a closed
-        nursery), closing ``coro``.
+        worker's, renamed for this run; between runs a worker is named :data:`IDLE_NAME`).
+        Raises what ``start_soon`` raises (a closed nursery), closing ``coro``.
         """
         job = (coro, contextvars.copy_context())
         if self._idle:
@@ -118,6 +122,9 @@ class RunWorkers:
             del job
             if self._stopped or len(self._idle) >= self._max_idle:
                 return
+            if rename is None:  # (found once the first run ends: a worker that ends never)
+                rename = _renamer()
+            rename(IDLE_NAME)
             worker.wake = wake = anyio.Event()
             self._idle.append(worker)
             try:
@@ -130,16 +137,12 @@ class RunWorkers:
                     if worker in self._idle:  # (a list scan: only on the nursery's end)
                         self._idle.remove(worker)
                     raise
-                if rename is None:
-                    rename = _renamer()
                 rename(worker.name)
                 await _InContext(*handed)
                 raise
             if worker.job is None:
                 return  # stopped
             job, worker.job = worker.job, None
-            if rename is None:  # (found on the first reuse: most workers are never reused)
-                rename = _renamer()
             rename(worker.name)
 
 

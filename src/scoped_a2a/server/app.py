@@ -1,4 +1,5 @@
-"""``A2AApp``: the ASGI application. Routing, lifespan, and the per-request task group.
+"""``A2AApp``: the ASGI application: what it is made of, its lifespan and shutdown; which
+handler answers a request is :mod:`.http_routes`.
 
 The ownership tree (see docs/design.md)::
 
@@ -15,30 +16,18 @@ cancels interactive runs no one else holds; detached runs carry on in the server
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
-    AbstractContextManager,
     asynccontextmanager,
     nullcontext,
 )
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import msgspec
 from anyio.abc import TaskGroup
 
 from ..observe.base import Observer, observer_of
-from ..protocol.errors import (
-    MethodNotFound,
-    PermissionDenied,
-    ServerUnavailable,
-    Unauthenticated,
-)
-from ..protocol.jsonrpc import error_frame
-from ..protocol.rest_errors import rest_error_body
 from ..push import PushService, PushSettings
 from ..runtime.context import Agent
 from ..runtime.handover import Handovers
@@ -47,34 +36,28 @@ from ..runtime.policy import RunPolicy
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
 from ..store.memory import MemoryTaskStore
-from .asgi import Receive, Scope, Send, send_response
+from .asgi import Receive, Scope, Send
 from .auth import (
     Authenticate,
-    auth_error_response,
-    challenge_of,
-    resolve_principal,
 )
-from .body import BodyBudget, discard_body
+from .body import BodyBudget
 from .card import build_card
-from .card_http import send_card
-from .card_signing import JWKS_PATH, CardSigner
+from .card_signing import CardSigner
 from .cards import CardPublisher
 from .closing import ClosingDeadlines
 from .dispatch import FINAL_WRITE_CLOSING
 from .grpc import DEFAULT_MAX_FIELDS as DEFAULT_GRPC_MAX_FIELDS
+from .http_routes import route
 from .input_modes import InputModes
 from .jsonrpc_binding import JsonRpcBinding
 from .methods import Methods
-from .rest import RestBinding, answer_type, is_rest_path
+from .rest import RestBinding
 
 if TYPE_CHECKING:
     from .console import Console, ConsoleSettings
 
 log = logging.getLogger("scoped_a2a.server")
 
-CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
-_encode = msgspec.json.Encoder().encode
-_SLASHES = re.compile("/{2,}")
 
 
 class A2AApp:
@@ -365,7 +348,7 @@ class A2AApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await self._http(scope, receive, send)
+            await route(self, scope, receive, send)  # (the routes: http_routes.py)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         else:  # websocket: not part of A2A
@@ -390,79 +373,6 @@ class A2AApp:
             return
         await send({"type": "lifespan.shutdown.complete"})
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path, method = _route_path(scope), scope.get("method", "GET")
-        if path in CARD_PATHS:
-            if method not in ("GET", "HEAD"):
-                await discard_body(scope, receive)
-                await _plain(send, 405, "use GET for the agent card")
-            else:
-                # With an ETag and Last-Modified; 304 when the client holds this card.
-                await send_card(scope, send, *self.cards.public(scope, _root_path(scope)),
-                                self.cards.built_at)
-            return
-        if path == JWKS_PATH and self.card_signer is not None and method in ("GET", "HEAD"):
-            await send_response(send, 200, _encode(self.card_signer.jwks()),
-                                headers=[(b"cache-control", b"max-age=300")])
-            return
-        if self.grpc is not None and self.grpc.accepts(scope):
-            # gRPC answers every refusal (credentials included) with a status in trailers.
-            with self._in_flight(scope):
-                await self.grpc(scope, receive, send)
-            return
-        if self.console is not None and (path == "/console" or path.startswith("/console/")):
-            await self.console(scope, receive, send, path)  # its own authentication
-            return
-        # Every route but the public card needs a principal, resolved before routing (so an
-        # unauthenticated caller learns nothing about paths or methods either).
-        try:
-            principal = await resolve_principal(self.authenticate, scope)
-        except (Unauthenticated, PermissionDenied) as exc:
-            self.auth_failures += 1
-            await discard_body(scope, receive)
-            status, headers, body = auth_error_response(exc, scope,
-                                                        challenge_of(self.authenticate))
-            if is_rest_path(path):  # the same status and headers, the REST error body
-                body = rest_error_body(exc)
-            await send_response(send, status, body, headers=headers)
-            return
-        except ServerUnavailable as exc:
-            await discard_body(scope, receive)
-            body = rest_error_body(exc) if is_rest_path(path) else error_frame(b"null", exc,
-                                                                                 v1=True)
-            await send_response(send, 503, body)
-            return
-        if path == "/metrics" and (page := self.observe.metrics_page()) is not None:
-            # After authentication: with an authenticator, scrapers send a credential too.
-            await discard_body(scope, receive)
-            await send_response(send, 200, page[0], content_type=page[1].encode())
-            return
-        if is_rest_path(path):
-            with self._in_flight(scope):
-                await self.rest(scope, receive, send, path, principal)
-            return
-        if path not in ("/", ""):
-            # The HTTP+JSON binding's error body (google.rpc.Status, docs/rest.md): a path that
-            # is neither JSON-RPC's nor a REST route is most likely a REST client's mistake.
-            await discard_body(scope, receive)
-            root = _root_path(scope)
-            err = MethodNotFound(f"no such path {path!r}: A2A JSON-RPC is POSTed to {root}/, "
-                                 f"HTTP+JSON routes start with {root}/message: or {root}/tasks")
-            await send_response(send, 404, rest_error_body(err),
-                                content_type=answer_type(scope))
-            return
-        if method != "POST":
-            await discard_body(scope, receive)
-            await _plain(send, 405,
-                         f"A2A JSON-RPC requests are POSTed to {_root_path(scope)}/")
-            return
-        with self._in_flight(scope):
-            await self.jsonrpc(scope, receive, send, principal)
-
-    def _in_flight(self, scope: Scope) -> _InFlight:
-        """Around one A2A request: counted in ``open_requests`` and observed (span, metrics)."""
-        return _InFlight(self, self.observe.request(scope))
-
     # --- cards ----------------------------------------------------------------------------
 
     @property
@@ -479,54 +389,4 @@ class A2AApp:
         """The card fields this app sets over the generated card (a copy)."""
         return dict(self.cards.fields)
 
-
-class _InFlight:
-    """``A2AApp._in_flight`` (a plain class: one per request)."""
-
-    __slots__ = ("_app", "_observed")
-
-    def __init__(self, app: A2AApp, observed: AbstractContextManager[None]) -> None:
-        self._app, self._observed = app, observed
-
-    def __enter__(self) -> None:
-        self._app.open_requests += 1
-        try:
-            self._observed.__enter__()
-        except BaseException:
-            self._app.open_requests -= 1
-            raise
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
-                 exc_tb: TracebackType | None) -> bool | None:
-        try:
-            return self._observed.__exit__(exc_type, exc_val, exc_tb)
-        finally:
-            self._app.open_requests -= 1
-
-
-async def _plain(send: Send, status: int, text: str) -> None:
-    await send_response(send, status, _encode({"error": text}))
-
-
-def _root_path(scope: Scope) -> str:
-    """The prefix the app is mounted at (ASGI ``root_path``), without a trailing slash."""
-    return str(scope.get("root_path") or "").rstrip("/")
-
-
-def _route_path(scope: Scope) -> str:
-    """The request's path relative to the mount point.
-
-    Servers and frameworks disagree on whether ``path`` includes ``root_path``: Starlette's
-    ``Mount`` (and uvicorn's ``--root-path``) keep the full path, the ASGI spec's older reading
-    strips it. A path that starts with the root path is taken as full, otherwise as relative.
-    """
-    path = str(scope.get("path") or "/")
-    root = _root_path(scope)
-    if root and (path == root or path.startswith(root + "/")):
-        path = path[len(root):]
-    if "//" in path:
-        # Clients that join f"{card_url}/message:send" to a card URL ending in "/" ask for
-        # "//message:send": empty segments mean nothing to any route, so they are dropped.
-        path = _SLASHES.sub("/", path)
-    return path or "/"
 

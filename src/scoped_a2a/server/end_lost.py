@@ -35,3 +35,10 @@ def lost_end(run: Run) -> str | None:
     if run.done.is_set() and run.end_error is not None and run.end_error_lasting:
         return run.end_error
     return None
+
+
+def lost_error(run: Run) -> BaseException | None:
+    """The error for a caller following ``run``'s task when its end cannot be stored until an
+    operator acts (:func:`end_not_stored`), or None."""
+    why = lost_end(run)
+    return end_not_stored(run.task_id, why) if why is not None else None

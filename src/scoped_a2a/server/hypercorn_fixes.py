@@ -49,6 +49,10 @@ version nothing is patched and a warning says so, because these reach into priva
    EOF, which ends that write as hypercorn's own close always did.
 8. **A head trickled a byte at a time held its connection for the whole keep-alive timeout**
    (75 s): a deadline on an HTTP/1.1 request's head (:mod:`.header_deadline`).
+9. **h11 serves heads a server behind a proxy must refuse**: both Content-Length and
+   Transfer-Encoding (request smuggling), Transfer-Encoding in HTTP/1.0, and any version in
+   the request line (``HTTP/9.9``). Now 400 (or 505) with the reason, and the connection
+   closed (:mod:`.http1_framing`).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from typing import Any
 
 import hypercorn
 
-from . import header_deadline, hypercorn_h2, hypercorn_noise
+from . import header_deadline, http1_framing, hypercorn_h2, hypercorn_noise
 
 log = logging.getLogger("scoped_a2a.hypercorn_fixes")
 
@@ -103,11 +107,13 @@ def install() -> bool:
     import hypercorn.asyncio.tcp_server as asyncio_tcp
     import hypercorn.protocol as protocol
     import hypercorn.trio.tcp_server as trio_tcp
+    from hypercorn.protocol.h11 import H11Protocol
 
     _patch_eof(asyncio_tcp.TCPServer)
     _patch_eof(trio_tcp.TCPServer)
     _patch_http2(protocol.ProtocolWrapper)
     header_deadline.patch(protocol.ProtocolWrapper, _shielded)  # (slow heads: its module)
+    http1_framing.install(H11Protocol)  # (smuggling-prone heads: its module)
     hypercorn_noise.install()
     hypercorn_h2.install()
     _skip_writes_to_closing_transports(asyncio_tcp.TCPServer)

@@ -14,11 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-import anyio.lowlevel
 import msgspec
 
-from ..protocol.dialect import Dialect
 from ..protocol.errors import (
     ExtendedCardNotConfigured,
     InvalidParams,
@@ -35,67 +32,23 @@ from ..protocol.method import (
     watches_hangup,
 )
 from ..protocol.principal import ANONYMOUS, owner_key
-from ..protocol.trajectory import (
-    TRAJECTORY_EXTENSION_URI,
-    TrajectoryEvent,
-    TrajectoryPage,
-    TrajectoryRead,
-    event_kind,
-)
-from ..protocol.types import (
-    ListTasksRequest,
-    ListTasksResponse,
-    Task,
-    normalize_timestamp,
-)
+from ..protocol.trajectory import TrajectoryPage, TrajectoryRead, event_kind
+from ..protocol.types import ListTasksRequest, ListTasksResponse, normalize_timestamp
 from ..push.rpc import PushRpc
 from ..push.service import PushService
-from ..runtime.outcome import DIRECT_REPLY, direct_reply
-from ..runtime.run import Run
 from ..runtime.runner import Runner
-from ..runtime.tail import ends_stream, tail
 from ..store.base import TaskStore
-from .end_lost import end_not_stored, lost_end
+from .answers import RERUN, BlockingSend, trim
+from .end_lost import lost_error
 from .frames import FrameCache
 from .input_modes import InputModes
+from .log_stream import LogStream
 from .send_setup import SendSetup, accepted
 
 _encode = msgspec.json.Encoder().encode
 
 MAX_PAGE_SIZE = 100
 """The largest ListTasks ``pageSize`` (the 1.0 proto's maximum)."""
-
-_RERUN = b""
-"""A blocking resend's signal to send again: its task was cut off elsewhere (resend.py)."""
-
-
-def trim(task: Task, history_length: int | None, *, artifacts: bool = True) -> Task:
-    """A copy of ``task`` with at most ``history_length`` recent messages (None: all)."""
-    if history_length is not None and history_length < 0:
-        raise InvalidParams("historyLength must not be negative")
-    history = task.history
-    if history_length is not None and history is not None:
-        # The most recent ``history_length`` messages; a length past the history is all of it.
-        history = history[-history_length:] if history_length else None
-    if history is task.history and (artifacts or task.artifacts is None):
-        return task
-    return msgspec.structs.replace(
-        task, history=history, artifacts=task.artifacts if artifacts else None
-    )
-
-
-def send_answer(dialect: Dialect, task: Task, history_length: int | None) -> bytes:
-    """A blocking send's result: the agent's direct reply (a message, no task), or the task."""
-    reply = direct_reply(task)
-    if reply is not None:
-        return dialect.message_result(reply)
-    return dialect.send_result(trim(task, history_length))
-
-
-def _lost(run: Run) -> BaseException | None:
-    why = lost_end(run)
-    return end_not_stored(run.task_id, why) if why is not None else None
-
 
 class Methods:
     """The method table of one app."""
@@ -114,7 +67,6 @@ class Methods:
     ) -> None:
         self.runner = runner
         self.store = store
-        self.keepalive_every = keepalive_every
         self.frames = FrameCache()
         """Snapshots and events encoded once, shared by every stream that sends them."""
         self.extended_card = extended_card
@@ -139,6 +91,10 @@ class Methods:
             self.table.update(PushRpc(self.push, store).table)
         self.sends = SendSetup(runner, store, self.push, input_modes)
         """What a send does before its answer: checks, claims, the task and its run."""
+        self.blocking = BlockingSend(runner, store, self.sends)
+        """A blocking send's wait for its run to settle, and its answer (:mod:`.answers`)."""
+        self.streams = LogStream(store, self.frames, keepalive_every)
+        """The task log written to stream callers (:mod:`.log_stream`)."""
 
     # --- sending --------------------------------------------------------------------------
 
@@ -157,99 +113,13 @@ class Methods:
                     task = accepted(task, req.message)
                 await out.result(call.dialect.send_result(trim(task, history)))
                 return
-            answered = await self._send_answer(
+            answered = await self.blocking.answer(
                 call, out, task, run, pos, history,
                 req.message.message_id if again and not follow_up else None)
-            if answered != _RERUN:
+            if answered != RERUN:
                 if answered is not None:
                     await out.result(answered)
                 return
-
-    async def _send_answer(self, call: Call, out: Output, task: Task, run: Run, pos: int,
-                           history: int | None, rerun_id: str | None) -> bytes | None:
-        """A blocking send's answer, once ``run`` settles; None when the caller hung up (the
-        hold's release cancels the run; the binding answers); :data:`_RERUN` when this is a
-        resend of message ``rerun_id`` whose task, its run in another process, was cut off
-        for a reason that reruns it (``Resends.cut_off``)."""
-        task_id, dialect = task.id, call.dialect  # the closure keeps neither the task nor out
-
-        async def answer(wait: float) -> bytes:
-            # After a hang-up released the hold: an interactive run is being cancelled (reason
-            # hang-up); its terminal state lands within milliseconds.
-            with anyio.move_on_after(wait):
-                await tail(self.store, task_id, pos)
-            final, _ = await self.store.get(task_id)
-            return send_answer(dialect, final, history)
-
-        out.answer_on_hangup(answer)
-        with run.hold("send"):
-            answered: bytes | None = None
-            if self.runner.get(task_id) is run and run.settled_at <= pos:
-                # The run is here and has not settled since ``pos``: wait for it to settle in
-                # this task, reading the connection meanwhile (no watcher task).
-                hung_up, answered = await self._until_settled(out, run, task_id, dialect,
-                                                              history)
-                if hung_up:
-                    return None  # the hold's release cancels the run
-            if answered is None:
-                # Anything else (a run in another process, a resent message, an end the
-                # store has not taken yet) follows the log, beside a hang-up watcher.
-                async with out.watching() as watching:
-                    # Answered at once, retryable, if the run ends and its end cannot be
-                    # stored.
-                    await tail(self.store, task_id, pos, stop=lambda: _lost(run))
-                if watching.hung_up:
-                    return None
-                final, _ = await self.store.get(task_id)
-                if rerun_id is not None and self.sends.resends.cut_off(run, final, rerun_id):
-                    return _RERUN
-                answered = send_answer(dialect, final, history)
-        return answered
-
-    async def _until_settled(
-        self, out: Output, run: Run, task_id: str, dialect: Dialect, history: int | None
-    ) -> tuple[bool, bytes | None]:
-        """Wait for ``run`` to settle (ask for input, or end) while reading the caller's
-        connection: (False, the answer); (True, None) when the caller hung up first; (False,
-        None) when the store does not hold the end yet (the caller then follows the log: a
-        background retry is storing it).
-
-        The run cancels this wait's scope as it settles (``Run.wake_when_settled``); the task
-        is pinned meanwhile, so the store keeps it readable once ended (as ``wait`` does).
-        Raises :func:`end_not_stored` for a run whose end the store refused for good.
-        """
-        self.store.pin(task_id)
-        try:
-            settled_at = run.settled_at
-            # First let the run take its first step (the run's task was started just now, so
-            # it comes before this task's next step: on asyncio at the first checkpoint, on
-            # trio, which may reverse a batch, at the second). A run that needs no waiting
-            # (a quick answer) then ends before this task starts watching: no wake-up to pay
-            # for, no cancel scope. A hang-up meanwhile is read a tick later.
-            for _ in range(2):
-                if run.began:
-                    break
-                await anyio.lowlevel.checkpoint()
-            if not run.done.is_set() and run.settled_at == settled_at:
-                wake = anyio.CancelScope()
-                run.wake_when_settled(wake)
-                if await out.until_hangup(wake):
-                    run.stop_waking(wake)
-                    return True, None
-            if (lost := _lost(run)) is not None:
-                raise lost
-            if (run.end_reason not in (None, DIRECT_REPLY) and history is None and dialect.v1
-                    and (ended := self.store.ended_json(task_id)) is not None):
-                # The ended task as the store keeps it, sent on as it is (no decode, no
-                # encode): what send_answer gives for a 1.0 task with its whole history.
-                return False, b'{"task":' + ended + b"}"
-            task, _ = await self.store.get(task_id)
-        finally:
-            self.store.unpin(task_id)
-        state = task.status.state
-        if not (state.terminal or state.interrupted):
-            return False, None
-        return False, send_answer(dialect, task, history)
 
     async def send_streaming_message(self, call: Call, out: Output) -> None:
         req = call.dialect.send_params(call.rpc.params)
@@ -264,61 +134,7 @@ class Methods:
             # which the store changes in place as events are appended, so it is not certain to
             # be exactly "the task as of pos" that others could share. One stream, one copy.
             await out.event(call.dialect.stream_task_frame(task), pos)
-            await self._stream(call, out, task.id, pos, run)
-
-    async def _stream(self, call: Call, out: Output, task_id: str, after: int,
-                      run: Run | None) -> None:
-        """Write the log after ``after`` as SSE events until the task ends or is interrupted.
-
-        ``run``: the task's run; if it ends and its end cannot be stored until an operator acts
-        (a full disk), the stream ends at once with a retryable error event saying so
-        (server/end_lost.py) rather than waiting with no word.
-
-        Stops after the first terminal or interrupted status (the one :func:`tail` stops at).
-        Keep-alives follow the bytes actually written: one goes out whenever this stream has
-        written nothing for ``keepalive_every`` seconds, whether the log was quiet or only had
-        events this stream filters out (trajectory events without the extension). Raises
-        TaskNotFound if the task is evicted meanwhile; cancellation ends it at once.
-        """
-        dialect = call.dialect
-        with_trajectory = TRAJECTORY_EXTENSION_URI in call.extensions
-        cursor = after
-        while True:
-            # One write deadline per stretch between keep-alives (sse.py): it bounds each write,
-            # and while the stream waits it is the keep-alive's time; then the block ends.
-            with out.write_deadline():
-                while True:
-                    page = await self.store.read(task_id, cursor)
-                    if page.entries:
-                        end = ends_stream(page)
-                        entries = page.entries if end is None else [
-                            e for e in page.entries if e.position <= end]
-                        if page.first_retained > cursor + 1:
-                            # Events we never sent were dropped by the per-task cap: restart
-                            # from the snapshot, which reflects all of them.
-                            task, pos = await self.store.get(task_id)
-                            await out.event(self.frames.task(dialect, task, pos),
-                                            page.first_retained - 1)
-                        # Every new event this reader found goes out together (few writes,
-                        # not one per event: a reader that fell behind catches up in one go).
-                        await out.events([
-                            (self.frames.event(dialect, task_id, entry), entry.position)
-                            for entry in entries
-                            if with_trajectory or not isinstance(entry.event, TrajectoryEvent)])
-                        if end is not None:
-                            return
-                        cursor = page.next
-                        if page.has_more:
-                            continue
-                    elif page.task.status.state.terminal:
-                        return  # ended before our cursor: nothing more will ever come
-                    elif run is not None and (lost := _lost(run)) is not None:
-                        raise lost  # nothing more until an operator acts: say so now
-                    out.rest(self.keepalive_every)
-                    await self.store.wait(task_id, cursor)
-            # Nothing written for keepalive_every seconds (the cursor is where it was: events
-            # that arrived as the block ended are read again after the keep-alive).
-            await out.keepalive()
+            await self.streams.follow(call, out, task.id, pos, run)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -363,7 +179,7 @@ class Methods:
         hold = run.hold("subscribe") if run is not None else _no_hold()
         if run is None:  # ended, its end perhaps waiting for room in the store
             run = self.runner.ending.retrying_run(task.id)
-            if run is not None and (lost := _lost(run)) is not None:
+            if run is not None and (lost := lost_error(run)) is not None:
                 raise lost
         with hold:
             if resume is None:
@@ -373,7 +189,7 @@ class Methods:
                 # Headers now: the next event may be a long way off (resuming at the log's end).
                 await out.start_stream()
                 after = max(0, min(resume, pos))
-            await self._stream(call, out, task.id, after, run)
+            await self.streams.follow(call, out, task.id, after, run)
 
     async def cancel_task(self, call: Call, out: Output) -> None:
         req = call.dialect.cancel_params(call.rpc.params)

@@ -168,7 +168,9 @@ async def serve(
         of ``serve --workers``) listen on the same port and the kernel spreads connections.
     :param header_timeout: once an HTTP/1.1 request's first bytes have arrived, its request
         line and headers must arrive within this many seconds, or the connection gets 408 and
-        is closed (:mod:`.header_deadline`); None: no deadline but the keep-alive timeout.
+        is closed (:mod:`.header_deadline`); on an HTTP/2 connection with no request in
+        progress, the same for an unfinished frame or header block (GOAWAY, closed); None: no
+        deadline but the keep-alive timeout.
     Raises ValueError before listening when the TLS files cannot be loaded.
     """
     backend = sniffio.current_async_library()

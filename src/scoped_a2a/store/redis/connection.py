@@ -169,7 +169,11 @@ class RedisConnection:
         """
         for attempt in (1, 2):
             try:
-                with anyio.fail_after(self.op_timeout):
+                # Not anyio.fail_after: on Python 3.12+ a TimeoutError raised out of its
+                # generator leaves its frames, and this one (``fn`` and what it holds), in a
+                # reference cycle for the cyclic collector (a finished frame keeps its caller
+                # as f_back; docs/design.md). A cancel scope's own exit makes none.
+                with anyio.move_on_after(self.op_timeout):
                     return await fn()
             except (RedisConnectionError, TimeoutError) as exc:
                 if attempt == 2:
@@ -177,7 +181,6 @@ class RedisConnection:
                         f"the task store is unreachable (Redis at {self.url}): "
                         f"{exc or type(exc).__name__}; try again later"
                     ) from exc
-                await anyio.sleep(0.05)
             except RedisError as exc:
                 raise ServerUnavailable(
                     f"the task store (Redis at {self.url}) failed: {exc}"
@@ -187,6 +190,12 @@ class RedisConnection:
                 raise ServerUnavailable(
                     f"the connection to the task store (Redis at {self.url}) closed; "
                     "try again later") from exc
+            else:  # the deadline passed: no answer within op_timeout
+                if attempt == 2:
+                    raise ServerUnavailable(
+                        f"the task store is unreachable (Redis at {self.url}): no answer "
+                        f"within {self.op_timeout:g} s; try again later")
+            await anyio.sleep(0.05)
         raise AssertionError("unreachable")
 
     def script(self, source: str) -> Script[bytes]:

@@ -1,0 +1,116 @@
+"""HTTP/1.1 heads h11 accepts that are refused here (server/http1_framing.py).
+
+Both Content-Length and Transfer-Encoding was served, framed by Transfer-Encoding, on a
+connection kept open (a proxy framing by Content-Length sees another request boundary:
+smuggling), or, with a Content-Length body, left waiting for chunks until the body deadline's
+408; ``HTTP/9.9`` in the request line was served as HTTP/1.1. Now each gets its error with the
+reason, the connection is closed, and the agent never runs. Raw sockets against hypercorn, on
+both backends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from anyio.abc import SocketStream
+
+from scoped_a2a import A2AApp, RunContext
+
+from .h2client import RawH2
+from .helpers import served
+from .test_header_deadline import read_for
+
+pytestmark = pytest.mark.anyio
+
+CARD = b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n\r\n"
+BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+    "role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hi"}]}}}).encode()
+CHUNKED = b"%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY)
+
+
+def post(version: bytes, headers: bytes, body: bytes) -> bytes:
+    return (b"POST / HTTP/%s\r\nHost: x\r\nContent-Type: application/json\r\n%s\r\n%s"
+            % (version, headers, body))
+
+
+@asynccontextmanager
+async def counting_server(*, http2: bool = False) -> AsyncIterator[tuple[int, list[str]]]:
+    """A served echo agent; yields its port and the texts of the runs it started."""
+    runs: list[str] = []
+
+    async def echo(ctx: RunContext) -> str:
+        runs.append(ctx.text)
+        return ctx.text
+
+    async with served(A2AApp(echo, public_url="http://127.0.0.1/"), http2=http2) as url:
+        yield int(url.rsplit(":", 1)[1].strip("/")), runs
+
+
+async def exchange(port: int, data: bytes) -> tuple[bytes, bool]:
+    """Send ``data``; what the server says within 3 s, and whether it closed by then (the
+    keep-alive timeout is 75 s: open then means not closed)."""
+    conn: SocketStream = await anyio.connect_tcp("127.0.0.1", port)
+    async with conn:
+        await conn.send(data)
+        return await read_for(conn, 3)
+
+
+REFUSED = {
+    # TE wins in h11: the chunked body was served and the connection kept open; a proxy
+    # framing by Content-Length would have passed the trailing request as part of the body.
+    "both, chunked body": (post(b"1.1", b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n"
+                                % len(CHUNKED), CHUNKED) + CARD, 400, b"not both"),
+    # Framed by Content-Length under a chunked head: h11 waited for chunks (408 at the body
+    # deadline).
+    "both, length body": (post(b"1.1", b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n"
+                               % len(BODY), BODY), 400, b"not both"),
+    "chunked in HTTP/1.0": (post(b"1.0", b"Transfer-Encoding: chunked\r\n", CHUNKED), 400,
+                            b"HTTP/1.0"),
+    "HTTP/9.9": (CARD.replace(b"HTTP/1.1", b"HTTP/9.9") + CARD, 505, b"HTTP/1.1"),
+    "HTTP/2.0 as text": (CARD.replace(b"HTTP/1.1", b"HTTP/2.0"), 505, b"HTTP/1.1"),
+    "HTTP/0.9": (CARD.replace(b"HTTP/1.1", b"HTTP/0.9"), 505, b"HTTP/1.1"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+async def test_a_smuggling_prone_head_is_refused_with_its_reason_and_closed(name: str) -> None:
+    data, status, reason = REFUSED[name]
+    async with counting_server() as (port, runs):
+        got, closed = await exchange(port, data)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status) and reason in body and closed, (
+        f"closed: {closed}; the server said {got[:400]!r}")
+    answers = re.findall(rb"(?:^|\n)HTTP/1\.1 \d{3} ", got)
+    assert len(answers) == 1, f"a request after the refused one was answered: {got!r}"
+    assert runs == [], f"the agent ran for a refused request: {runs}"
+
+
+@pytest.mark.parametrize("name,data", [
+    ("chunked HTTP/1.1", post(b"1.1", b"Transfer-Encoding: chunked\r\n", CHUNKED)),
+    ("length HTTP/1.0", post(b"1.0", b"Content-Length: %d\r\n" % len(BODY), BODY)),
+    # RFC 9110 6.2: a higher minor version is served as the highest one spoken.
+    ("HTTP/1.2", post(b"1.2", b"Content-Length: %d\r\n" % len(BODY), BODY)),
+])
+async def test_well_framed_requests_are_still_served(name: str, data: bytes) -> None:
+    async with counting_server() as (port, runs):
+        got, _ = await exchange(port, data)
+    assert got.startswith(b"HTTP/1.1 200 ") and b'"completed"' in got, got[:400]
+    assert runs == ["hi"], runs
+
+
+async def test_the_http2_preface_still_switches_to_http2() -> None:
+    """``PRI * HTTP/2.0`` is a version this layer refuses in a request line, except as the
+    HTTP/2 preface."""
+    async with counting_server(http2=True) as (port, _):
+        client = await anyio.to_thread.run_sync(RawH2, port)
+        try:
+            stream = client.start("/.well-known/agent-card.json")
+            status = await anyio.to_thread.run_sync(client.status, stream)
+        finally:
+            client.close()
+    assert status == 200
