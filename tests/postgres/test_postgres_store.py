@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import msgspec
 import psycopg
 import pytest
 
+from scoped_a2a import A2AApp
 from scoped_a2a.protocol.errors import TaskNotFound
 from scoped_a2a.protocol.types import (
     Message,
@@ -30,10 +32,13 @@ from scoped_a2a.protocol.types import (
     TaskState,
 )
 from scoped_a2a.store.base import TaskEnded
+from scoped_a2a.store.claims import AlreadyClaimed, NewClaim, claim_key
 from scoped_a2a.store.postgres import StoreOpenError, open_postgres_store
 from scoped_a2a.store.postgres.store import PostgresTaskStore
 
+from ..helpers import rpc, served, text_message
 from ..redis.test_redis_store import chunk, new_task, status, tick
+from ..test_exactly_once import Counting, send_params, wait_state
 
 pytestmark = pytest.mark.anyio
 
@@ -124,6 +129,76 @@ async def test_a_message_claimed_on_one_replica_is_found_on_the_other(
         assert prior is not None and (prior.task_id, prior.created) == (task.id, True)
         # Another owner's same messageId is its own send.
         assert await b.claim_message("bob", "m1", b"fp", "bobs-task") is None
+
+
+async def test_a_new_tasks_claim_is_made_by_its_create_and_a_held_one_stores_nothing(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # One statement claims the messageId and stores the task (store.create_claimed): the claim
+    # is made at once (never pending), seen by the other replica; a second create of the same
+    # message, on either replica, stores nothing and says so (AlreadyClaimed).
+    async with two(pg_url, tmp_path) as (a, b):
+        assert a.claims_on_create
+        task, again, other = new_task(), new_task(), new_task()
+        await a.create_claimed(task, NewClaim("m1", b"fp"), owner="alice")
+        prior = await b.claim_message("alice", "m1", b"fp", "x")
+        assert prior is not None and (prior.task_id, prior.created) == (task.id, True)
+        for store in (a, b):
+            with pytest.raises(AlreadyClaimed):
+                await store.create_claimed(again, NewClaim("m1", b"fp"), owner="alice")
+        with pytest.raises(TaskNotFound):
+            await b.get(again.id)
+        # Another owner's messageId is its own; the first task is as it was created.
+        await b.create_claimed(other, NewClaim("m1", b"fp"), owner="bob")
+        assert (await b.get(other.id))[0].status.state is TaskState.SUBMITTED
+        assert (await b.get(task.id))[0].id == task.id
+        # A claim pending past its window whose task never came (its sender died) stores
+        # nothing either: the claim path (claim_message) deletes the lapsed one and claims.
+        with psycopg.connect(pg_url) as conn:
+            conn.execute("INSERT INTO scoped_a2a.claims VALUES (%s, %s, 'gone', 0, 0, NULL)",
+                         (claim_key("alice", "m2"), b"fp"))
+        with pytest.raises(AlreadyClaimed):
+            await a.create_claimed(again, NewClaim("m2", b"fp"), owner="alice")
+        assert await a.claim_message("alice", "m2", b"fp", again.id) is None
+        await a.create(again, owner="alice")
+        prior = await b.claim_message("alice", "m2", b"fp", "x")
+        assert prior is not None and (prior.task_id, prior.created) == (again.id, True)
+
+
+async def test_identical_sends_on_two_replicas_run_once(pg_url: str, tmp_path: Path) -> None:
+    """Two identical blocking sends at once, one to each replica (served through hypercorn):
+    one run, one task for both callers, whichever create claims first; a later resend
+    answers with that task; the messageId with another message is refused."""
+    agent = Counting()
+    rounds = 20
+    async with two(pg_url, tmp_path) as (a, b), anyio.create_task_group() as nursery:
+        apps = [A2AApp(agent, store=s, detached=nursery) for s in (a, b)]
+        async with served(apps[0]) as url_a, served(apps[1]) as url_b, \
+                httpx.AsyncClient(timeout=30) as client:
+            answers: dict[int, list[dict[str, Any]]] = {}
+
+            async def one(url: str, i: int, msg: dict[str, Any]) -> None:
+                body = await rpc(client, url, "SendMessage", send_params(msg))
+                answers.setdefault(i, []).append(body)
+
+            sent = []
+            for i in range(rounds):
+                msg = text_message(f"round {i}")
+                sent.append(msg)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(one, url_a, i, msg)
+                    tg.start_soon(one, url_b, i, msg)
+            for i in range(rounds):
+                ids = {body["result"]["task"]["id"] for body in answers[i]}
+                assert len(ids) == 1, answers[i]
+                await wait_state(client, url_a, ids.pop(), "TASK_STATE_COMPLETED")
+            again = await rpc(client, url_b, "SendMessage", send_params(sent[0]))
+            assert again["result"]["task"]["id"] == agent.tasks["round 0"][0], again
+            other = dict(sent[1], parts=[{"text": "something else"}])
+            refused = await rpc(client, url_a, "SendMessage", send_params(other))
+            assert refused["error"]["code"] == -32602, refused
+        nursery.cancel_scope.cancel()
+    assert len(agent.starts) == rounds and set(agent.starts.values()) == {1}, agent.starts
 
 
 async def test_a_queued_run_is_taken_by_one_worker_and_its_lease_fences_the_other(
