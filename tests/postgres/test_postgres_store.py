@@ -542,6 +542,64 @@ async def test_cut_connections_and_a_read_only_server_are_clear_errors_and_heal(
         assert (await store.get(task.id))[1] == 2
 
 
+async def test_prepared_statements_take_every_type_and_fail_as_psycopgs_do(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # connection.Prepared (a send's create and end): parameters of each type and NULLs go in
+    # and come back in PostgreSQL's text form; errors are psycopg's classes, so the pool
+    # maps them as before; a connection cut under it fails clearly and a new one prepares
+    # the statement again.
+    from psycopg import errors as pgerrors
+
+    from scoped_a2a.protocol.errors import ServerUnavailable
+    from scoped_a2a.store.postgres.connection import Pool, Prepared
+
+    from .server import shared_server
+
+    pool = Pool(pg_url, "public", 1)
+    every = Prepared("every", "SELECT %s, %s, %s, %s, %s, %s, %s",
+                     ["bool", "bytea", "int8", "int2", "text", "float8", "text"])
+    for _ in range(2):  # prepared at the first use, reused at the second
+        rows = await pool.run(lambda c: c.prepared(
+            every, [True, b"\x00\xff", -2**40, 7, "é'\"", 0.5, None]), transaction=False)
+        assert rows == [(b"t", b"\\x00ff", str(-2**40).encode(), b"7", "é'\"".encode(),
+                         b"0.5", None)]
+    await pool.run(lambda c: c.execute("CREATE TABLE p (k text PRIMARY KEY)"),
+                   transaction=False)
+    insert = Prepared("insert", "INSERT INTO p VALUES (%s) RETURNING k", ["text"])
+    assert await pool.run(lambda c: c.prepared(insert, ["a"]), transaction=False) == [(b"a",)]
+    with pytest.raises(pgerrors.UniqueViolation):
+        await pool.run(lambda c: c.prepared(insert, ["a"]), transaction=False)
+    database = pg_url.rsplit("/", 1)[1]
+    await anyio.to_thread.run_sync(shared_server().psql, (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"))
+    with pytest.raises(ServerUnavailable, match=r"cannot be reached|may or may not"):
+        await pool.run(lambda c: c.prepared(insert, ["b"]), transaction=False)
+    assert await pool.run(lambda c: c.prepared(insert, ["c"]), transaction=False) == [(b"c",)]
+    pool.close()
+    # Through the store: a read-only server says so, and the task is not stored.
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k") as store:
+        await anyio.to_thread.run_sync(shared_server().psql, (
+            f"ALTER DATABASE {database} SET default_transaction_read_only = on; "
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"))
+        task = new_task()
+        try:
+            with anyio.fail_after(30):
+                while True:
+                    try:
+                        await store.create_claimed(task, NewClaim("m", b"fp"))
+                    except ServerUnavailable as exc:
+                        if "read-only" in str(exc):
+                            break
+        finally:
+            await anyio.to_thread.run_sync(shared_server().psql, (
+                f"ALTER DATABASE {database} SET default_transaction_read_only = off"))
+        with pytest.raises(TaskNotFound):
+            await store.get(task.id)
+
+
 async def test_snapshots_between_their_writes_are_folded_by_every_reader(
     pg_url: str, tmp_path: Path,
 ) -> None:

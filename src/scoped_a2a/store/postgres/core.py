@@ -59,7 +59,7 @@ from ..retention import Retention
 from ..sealing import Sealer
 from ..snapshot import applied, apply_event
 from .appends import KNOWN, TERMINAL_SQL, WRITE, Batcher, full_update
-from .connection import Conn, OutcomeUnknown, Pool
+from .connection import Conn, OutcomeUnknown, Pool, Prepared
 from .handover import PostgresHandover
 from .leases import PostgresLeases
 from .listener import Waiters
@@ -79,15 +79,20 @@ the status and artifact events after it. Writing it at every event would cost a 
 artifact chunks bytes quadratic in its length."""
 
 
-CREATE_CLAIMED = (
+CREATE_CLAIMED = Prepared("create_claimed", (
     # The claim, made (pending_until NULL), and the task only if the claim was free: a held
     # key (ON CONFLICT waits for a concurrent insert of it to commit) stores nothing.
     "WITH c AS (INSERT INTO claims (key, fingerprint, task_id, position) "
     "VALUES (%s, %s, %s, 0) ON CONFLICT (key) DO NOTHING RETURNING 1), "
     "t AS (INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, size, "
     "process) SELECT %s, %s, %s, %s, %s, 0, %s, NULL, %s, %s FROM c) "
-    "SELECT count(*) FROM c")
+    "SELECT count(*) FROM c"),
+    ["bytea", "bytea", "text", "text", "text", "text", "text", "text", "bytea", "int8", "text"])
 """A new task with its message claim, in one statement (:meth:`PostgresCore.create_claimed`)."""
+_KNOWN = Prepared("known", KNOWN.format(terminal=TERMINAL_SQL), [
+    "int8", "text", "text", "bytea", "int8", "bool", "bool", "text", "int8", "text", "text",
+    "text", "int8", "int2", "bytea", "int8", "text", "text", "text", "text"])
+"""append_sql.KNOWN, run per task's end (a send's last statement)."""
 
 
 async def load_snapshot(conn: Conn, seq: int, snap: bytes, snap_pos: int,
@@ -206,10 +211,10 @@ class PostgresCore(LocalState, TaskStore):
 
         async def run(conn: Conn) -> bool:
             try:
-                row = await conn.one(CREATE_CLAIMED, args)
+                rows = await conn.prepared(CREATE_CLAIMED, args)
             except pgerrors.UniqueViolation:
                 raise InvalidParams(f"task {task.id!r} already exists") from None
-            return bool(row[0])
+            return rows[0][0] == b"1"
 
         if not await self._create_here(task, snap, run):
             raise AlreadyClaimed(claim.message_id)
@@ -318,13 +323,13 @@ class PostgresCore(LocalState, TaskStore):
             pos = held[1] + 1
             task = held[0] if trajectory else applied(held[0], event)
             new = _encode(task)
-            row = await self.pool.run(lambda c: c.one(KNOWN.format(terminal=TERMINAL_SQL), (
+            rows = await self.pool.run(lambda c: c.prepared(_KNOWN, (
                 pos, task.status.state.value, task.status.timestamp, new,
                 len(encoded) + len(new), ends, ends, task_id, held[1], token, token, task_id,
                 pos, kind, encoded, pos - limit, "off" if lazy else "on",
                 self.channel if lazy else "", self.channel, f"{pos} {task_id}")),
                 transaction=False)
-            if row is not None:
+            if rows:
                 if ends:
                     self._ended_at(task_id, new)
                 self._notify_after(lazy, pos, task_id)
