@@ -50,6 +50,7 @@ from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.waiting import Ready
 
 from ...protocol.errors import ServerUnavailable
+from .slots import Slots
 
 log = logging.getLogger("scoped_a2a.postgres")
 T = TypeVar("T")
@@ -299,11 +300,11 @@ class Pool:
         self.where = display(url)
         self.size = size
         self._idle: list[Conn] = []
-        self._slots = anyio.CapacityLimiter(size)
+        self._slots = Slots(size)
         # The lease's renewal and check (``background``) never queue behind requests for a
         # connection: under load all ``size`` may be busy for longer than a lease, and a live
         # process would be recorded lost (store/liveness.py).
-        self._background_slots = anyio.CapacityLimiter(1)
+        self._background_slots = Slots(1)
         self.pids: set[int] = set()
         """The server process ids of this pool's open connections: a notification one of
         them sent is this process's own (listener.py)."""
