@@ -552,7 +552,8 @@ async def test_prepared_statements_take_every_type_and_fail_as_psycopgs_do(
     from psycopg import errors as pgerrors
 
     from scoped_a2a.protocol.errors import ServerUnavailable
-    from scoped_a2a.store.postgres.connection import Pool, Prepared
+    from scoped_a2a.store.postgres.connection import Pool
+    from scoped_a2a.store.postgres.prepared import Prepared
 
     from .server import shared_server
 

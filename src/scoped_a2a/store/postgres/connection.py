@@ -46,10 +46,11 @@ from psycopg import errors as pgerrors
 from psycopg import sql
 from psycopg._encodings import conn_encoding
 from psycopg.generators import execute as pq_execute
-from psycopg.pq import ExecStatus, TransactionStatus
+from psycopg.pq import TransactionStatus
 from psycopg.waiting import Ready
 
 from ...protocol.errors import ServerUnavailable
+from .prepared import FAILED, Prepared, param
 from .slots import Slots
 
 log = logging.getLogger("scoped_a2a.postgres")
@@ -177,41 +178,6 @@ async def drive(gen: Generator[Any, Any, T], fd: int) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-_OIDS = {"bool": 16, "bytea": 17, "int8": 20, "int2": 21, "text": 25, "float8": 701}
-_FAILED = (ExecStatus.FATAL_ERROR, ExecStatus.PIPELINE_ABORTED, ExecStatus.BAD_RESPONSE)
-
-
-class Prepared:
-    """One hot statement run through libpq's own calls (:meth:`Conn.prepared`), without a
-    cursor: prepared on each connection at its first use, with its parameters' types said
-    (``types``: ``bytea`` goes in binary, the rest in text) and its rows in text. What this
-    saves over :meth:`Conn.execute` (a cursor, the query's conversion, the adaptation of each
-    parameter, psycopg's prepared-statement bookkeeping, the rows' loaders): about 40 µs of
-    CPU per statement here (docs/postgres.md). Only for statements that run per send; the
-    rest keep psycopg's path."""
-
-    __slots__ = ("formats", "name", "oids", "sql")
-
-    def __init__(self, name: str, query: str, types: Sequence[str]) -> None:
-        parts = query.split("%s")
-        if len(parts) != len(types) + 1:
-            raise ValueError(f"{name}: {len(parts) - 1} placeholders, {len(types)} types")
-        self.name = f"scoped_a2a_{name}".encode()
-        self.sql = "".join(p + (f"${i}" if i < len(parts) else "")
-                           for i, p in enumerate(parts, start=1)).encode()
-        self.oids = [_OIDS[t] for t in types]
-        self.formats = [1 if t == "bytea" else 0 for t in types]
-
-
-def _param(value: Any) -> bytes | None:
-    """A parameter in PostgreSQL's text form (bytes as they are: bytea goes in binary)."""
-    if value is None or isinstance(value, bytes):
-        return value
-    if value is True or value is False:
-        return b"t" if value else b"f"
-    return str(value).encode()
-
-
 class Conn:
     """One connection used from the event loop: :meth:`execute` runs one statement.
     ``pids``: where its server process id is kept while it is open (:attr:`Pool.pids`)."""
@@ -244,7 +210,7 @@ class Conn:
             pg.send_prepare(stmt.name, stmt.sql, param_types=stmt.oids)
             self._check(await drive(pq_execute(pg), self.fd))
             self._prepared.add(stmt.name)
-        pg.send_query_prepared(stmt.name, [_param(v) for v in params],
+        pg.send_query_prepared(stmt.name, [param(v) for v in params],
                                param_formats=stmt.formats)
         res = self._check(await drive(pq_execute(pg), self.fd))
         cols = range(res.nfields)
@@ -255,7 +221,7 @@ class Conn:
         if not results:
             raise psycopg.InternalError("got no result from the query")
         for res in results:
-            if res.status in _FAILED:
+            if res.status in FAILED:
                 raise pgerrors.error_from_result(res, encoding=self._encoding)
         return results[-1]
 

@@ -59,11 +59,12 @@ from ..retention import Retention
 from ..sealing import Sealer
 from ..snapshot import applied, apply_event
 from .appends import KNOWN, TERMINAL_SQL, WRITE, Batcher, full_update
-from .connection import Conn, OutcomeUnknown, Pool, Prepared
+from .connection import Conn, OutcomeUnknown, Pool
 from .handover import PostgresHandover
 from .leases import PostgresLeases
 from .listener import Waiters
 from .local import LocalState
+from .prepared import Prepared
 from .push_watches import PostgresPushWatches
 from .unstarted import Unstarted
 
