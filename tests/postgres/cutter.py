@@ -3,7 +3,7 @@
 It reads the client's side of the PostgreSQL wire protocol (v3) message by message, keeping the
 SQL of each transaction (simple queries, and the text behind each statement a Bind runs:
 psycopg's unnamed ones, those it prepares once it ran a query five times, and those the store
-prepares at their first use, connection.Prepared). :meth:`Cutter.arm` picks the next transaction
+prepares at their first use, prepared.Prepared). :meth:`Cutter.arm` picks the next transaction
 whose SQL holds ``marker`` and where to cut it: ``"during"``, at that statement (the
 transaction is open; the server rolls it back); ``"before"``, at its ``COMMIT``, not forwarded
 (rolled back, but the client cannot tell: its commit got no answer); ``"after"``, at its

@@ -545,7 +545,7 @@ async def test_cut_connections_and_a_read_only_server_are_clear_errors_and_heal(
 async def test_prepared_statements_take_every_type_and_fail_as_psycopgs_do(
     pg_url: str, tmp_path: Path,
 ) -> None:
-    # connection.Prepared (a send's create and end): parameters of each type and NULLs go in
+    # prepared.Prepared (a send's create and end): parameters of each type and NULLs go in
     # and come back in PostgreSQL's text form; errors are psycopg's classes, so the pool
     # maps them as before; a connection cut under it fails clearly and a new one prepares
     # the statement again.
