@@ -1,8 +1,9 @@
 """A TCP relay between a store and PostgreSQL that cuts a connection at a chosen commit.
 
 It reads the client's side of the PostgreSQL wire protocol (v3) message by message, keeping the
-SQL of each transaction (simple queries, and the text behind each prepared statement's name,
-as psycopg prepares a query it ran five times). :meth:`Cutter.arm` picks the next transaction
+SQL of each transaction (simple queries, and the text behind each statement a Bind runs:
+psycopg's unnamed ones, those it prepares once it ran a query five times, and those the store
+prepares at their first use, prepared.Prepared). :meth:`Cutter.arm` picks the next transaction
 whose SQL holds ``marker`` and where to cut it: ``"during"``, at that statement (the
 transaction is open; the server rolls it back); ``"before"``, at its ``COMMIT``, not forwarded
 (rolled back, but the client cannot tell: its commit got no answer); ``"after"``, at its
@@ -113,10 +114,10 @@ class Cutter:
                 return self.marker is not None and self.when != "during" and any(
                     self.marker in q for q in conn.sql)
             query = body
-        elif kind == b"P":  # Parse: name \0 query \0 ...
+        elif kind == b"P":  # Parse: name \0 query \0 ... (it runs at a Bind of it)
             name, query = body.split(b"\0", 2)[:2]
-            if name:
-                conn.statements[name] = query
+            conn.statements[name] = query  # b"": the unnamed statement, till the next one
+            return False
         elif kind == b"B":  # Bind: portal \0 statement \0 ...
             query = conn.statements.get(body.split(b"\0", 2)[1], b"")
         if not query:

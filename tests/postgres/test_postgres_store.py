@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import msgspec
 import psycopg
 import pytest
 
+from scoped_a2a import A2AApp
 from scoped_a2a.protocol.errors import TaskNotFound
 from scoped_a2a.protocol.types import (
     Message,
@@ -30,10 +32,13 @@ from scoped_a2a.protocol.types import (
     TaskState,
 )
 from scoped_a2a.store.base import TaskEnded
+from scoped_a2a.store.claims import AlreadyClaimed, NewClaim, claim_key
 from scoped_a2a.store.postgres import StoreOpenError, open_postgres_store
 from scoped_a2a.store.postgres.store import PostgresTaskStore
 
+from ..helpers import rpc, served, text_message
 from ..redis.test_redis_store import chunk, new_task, status, tick
+from ..test_exactly_once import Counting, send_params, wait_state
 
 pytestmark = pytest.mark.anyio
 
@@ -124,6 +129,76 @@ async def test_a_message_claimed_on_one_replica_is_found_on_the_other(
         assert prior is not None and (prior.task_id, prior.created) == (task.id, True)
         # Another owner's same messageId is its own send.
         assert await b.claim_message("bob", "m1", b"fp", "bobs-task") is None
+
+
+async def test_a_new_tasks_claim_is_made_by_its_create_and_a_held_one_stores_nothing(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # One statement claims the messageId and stores the task (store.create_claimed): the claim
+    # is made at once (never pending), seen by the other replica; a second create of the same
+    # message, on either replica, stores nothing and says so (AlreadyClaimed).
+    async with two(pg_url, tmp_path) as (a, b):
+        assert a.claims_on_create
+        task, again, other = new_task(), new_task(), new_task()
+        await a.create_claimed(task, NewClaim("m1", b"fp"), owner="alice")
+        prior = await b.claim_message("alice", "m1", b"fp", "x")
+        assert prior is not None and (prior.task_id, prior.created) == (task.id, True)
+        for store in (a, b):
+            with pytest.raises(AlreadyClaimed):
+                await store.create_claimed(again, NewClaim("m1", b"fp"), owner="alice")
+        with pytest.raises(TaskNotFound):
+            await b.get(again.id)
+        # Another owner's messageId is its own; the first task is as it was created.
+        await b.create_claimed(other, NewClaim("m1", b"fp"), owner="bob")
+        assert (await b.get(other.id))[0].status.state is TaskState.SUBMITTED
+        assert (await b.get(task.id))[0].id == task.id
+        # A claim pending past its window whose task never came (its sender died) stores
+        # nothing either: the claim path (claim_message) deletes the lapsed one and claims.
+        with psycopg.connect(pg_url) as conn:
+            conn.execute("INSERT INTO scoped_a2a.claims VALUES (%s, %s, 'gone', 0, 0, NULL)",
+                         (claim_key("alice", "m2"), b"fp"))
+        with pytest.raises(AlreadyClaimed):
+            await a.create_claimed(again, NewClaim("m2", b"fp"), owner="alice")
+        assert await a.claim_message("alice", "m2", b"fp", again.id) is None
+        await a.create(again, owner="alice")
+        prior = await b.claim_message("alice", "m2", b"fp", "x")
+        assert prior is not None and (prior.task_id, prior.created) == (again.id, True)
+
+
+async def test_identical_sends_on_two_replicas_run_once(pg_url: str, tmp_path: Path) -> None:
+    """Two identical blocking sends at once, one to each replica (served through hypercorn):
+    one run, one task for both callers, whichever create claims first; a later resend
+    answers with that task; the messageId with another message is refused."""
+    agent = Counting()
+    rounds = 20
+    async with two(pg_url, tmp_path) as (a, b), anyio.create_task_group() as nursery:
+        apps = [A2AApp(agent, store=s, detached=nursery) for s in (a, b)]
+        async with served(apps[0]) as url_a, served(apps[1]) as url_b, \
+                httpx.AsyncClient(timeout=30) as client:
+            answers: dict[int, list[dict[str, Any]]] = {}
+
+            async def one(url: str, i: int, msg: dict[str, Any]) -> None:
+                body = await rpc(client, url, "SendMessage", send_params(msg))
+                answers.setdefault(i, []).append(body)
+
+            sent = []
+            for i in range(rounds):
+                msg = text_message(f"round {i}")
+                sent.append(msg)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(one, url_a, i, msg)
+                    tg.start_soon(one, url_b, i, msg)
+            for i in range(rounds):
+                ids = {body["result"]["task"]["id"] for body in answers[i]}
+                assert len(ids) == 1, answers[i]
+                await wait_state(client, url_a, ids.pop(), "TASK_STATE_COMPLETED")
+            again = await rpc(client, url_b, "SendMessage", send_params(sent[0]))
+            assert again["result"]["task"]["id"] == agent.tasks["round 0"][0], again
+            other = dict(sent[1], parts=[{"text": "something else"}])
+            refused = await rpc(client, url_a, "SendMessage", send_params(other))
+            assert refused["error"]["code"] == -32602, refused
+        nursery.cancel_scope.cancel()
+    assert len(agent.starts) == rounds and set(agent.starts.values()) == {1}, agent.starts
 
 
 async def test_a_queued_run_is_taken_by_one_worker_and_its_lease_fences_the_other(
@@ -465,6 +540,65 @@ async def test_cut_connections_and_a_read_only_server_are_clear_errors_and_heal(
             with anyio.fail_after(30):
                 await store.wait(task.id, 1)
         assert (await store.get(task.id))[1] == 2
+
+
+async def test_prepared_statements_take_every_type_and_fail_as_psycopgs_do(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # prepared.Prepared (a send's create and end): parameters of each type and NULLs go in
+    # and come back in PostgreSQL's text form; errors are psycopg's classes, so the pool
+    # maps them as before; a connection cut under it fails clearly and a new one prepares
+    # the statement again.
+    from psycopg import errors as pgerrors
+
+    from scoped_a2a.protocol.errors import ServerUnavailable
+    from scoped_a2a.store.postgres.connection import Pool
+    from scoped_a2a.store.postgres.prepared import Prepared
+
+    from .server import shared_server
+
+    pool = Pool(pg_url, "public", 1)
+    every = Prepared("every", "SELECT %s, %s, %s, %s, %s, %s, %s",
+                     ["bool", "bytea", "int8", "int2", "text", "float8", "text"])
+    for _ in range(2):  # prepared at the first use, reused at the second
+        rows = await pool.run(lambda c: c.prepared(
+            every, [True, b"\x00\xff", -2**40, 7, "é'\"", 0.5, None]), transaction=False)
+        assert rows == [(b"t", b"\\x00ff", str(-2**40).encode(), b"7", "é'\"".encode(),
+                         b"0.5", None)]
+    await pool.run(lambda c: c.execute("CREATE TABLE p (k text PRIMARY KEY)"),
+                   transaction=False)
+    insert = Prepared("insert", "INSERT INTO p VALUES (%s) RETURNING k", ["text"])
+    assert await pool.run(lambda c: c.prepared(insert, ["a"]), transaction=False) == [(b"a",)]
+    with pytest.raises(pgerrors.UniqueViolation):
+        await pool.run(lambda c: c.prepared(insert, ["a"]), transaction=False)
+    database = pg_url.rsplit("/", 1)[1]
+    await anyio.to_thread.run_sync(shared_server().psql, (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"))
+    with pytest.raises(ServerUnavailable, match=r"cannot be reached|may or may not"):
+        await pool.run(lambda c: c.prepared(insert, ["b"]), transaction=False)
+    assert await pool.run(lambda c: c.prepared(insert, ["c"]), transaction=False) == [(b"c",)]
+    pool.close()
+    # Through the store: a read-only server says so, and the task is not stored.
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k") as store:
+        await anyio.to_thread.run_sync(shared_server().psql, (
+            f"ALTER DATABASE {database} SET default_transaction_read_only = on; "
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"))
+        task = new_task()
+        try:
+            with anyio.fail_after(30):
+                while True:
+                    try:
+                        await store.create_claimed(task, NewClaim("m", b"fp"))
+                    except ServerUnavailable as exc:
+                        if "read-only" in str(exc):
+                            break
+        finally:
+            await anyio.to_thread.run_sync(shared_server().psql, (
+                f"ALTER DATABASE {database} SET default_transaction_read_only = off"))
+        with pytest.raises(TaskNotFound):
+            await store.get(task.id)
 
 
 async def test_snapshots_between_their_writes_are_folded_by_every_reader(

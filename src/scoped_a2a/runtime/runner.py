@@ -32,6 +32,7 @@ from ..protocol.principal import ANONYMOUS, Principal
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
 from ..store.base import TaskEnded, TaskStore
+from ..store.claims import NewClaim
 from ..store.launcher import RunLauncher
 from ..store.outage_log import OutageLog
 from .context import Agent, AskFailed, RunContext
@@ -199,6 +200,11 @@ class Runner:
 
     # --- launching through a durable queue (shared stores) -------------------------------
 
+    def queues(self, detach_reason: str | None) -> bool:
+        """Whether :meth:`launch` stores a new run with this detach reason in the run queue
+        (executed by any worker) rather than creating its task and running it here."""
+        return self.launcher is not None and detach_reason is not None
+
     async def launch(
         self,
         task: Task,
@@ -211,6 +217,7 @@ class Runner:
         principal: Principal = ANONYMOUS,
         owner: str | None = None,
         marker: str | None = None,
+        claim: NewClaim | None = None,
     ) -> Run:
         """Store a ``new`` task (or continue an existing one) and start its run; return it.
 
@@ -223,7 +230,10 @@ class Runner:
         or the run cannot start, the stored task is recorded as ended before this re-raises.
         A new task is owned by ``owner`` (default: ``principal``'s id; with a tenant, see
         :func:`~scoped_a2a.protocol.principal.owner_key`), stored with the task.
-        ``marker``: for a continued task, as :meth:`start`'s.
+        ``marker``: for a continued task, as :meth:`start`'s. ``claim``: the send's message
+        claim, made in the new task's create (:meth:`.TaskStore.create_claimed`, a run that
+        executes here only: :meth:`queues`); AlreadyClaimed when an earlier send holds it
+        (nothing stored, no run).
         Raises ServerUnavailable while shutting down or when the store is unreachable, and
         LimitExceeded (storing nothing) when a new task's principal is at a per-caller limit.
         """
@@ -232,6 +242,8 @@ class Runner:
         if new:
             self.callers.check(principal.id)
         if self.launcher is not None:
+            if claim is not None and detach_reason is not None:
+                raise ValueError("a queued run's claim is made before it is submitted")
             if not new:
                 # A non-terminal task with no run here has one queued, or (with replicas) in
                 # another process.
@@ -256,7 +268,10 @@ class Runner:
                 task, message, request_metadata=request_metadata, detach_reason=detach_reason,
                 continuing=True, principal=principal, owner=owner, marker=marker,
             )
-        await self.store.create(task, owner=owner)
+        if claim is not None:
+            await self.store.create_claimed(task, claim, owner=owner)
+        else:
+            await self.store.create(task, owner=owner)
         try:
             if stored is not None:
                 await stored()

@@ -36,6 +36,7 @@ from ..runtime.handover import Handovers
 from ..runtime.run import Run
 from ..runtime.runner import Runner
 from ..store.base import TaskStore
+from ..store.claims import AlreadyClaimed, NewClaim
 from ..store.snapshot import applied, carries_server_keys, server_keys_removed
 from .input_modes import InputModes
 from .resend import Resends, fingerprint
@@ -130,6 +131,20 @@ class SendSetup:
                 await self.resends.release(owner, msg, task.id)
                 raise
         task_id = new_id()
+        if self.store.claims_on_create and not self.runner.queues(reason):
+            # The claim is made by the create's own write (one round trip less per send); a
+            # messageId already claimed stores nothing and takes the resend path below.
+            ids = msg.task_id, msg.context_id
+            try:
+                return await self._new_task(req, v1, principal, owner, task_id, reason,
+                                            push_cfg, NewClaim(msg.message_id, fp))
+            except AlreadyClaimed:
+                msg.task_id, msg.context_id = ids  # as the caller sent it
+            except BaseException:
+                # The create failed (nothing stored, or its commit unknown), or the run never
+                # started (recorded as ended): a resend may run it, as below.
+                await self.resends.release(owner, msg, task_id)
+                raise
         prior = await self.resends.claim(owner, msg, fp, task_id, 0, follow_up=False)
         if prior is not None:
             return prior
@@ -213,8 +228,10 @@ class SendSetup:
     async def _new_task(
         self, req: SendMessageRequest, v1: bool, principal: Principal, owner: str, task_id: str,
         reason: str | None, push_cfg: TaskPushNotificationConfig | None,
+        claim: NewClaim | None = None,
     ) -> tuple[Task, Run, int]:
-        """Store a new task ``task_id`` for ``req``'s message and start its run."""
+        """Store a new task ``task_id`` for ``req``'s message and start its run; ``claim``:
+        its message claim, made with the create (AlreadyClaimed: nothing stored)."""
         msg = req.message
         context_id = msg.context_id or new_id()
         msg.task_id, msg.context_id = task_id, context_id
@@ -243,7 +260,7 @@ class SendSetup:
         # starts the run here unless it was queued.
         run = await self.runner.launch(
             task, msg, request_metadata=req.metadata, detach_reason=reason, new=True,
-            stored=stored, principal=principal, owner=owner,
+            stored=stored, principal=principal, owner=owner, claim=claim,
         )
         return task, run, 0
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..protocol.errors import InvalidParams, TaskNotFound
 from ..protocol.trajectory import LogEvent
 from ..protocol.types import ListTasksRequest, Task, TaskPushNotificationConfig
-from .claims import PriorSend
+from .claims import NewClaim, PriorSend
 
 if TYPE_CHECKING:
     from .handover import HandoverTransport
@@ -206,6 +206,20 @@ class TaskStore(abc.ABC):
         no claims (every send is new): stores that deduplicate override all three methods.
         """
         return None
+
+    @property
+    def claims_on_create(self) -> bool:
+        """Whether :meth:`create_claimed` makes a new task's claim in the create's own write
+        (one round trip less per send: PostgreSQL); else the send claims first, then creates."""
+        return type(self).create_claimed is not TaskStore.create_claimed
+
+    async def create_claimed(self, task: Task, claim: NewClaim, *, owner: str = "") -> None:
+        """Claim ``claim.message_id`` of ``owner`` for ``task`` (made, not pending) and store
+        ``task`` at position 0, atomically: both or neither. Raises
+        :class:`~.claims.AlreadyClaimed` (nothing stored) when an earlier send holds the
+        claim, lapsed or not: the caller then takes :meth:`claim_message`'s path. Only a store
+        whose :attr:`claims_on_create` is true implements it."""
+        raise NotImplementedError("this store claims before it creates (claim_message)")
 
     async def reclaim_message(
         self, owner: str, message_id: str, old_task_id: str, new_task_id: str

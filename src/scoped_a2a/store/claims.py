@@ -48,6 +48,21 @@ class PriorSend:
     created: bool
 
 
+@dataclass(frozen=True, slots=True)
+class NewClaim:
+    """The claim a new task's create makes in the same write, on a store that can
+    (:meth:`~.base.TaskStore.create_claimed`): the send's ``messageId`` and its message's
+    fingerprint (the owner is the task's)."""
+
+    message_id: str
+    fingerprint: bytes
+
+
+class AlreadyClaimed(Exception):
+    """A create with a claim found the ``messageId`` claimed by an earlier send: nothing was
+    stored (the caller takes the claim path, which reads that claim)."""
+
+
 def claim_key(owner: str, message_id: str) -> bytes:
     """The claim's key: a 16-byte digest of the owner key and the messageId."""
     h = hashlib.blake2b(digest_size=16)

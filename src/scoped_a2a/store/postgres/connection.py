@@ -44,10 +44,14 @@ import anyio.to_thread
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
+from psycopg._encodings import conn_encoding
+from psycopg.generators import execute as pq_execute
 from psycopg.pq import TransactionStatus
 from psycopg.waiting import Ready
 
 from ...protocol.errors import ServerUnavailable
+from .prepared import FAILED, Prepared, param
+from .slots import Slots
 
 log = logging.getLogger("scoped_a2a.postgres")
 T = TypeVar("T")
@@ -184,6 +188,8 @@ class Conn:
         self.fd = raw.pgconn.socket
         self.pid = raw.pgconn.backend_pid
         self._pids = pids
+        self._prepared: set[bytes] = set()  # the Prepared statements this connection has
+        self._encoding = conn_encoding(raw)
         if pids is not None:
             pids.add(self.pid)
 
@@ -193,6 +199,31 @@ class Conn:
         cur = self.raw.cursor()
         await drive(cur._execute_gen(query, params), self.fd)
         return cur
+
+    async def prepared(self, stmt: Prepared, params: Sequence[Any]
+                       ) -> list[tuple[bytes | None, ...]]:
+        """Run ``stmt`` with ``params`` (str, int, bool, bytes or None); its rows, each value
+        in PostgreSQL's text form (None for NULL). Errors are psycopg's, as from
+        :meth:`execute` (a lost connection: OperationalError)."""
+        pg = self.raw.pgconn
+        if stmt.name not in self._prepared:
+            pg.send_prepare(stmt.name, stmt.sql, param_types=stmt.oids)
+            self._check(await drive(pq_execute(pg), self.fd))
+            self._prepared.add(stmt.name)
+        pg.send_query_prepared(stmt.name, [param(v) for v in params],
+                               param_formats=stmt.formats)
+        res = self._check(await drive(pq_execute(pg), self.fd))
+        cols = range(res.nfields)
+        return [tuple(res.get_value(r, c) for c in cols) for r in range(res.ntuples)]
+
+    def _check(self, results: list[Any]) -> Any:
+        """The last of ``results``, or the error the first failed one says."""
+        if not results:
+            raise psycopg.InternalError("got no result from the query")
+        for res in results:
+            if res.status in FAILED:
+                raise pgerrors.error_from_result(res, encoding=self._encoding)
+        return results[-1]
 
     async def one(self, query: Any, params: Sequence[Any] | None = None) -> Any:
         """The first row of ``query`` (None if none)."""
@@ -235,11 +266,11 @@ class Pool:
         self.where = display(url)
         self.size = size
         self._idle: list[Conn] = []
-        self._slots = anyio.CapacityLimiter(size)
+        self._slots = Slots(size)
         # The lease's renewal and check (``background``) never queue behind requests for a
         # connection: under load all ``size`` may be busy for longer than a lease, and a live
         # process would be recorded lost (store/liveness.py).
-        self._background_slots = anyio.CapacityLimiter(1)
+        self._background_slots = Slots(1)
         self.pids: set[int] = set()
         """The server process ids of this pool's open connections: a notification one of
         them sent is this process's own (listener.py)."""

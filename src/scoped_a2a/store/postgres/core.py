@@ -34,7 +34,7 @@ line) when the database cannot be used.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -50,6 +50,7 @@ from ...protocol.types import (
     TaskStatusUpdateEvent,
 )
 from ..base import TaskEnded, TaskStore
+from ..claims import AlreadyClaimed, NewClaim, claim_key
 from ..handover import HandoverTransport
 from ..process_leases import DEFAULT_LEASE, ProcessLeases
 from ..push_watches import PushWatches
@@ -63,6 +64,7 @@ from .handover import PostgresHandover
 from .leases import PostgresLeases
 from .listener import Waiters
 from .local import LocalState
+from .prepared import Prepared
 from .push_watches import PostgresPushWatches
 from .unstarted import Unstarted
 
@@ -76,6 +78,22 @@ SNAP_EVERY = 64
 """A running task's snapshot is written every this many events (and at its end); readers fold
 the status and artifact events after it. Writing it at every event would cost a stream of
 artifact chunks bytes quadratic in its length."""
+
+
+CREATE_CLAIMED = Prepared("create_claimed", (
+    # The claim, made (pending_until NULL), and the task only if the claim was free: a held
+    # key (ON CONFLICT waits for a concurrent insert of it to commit) stores nothing.
+    "WITH c AS (INSERT INTO claims (key, fingerprint, task_id, position) "
+    "VALUES (%s, %s, %s, 0) ON CONFLICT (key) DO NOTHING RETURNING 1), "
+    "t AS (INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, size, "
+    "process) SELECT %s, %s, %s, %s, %s, 0, %s, NULL, %s, %s FROM c) "
+    "SELECT count(*) FROM c"),
+    ["bytea", "bytea", "text", "text", "text", "text", "text", "text", "bytea", "int8", "text"])
+"""A new task with its message claim, in one statement (:meth:`PostgresCore.create_claimed`)."""
+_KNOWN = Prepared("known", KNOWN.format(terminal=TERMINAL_SQL), [
+    "int8", "text", "text", "bytea", "int8", "bool", "bool", "text", "int8", "text", "text",
+    "text", "int8", "int2", "bytea", "int8", "text", "text", "text", "text"])
+"""append_sql.KNOWN, run per task's end (a send's last statement)."""
 
 
 async def load_snapshot(conn: Conn, seq: int, snap: bytes, snap_pos: int,
@@ -174,18 +192,49 @@ class PostgresCore(LocalState, TaskStore):
         self._remember(task.id, decode_task(snap), 0)
 
     async def create(self, task: Task, *, owner: str = "") -> None:
-        # An interactive run: it executes in this process, so this process's liveness lease
-        # covers it until its end is appended (store/liveness.py).
         snap = _encode(task)
         process = self.leases.process_id
+
+        async def write(conn: Conn) -> bool:
+            await self.create_sql(conn, task, owner, snap, process)
+            return True
+
+        await self._create_here(task, snap, write)
+
+    async def create_claimed(self, task: Task, claim: NewClaim, *, owner: str = "") -> None:
+        """The claim and the task in one statement (one round trip, one synchronous commit:
+        the claim is made with its task, never pending). AlreadyClaimed: the key is held (or
+        lapsed: claims.claim deletes those), nothing stored."""
+        snap = _encode(task)
+        args = (claim_key(owner, claim.message_id), claim.fingerprint, task.id, task.id, owner,
+                task.context_id, task.status.state.value, task.status.timestamp, snap,
+                len(snap), self.leases.process_id)
+
+        async def run(conn: Conn) -> bool:
+            try:
+                rows = await conn.prepared(CREATE_CLAIMED, args)
+            except pgerrors.UniqueViolation:
+                raise InvalidParams(f"task {task.id!r} already exists") from None
+            return rows[0][0] == b"1"
+
+        if not await self._create_here(task, snap, run):
+            raise AlreadyClaimed(claim.message_id)
+
+    async def _create_here(self, task: Task, snap: bytes,
+                           write: Callable[[Conn], Awaitable[bool]]) -> bool:
+        """Run ``write``, a create of ``task`` committing by itself (False: it stored
+        nothing). Its run executes in this process, whose liveness lease covers it until its
+        end is appended (store/liveness.py); a commit whose outcome is unknown is settled by
+        :mod:`.unstarted`."""
         try:
-            await self.pool.run(lambda c: self.create_sql(c, task, owner, snap, process),
-                                transaction=False)
+            done = await self.pool.run(write, transaction=False)
         except OutcomeUnknown:
             self.unstarted.add(task.id)  # perhaps stored, never run: settled (unstarted.py)
             raise
-        self.created(task, snap)
-        self.batcher.own(task.id, 0)  # its run is this process's
+        if done:
+            self.created(task, snap)
+            self.batcher.own(task.id, 0)  # its run is this process's
+        return done
 
     async def owner_of(self, task_id: str) -> str:
         row = await self.pool.run(lambda c: c.one(
@@ -275,13 +324,13 @@ class PostgresCore(LocalState, TaskStore):
             pos = held[1] + 1
             task = held[0] if trajectory else applied(held[0], event)
             new = _encode(task)
-            row = await self.pool.run(lambda c: c.one(KNOWN.format(terminal=TERMINAL_SQL), (
+            rows = await self.pool.run(lambda c: c.prepared(_KNOWN, (
                 pos, task.status.state.value, task.status.timestamp, new,
                 len(encoded) + len(new), ends, ends, task_id, held[1], token, token, task_id,
                 pos, kind, encoded, pos - limit, "off" if lazy else "on",
                 self.channel if lazy else "", self.channel, f"{pos} {task_id}")),
                 transaction=False)
-            if row is not None:
+            if rows:
                 if ends:
                     self._ended_at(task_id, new)
                 self._notify_after(lazy, pos, task_id)
