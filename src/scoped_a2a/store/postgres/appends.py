@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -45,7 +45,9 @@ import msgspec
 from psycopg import errors as pgerrors
 
 from ...protocol.errors import ServerUnavailable
-from ..base import TaskEnded
+from ...protocol.types import Task
+from ..base import LogEntry, TaskEnded
+from ..snapshot import folded
 from .append_sql import BATCH, KNOWN, TERMINAL_SQL, WRITE, full_update
 from .connection import Conn, Pool
 
@@ -53,13 +55,21 @@ __all__ = ["KNOWN", "TERMINAL_SQL", "WRITE", "Batcher", "full_update"]  # core.p
 
 MAX_BATCH = 128
 """Events written by one statement at most."""
+MAX_GROUP = 1024
+"""Events of one task written by one statement at most (and never more than the log's cap:
+the statement's trim does not see the events it inserts)."""
 MAX_TRACKED = 4096
 """Tasks whose positions this process tracks (those written most recently)."""
 
 _encode = msgspec.json.Encoder().encode
 
 
-OnCommit = Callable[[str, int, list[Any]], None]
+OnCommit = Callable[[str, int, list[LogEntry], Task | None], None]
+"""(task id, first position, entries, the snapshot after them or None) once committed."""
+Fold = Callable[[str, int, list[LogEntry]], Task | None]
+"""The snapshot after entries from a position on, from the one held before it (None: none)."""
+Load = Callable[[str], Awaitable[tuple[Task, int]]]
+"""The task's snapshot and position as the database has them."""
 
 
 class _Row(msgspec.Struct, omit_defaults=True):
@@ -72,6 +82,8 @@ class _Row(msgspec.Struct, omit_defaults=True):
     kinds: list[int]
     offs: list[int]
     lens: list[int]
+    soff: int | None = None  # the new snapshot's offset and length in the bytea, if one is due
+    slen: int | None = None
     state: str | None = None
     ts: str | None = None
     token: str | None = None
@@ -79,16 +91,14 @@ class _Row(msgspec.Struct, omit_defaults=True):
 
 
 class _Item:
-    __slots__ = ("body", "done", "error", "expect", "id", "kind", "payload", "pos", "state",
-                 "token", "ts", "waited")
+    __slots__ = ("done", "entry", "error", "expect", "id", "kind", "pos", "state", "token",
+                 "ts", "waited")
 
-    def __init__(self, task_id: str, kind: int, body: bytes, state: str | None,
-                 ts: str | None, token: str | None, expect: int | None, payload: Any,
-                 waited: bool) -> None:
-        self.id, self.kind, self.body = task_id, kind, body
+    def __init__(self, task_id: str, kind: int, entry: LogEntry, state: str | None,
+                 ts: str | None, token: str | None, expect: int | None, waited: bool) -> None:
+        self.id, self.kind, self.entry = task_id, kind, entry  # (its position set once known)
         self.state, self.ts, self.token = state, ts, token
         self.expect = expect  # the position it must take (None: whatever is next)
-        self.payload = payload  # handed to on_commit
         self.waited = waited  # its caller waits for the commit
         # Set once written or failed; only a waiting caller needs one (most are not waited).
         self.done: anyio.Event | None = anyio.Event() if waited else None
@@ -114,12 +124,15 @@ class Batcher:
     """Intermediate events of running tasks, written many tasks per statement."""
 
     def __init__(self, pool: Pool, channel: str, limit: int, every: int, sync: bool,
-                 on_commit: OnCommit) -> None:
+                 on_commit: OnCommit, fold: Fold, load: Load) -> None:
         self.pool = pool
         self.channel = channel
         self.every = every  # a snapshot is due this many events after the last one
+        self.group = min(MAX_GROUP, limit)  # events of one task per statement, at most
         self.commit = "on" if sync else "off"
-        self.on_commit = on_commit  # (task id, first position, payloads) once committed
+        self.on_commit = on_commit
+        self.fold = fold
+        self.load = load
         self.terminal = TERMINAL_SQL
         self.sql = BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
         self._queue: deque[_Item] = deque()
@@ -167,13 +180,6 @@ class Batcher:
             else:
                 del self._tracks[task_id]
 
-    def due(self, task_id: str, heard: int) -> bool:
-        """Whether the next event of ``task_id`` must take the full path (its snapshot is
-        due), as far as known; ``heard``: the latest position announced by any process."""
-        t = self._tracks.get(task_id)
-        return (t is not None and t.pos is not None and t.pos >= heard
-                and t.pos + 1 - t.snap_pos >= self.every)
-
     async def drain(self, task_id: str) -> None:
         """Once every queued event of ``task_id`` is written; raises what failed."""
         t = self._tracks.get(task_id)
@@ -194,12 +200,14 @@ class Batcher:
 
     # --- appends --------------------------------------------------------------------------
 
-    async def append(self, task_id: str, kind: int, body: bytes, state: str | None,
-                     ts: str | None, token: str | None, payload: Any, *, wait: bool,
+    async def append(self, task_id: str, kind: int, entry: LogEntry, state: str | None,
+                     ts: str | None, token: str | None, *, wait: bool,
                      heard: int) -> int | None:
-        """Queue an event; its position. ``wait``: return once committed (None: the
-        statement skipped it, take the full path); else return at once if the position is
-        known (``heard``: the latest announced; a later one means another process wrote)."""
+        """Queue an event (``entry``, whose position is set here or once written); its
+        position. ``wait``: return once committed (None: the statement skipped it, take the
+        full path); else return at once if the position is known (``heard``: the latest
+        announced; a later one means another process wrote). A snapshot falling due needs no
+        full path: the statement writes it with the task's events (:meth:`_snapshots`)."""
         self.check(task_id)
         t = self._tracks.get(task_id)
         if t is None:
@@ -209,9 +217,9 @@ class Batcher:
         self._tracks.move_to_end(task_id)
         expect = None if t.pos is None else t.pos + 1
         if expect is not None:
-            t.pos = expect
+            t.pos = entry.position = expect
         waited = wait or expect is None
-        item = _Item(task_id, kind, body, state, ts, token, expect, payload, waited)
+        item = _Item(task_id, kind, entry, state, ts, token, expect, waited)
         t.queued += 1
         self._queue.append(item)
         self._wake.set()
@@ -257,39 +265,36 @@ class Batcher:
 
     async def _run(self) -> None:
         while True:
-            if self._notes:
-                notes, self._notes = self._notes, []
-                # Stores nothing: like a read, it may be tried twice, and its working says
-                # nothing of a server failing writes (a full disk: connection.py).
-                with contextlib.suppress(Exception):  # the pool logged it (see notify)
-                    await self.pool.query(
-                        "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) n, "
-                        "(SELECT set_config('synchronous_commit', 'off', true)) s",
-                        (self.channel, notes), retry=True)
             if not self._queue:
                 if self._notes:
+                    await self._notify(self._notes)
+                    self._notes = []
                     continue
                 self._idle.set()
                 self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
             batch = self._take()
+            notes, self._notes = self._notes, []  # they ride on this statement
             try:
-                rows = await self._write(batch)
+                snaps = await self._snapshots(batch)
+                rows = await self._write(batch, snaps, notes)
             except pgerrors.DeadlockDetected:
                 # Nothing was written: again, in the order handed over.
                 self._queue.extendleft(reversed([i for g in batch for i in g]))
+                self._notes[:0] = notes
                 continue
             except Exception as exc:  # every caller of the batch learns it
                 for group in batch:
                     for item in group:
                         self._failed(item, exc)
                 continue
-            written = {task_id: (int(pos), int(snap)) for task_id, pos, snap, _, _ in rows}
+            written = {task_id: (int(pos), int(snap)) for task_id, pos, snap, _, _ in rows
+                       if task_id is not None}  # (the notes' row has none)
             lost = {g[0].id: g[0].token for g in batch
                     if g[0].id not in written and not g[0].waited}
             why = await self._why(lost) if lost else {}
-            for group in batch:
+            for group, (task, _) in zip(batch, snaps, strict=True):
                 got = written.get(group[0].id)
                 if got is None:
                     for item in group:
@@ -302,11 +307,53 @@ class Batcher:
                     if t.pos is None and t.owned and not t.queued - len(group):
                         t.pos = last  # learned: what follows is not waited for
                 first = last - len(group) + 1
+                entries = []
                 for n, item in enumerate(group, start=first):
-                    item.pos = n
-                self.on_commit(group[0].id, first, [item.payload for item in group])
+                    item.pos = item.entry.position = n
+                    entries.append(item.entry)
+                if task is None and group[0].expect is None:  # its position is known now
+                    task = self.fold(group[0].id, first, entries)
+                self.on_commit(group[0].id, first, entries, task)
                 for item in group:
                     self._done(item)
+
+    async def _notify(self, notes: list[str]) -> None:
+        """Send ``notes`` (no batch to carry them)."""
+        # Stores nothing: like a read, it may be tried twice, and its working says nothing
+        # of a server failing writes (a full disk: connection.py).
+        with contextlib.suppress(Exception):  # the pool logged it (see notify)
+            await self.pool.query(
+                "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) n, "
+                "(SELECT set_config('synchronous_commit', 'off', true)) s",
+                (self.channel, notes), retry=True)
+
+    async def _snapshots(self, batch: list[list[_Item]]
+                         ) -> list[tuple[Task | None, bytes | None]]:
+        """Each group's snapshot after its events, folded here before they are written
+        (None: its position is not known yet, or no snapshot is held before it), and that
+        snapshot encoded where one is due (its last event this far from the last written:
+        the statement writes it with the events, where it took a statement and a round trip
+        of its own, the run waiting for it). A due snapshot this process does not hold (its
+        cache dropped it) is read from the database first; if the task moved meanwhile, the
+        statement skips the group (another process wrote it)."""
+        out: list[tuple[Task | None, bytes | None]] = []
+        for group in batch:
+            first = group[0].expect
+            if first is None:
+                out.append((None, None))
+                continue
+            task_id = group[0].id
+            entries = [item.entry for item in group]
+            task = self.fold(task_id, first, entries)
+            t = self._tracks.get(task_id)
+            due = t is None or first + len(group) - 1 - t.snap_pos >= self.every
+            if due and task is None:
+                with contextlib.suppress(Exception):  # the statement decides (see above)
+                    held, pos = await self.load(task_id)
+                    if pos == first - 1:
+                        task = folded(held, [entry.event for entry in entries])
+            out.append((task, _encode(task) if due and task is not None else None))
+        return out
 
     async def _why(self, lost: dict[str, str | None]) -> dict[str, Exception]:
         """Why events not waited for were not written (rare): the task ended or its run lost
@@ -364,7 +411,8 @@ class Batcher:
                 if item.expect is None:
                     closed.add(item.id)
             elif (item.expect is not None and group[-1].expect is not None
-                  and item.expect == group[-1].expect + 1 and item.token == group[0].token):
+                  and item.expect == group[-1].expect + 1 and item.token == group[0].token
+                  and len(group) < self.group):
                 group.append(item)
             else:
                 later.append(item)
@@ -372,24 +420,33 @@ class Batcher:
         self._queue = later
         return list(groups.values())
 
-    async def _write(self, batch: list[list[_Item]]) -> list[Any]:
+    async def _write(self, batch: list[list[_Item]],
+                     snaps: list[tuple[Task | None, bytes | None]], notes: list[str]
+                     ) -> list[Any]:
         rows = []
         bodies: list[bytes] = []
         at = 1  # where the next body starts in the bytea (1-based, as substr counts)
-        for group in batch:
+        for group, (_, snap) in zip(batch, snaps, strict=True):
             first = group[0]
             status = next((i for i in reversed(group) if i.state is not None), None)
             offs, lens = [], []
             for item in group:
-                size = len(item.body)
+                body = item.entry.encoded
+                size = len(body)
                 offs.append(at)
                 lens.append(size)
                 at += size
-                bodies.append(item.body)
+                bodies.append(body)
+            soff = slen = None
+            if snap is not None:
+                soff, slen = at, len(snap)
+                at += slen
+                bodies.append(snap)
             rows.append(_Row(first.id, len(group), at - offs[0], [i.kind for i in group],
-                             offs, lens, status.state if status else None,
+                             offs, lens, soff, slen, status.state if status else None,
                              status.ts if status else None, first.token, first.expect))
-        args = (_encode(rows).decode(), b"".join(bodies), self.commit, self.channel)
+        args = {"tasks": _encode(rows).decode(), "bodies": b"".join(bodies),
+                "commit": self.commit, "channel": self.channel, "notes": notes}
 
         async def run(conn: Conn) -> list[Any]:
             return await conn.all(self.sql, args)

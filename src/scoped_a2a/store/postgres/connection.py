@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import re
 import select
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -50,6 +50,8 @@ from psycopg.waiting import Ready
 from ...protocol.errors import ServerUnavailable
 
 log = logging.getLogger("scoped_a2a.postgres")
+Params = Sequence[Any] | Mapping[str, Any] | None
+"""A statement's parameters: positional (``%s``) or named (``%(name)s``)."""
 T = TypeVar("T")
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 CONNECT_TIMEOUT = 5
@@ -187,18 +189,18 @@ class Conn:
         if pids is not None:
             pids.add(self.pid)
 
-    async def execute(self, query: Any, params: Sequence[Any] | None = None
+    async def execute(self, query: Any, params: Params = None
                       ) -> psycopg.Cursor[Any]:
         """Run ``query``; the cursor holds its rows (``fetchone``/``fetchall``, no I/O)."""
         cur = self.raw.cursor()
         await drive(cur._execute_gen(query, params), self.fd)
         return cur
 
-    async def one(self, query: Any, params: Sequence[Any] | None = None) -> Any:
+    async def one(self, query: Any, params: Params = None) -> Any:
         """The first row of ``query`` (None if none)."""
         return (await self.execute(query, params)).fetchone()
 
-    async def all(self, query: Any, params: Sequence[Any] | None = None) -> list[Any]:
+    async def all(self, query: Any, params: Params = None) -> list[Any]:
         """Every row of ``query``."""
         return (await self.execute(query, params)).fetchall()
 
@@ -288,7 +290,7 @@ class Pool:
                 return result
         raise AssertionError("unreachable")
 
-    async def query(self, query: Any, params: Sequence[Any] | None = None, *,
+    async def query(self, query: Any, params: Params = None, *,
                     retry: bool = False) -> list[Any]:
         """The rows of one statement, committed by itself (one round trip)."""
         async def one(conn: Conn) -> list[Any]:

@@ -49,7 +49,7 @@ from ...protocol.types import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from ..base import TaskEnded, TaskStore
+from ..base import LogEntry, TaskEnded, TaskStore
 from ..handover import HandoverTransport
 from ..process_leases import DEFAULT_LEASE, ProcessLeases
 from ..push_watches import PushWatches
@@ -125,7 +125,7 @@ class PostgresCore(LocalState, TaskStore):
         """Who watches each push config (store/push_watches.py)."""
         self.batcher = Batcher(pool, self.channel, max_events_per_task,
                                min(SNAP_EVERY, max_events_per_task), sync_events,
-                               self._committed)
+                               self._committed, self._fold, self.get)
         """Intermediate events, many tasks per statement (appends.py)."""
         self.handover = PostgresHandover(pool, self.leases.process_id,
                                          handover or sealer)
@@ -231,16 +231,15 @@ class PostgresCore(LocalState, TaskStore):
         token = self._fences.get(task_id)
         status = event.status if isinstance(event, TaskStatusUpdateEvent) else None
         ends = status is not None and status.state.terminal
-        heard = self.waiters.known.get(task_id, -1)
-        if not ends and not self.batcher.due(task_id, heard):
-            # Batched with other tasks' events (appends.py); a working task's chunks and
-            # progress are not waited for, anything else is.
+        if not ends:
+            # Batched with other tasks' events (appends.py), a due snapshot with them; a
+            # working task's chunks and progress are not waited for, anything else is.
             wait = self.sync_events or (status is not None
                                         and status.state is not TaskState.WORKING)
             pos = await self.batcher.append(
-                task_id, kind, encoded, status.state.value if status else None,
-                status.timestamp if status else None, token, (event, encoded), wait=wait,
-                heard=heard)
+                task_id, kind, LogEntry(0, event, encoded),
+                status.state.value if status else None, status.timestamp if status else None,
+                token, wait=wait, heard=self.waiters.known.get(task_id, -1))
             if pos is not None:
                 return pos
         await self.batcher.drain(task_id)  # what was queued before it, written first
@@ -254,7 +253,7 @@ class PostgresCore(LocalState, TaskStore):
             self._remember(task_id, task, pos)
         else:
             self._cache.pop(task_id, None)
-        self._keep(task_id, pos, [(event, encoded)])
+        self._keep(task_id, pos, [LogEntry(pos, event, encoded)])
         self.waiters.saw(task_id, pos)
         if ends:
             await self._retain()
