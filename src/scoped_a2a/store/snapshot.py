@@ -109,24 +109,27 @@ def folded(task: Task, events: list[LogEvent]) -> Task:
     copy of its parts, not k (applied per event copied them at every event)."""
     new = msgspec.structs.replace(task)
     history = artifacts = False  # copied already (or made by apply_event: private either way)
-    parts: set[str] = set()  # artifacts whose parts are this snapshot's own
+    own: dict[str, Any] = {}  # artifact id -> this snapshot's own copy (its parts extendable)
     for event in events:
-        if isinstance(event, TaskStatusUpdateEvent):
-            if not history and new.history is not None:
-                new.history = list(new.history)
-            history = True
-        elif isinstance(event, TaskArtifactUpdateEvent):
+        if isinstance(event, TaskArtifactUpdateEvent):
+            key = event.artifact.artifact_id
+            mine = own.get(key)
+            if event.append and mine is not None:
+                mine.parts.extend(event.artifact.parts)  # (what apply_event does, no copy)
+                continue
             if not artifacts and new.artifacts is not None:
                 new.artifacts = list(new.artifacts)
             artifacts = True
-            key = event.artifact.artifact_id
-            if event.append and key not in parts and new.artifacts is not None:
+            if event.append and new.artifacts is not None:
                 for i, old in enumerate(new.artifacts):
                     if old.artifact_id == key:
                         new.artifacts[i] = msgspec.structs.replace(old, parts=list(old.parts))
                         break
-            parts.add(key)  # (a replaced or new artifact is apply_event's own copy)
-        else:
-            continue  # a trajectory event changes nothing
-        apply_event(new, event)
+            apply_event(new, event)
+            own[key] = next(a for a in new.artifacts or () if a.artifact_id == key)
+        elif isinstance(event, TaskStatusUpdateEvent):
+            if not history and new.history is not None:
+                new.history = list(new.history)
+            history = True
+            apply_event(new, event)
     return new

@@ -139,6 +139,7 @@ class Batcher:
         self._notes: list[str] = []  # notifications of synchronous commits, to send
         self._tracks: OrderedDict[str, _Track] = OrderedDict()
         self._wake = anyio.Event()
+        self._woken = False  # _wake is set (or the writer has not waited since)
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -208,13 +209,17 @@ class Batcher:
         full path); else return at once if the position is known (``heard``: the latest
         announced; a later one means another process wrote). A snapshot falling due needs no
         full path: the statement writes it with the task's events (:meth:`_snapshots`)."""
-        self.check(task_id)
+        # (Every event of a stream comes here: each step is as cheap as it can be.)
         t = self._tracks.get(task_id)
         if t is None:
             t = self._tracks[task_id] = _Track(None, 0, False)
-        elif t.pos is not None and t.pos < heard and not t.queued:
-            t.pos = None  # another process wrote it: learn its position again
-        self._tracks.move_to_end(task_id)
+        else:
+            if t.error is not None:
+                self.check(task_id)
+            if t.pos is not None and t.pos < heard and not t.queued:
+                t.pos = None  # another process wrote it: learn its position again
+        if not t.queued:  # (while some are queued it is not forgotten: moved once)
+            self._tracks.move_to_end(task_id)
         expect = None if t.pos is None else t.pos + 1
         if expect is not None:
             t.pos = entry.position = expect
@@ -222,8 +227,7 @@ class Batcher:
         item = _Item(task_id, kind, entry, state, ts, token, expect, waited)
         t.queued += 1
         self._queue.append(item)
-        self._wake.set()
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._busy()
         if not waited:
             return expect
         try:
@@ -244,8 +248,15 @@ class Batcher:
         (core.py). Lost if the store closes or the database fails first: other replicas'
         waiters re-read within their ``poll_interval``."""
         self._notes.append(payload)
-        self._wake.set()
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._busy()
+
+    def _busy(self) -> None:
+        """Something was queued: wake the writer, and :meth:`flush` waits for it."""
+        if not self._woken:
+            self._woken = True
+            self._wake.set()
+            if self._idle.is_set():
+                self._idle = anyio.Event()
 
     async def flush(self) -> None:
         """Once nothing is queued or being written."""
@@ -272,6 +283,7 @@ class Batcher:
                     continue
                 self._idle.set()
                 self._wake = anyio.Event()
+                self._woken = False
                 await self._wake.wait()
                 continue
             batch = self._take()
@@ -315,7 +327,13 @@ class Batcher:
                     task = self.fold(group[0].id, first, entries)
                 self.on_commit(group[0].id, first, entries, task)
                 for item in group:
-                    self._done(item)
+                    if item.done is not None:
+                        item.done.set()
+                if t is not None:
+                    t.queued -= len(group)
+                    if t.queued == 0 and t.idle is not None:
+                        t.idle.set()
+                        t.idle = None
 
     async def _notify(self, notes: list[str]) -> None:
         """Send ``notes`` (no batch to carry them)."""
