@@ -45,7 +45,7 @@ import msgspec
 from psycopg import errors as pgerrors
 
 from ...protocol.errors import ServerUnavailable
-from ...protocol.types import Task
+from ...protocol.types import Task, TaskStatus
 from ..base import LogEntry, TaskEnded
 from ..snapshot import folded
 from .append_sql import BATCH, KNOWN, TERMINAL_SQL, WRITE, full_update
@@ -91,18 +91,18 @@ class _Row(msgspec.Struct, omit_defaults=True):
 
 
 class _Item:
-    __slots__ = ("done", "entry", "error", "expect", "id", "kind", "pos", "state", "token",
-                 "ts", "waited")
+    __slots__ = ("done", "entry", "error", "expect", "id", "kind", "status", "token",
+                 "waited")
 
-    def __init__(self, task_id: str, kind: int, entry: LogEntry, state: str | None,
-                 ts: str | None, token: str | None, expect: int | None, waited: bool) -> None:
-        self.id, self.kind, self.entry = task_id, kind, entry  # (its position set once known)
-        self.state, self.ts, self.token = state, ts, token
+    def __init__(self, task_id: str, kind: int, entry: LogEntry, status: TaskStatus | None,
+                 token: str | None, expect: int | None, waited: bool) -> None:
+        # ``entry.position``: set once known; 0 if the statement skipped it (full path).
+        self.id, self.kind, self.entry = task_id, kind, entry
+        self.status, self.token = status, token  # (a status update's new status)
         self.expect = expect  # the position it must take (None: whatever is next)
         self.waited = waited  # its caller waits for the commit
         # Set once written or failed; only a waiting caller needs one (most are not waited).
-        self.done: anyio.Event | None = anyio.Event() if waited else None
-        self.pos: int | None = None  # written at this position (None: take the full path)
+        self.done: anyio.Event | None = None  # (set by put for a waited one)
         self.error: BaseException | None = None
 
 
@@ -201,15 +201,14 @@ class Batcher:
 
     # --- appends --------------------------------------------------------------------------
 
-    async def append(self, task_id: str, kind: int, entry: LogEntry, state: str | None,
-                     ts: str | None, token: str | None, *, wait: bool,
-                     heard: int) -> int | None:
-        """Queue an event (``entry``, whose position is set here or once written); its
-        position. ``wait``: return once committed (None: the statement skipped it, take the
-        full path); else return at once if the position is known (``heard``: the latest
-        announced; a later one means another process wrote). A snapshot falling due needs no
-        full path: the statement writes it with the task's events (:meth:`_snapshots`)."""
-        # (Every event of a stream comes here: each step is as cheap as it can be.)
+    def put(self, task_id: str, kind: int, entry: LogEntry, status: TaskStatus | None,
+            token: str | None, wait: bool, heard: int) -> int | _Item:
+        """Queue an event (``entry``, whose position is set here or once written). Returns
+        its position at once if it is known and ``wait`` is false (``heard``: the latest
+        position announced; a later one means another process wrote); else the item to
+        :meth:`wait_for`. A snapshot falling due needs no full path: the statement writes it
+        with the task's events (:meth:`_snapshots`). Not a coroutine: a stream's every event
+        comes here, and most return at once."""
         t = self._tracks.get(task_id)
         if t is None:
             t = self._tracks[task_id] = _Track(None, 0, False)
@@ -224,12 +223,19 @@ class Batcher:
         if expect is not None:
             t.pos = entry.position = expect
         waited = wait or expect is None
-        item = _Item(task_id, kind, entry, state, ts, token, expect, waited)
+        item = _Item(task_id, kind, entry, status, token, expect, waited)
         t.queued += 1
         self._queue.append(item)
         self._busy()
         if not waited:
+            assert expect is not None
             return expect
+        item.done = anyio.Event()
+        return item
+
+    async def wait_for(self, item: _Item) -> int | None:
+        """Once ``item`` (from :meth:`put`) is committed: its position (None: the statement
+        skipped it, take the full path); raises what failed."""
         try:
             assert item.done is not None
             await item.done.wait()
@@ -240,7 +246,14 @@ class Batcher:
             raise
         if item.error is not None:
             raise item.error
-        return item.pos
+        return item.entry.position or None
+
+    async def append(self, task_id: str, kind: int, entry: LogEntry,
+                     status: TaskStatus | None, token: str | None, *, wait: bool,
+                     heard: int) -> int | None:
+        """:meth:`put`, then :meth:`wait_for` if it did not return the position."""
+        got = self.put(task_id, kind, entry, status, token, wait, heard)
+        return got if isinstance(got, int) else await self.wait_for(got)
 
     def notify(self, payload: str) -> None:
         """Send ``payload`` on the channel soon (many in one statement, no caller waiting):
@@ -321,7 +334,7 @@ class Batcher:
                 first = last - len(group) + 1
                 entries = []
                 for n, item in enumerate(group, start=first):
-                    item.pos = item.entry.position = n
+                    item.entry.position = n
                     entries.append(item.entry)
                 if task is None and group[0].expect is None:  # its position is known now
                     task = self.fold(group[0].id, first, entries)
@@ -399,6 +412,7 @@ class Batcher:
             if t.error is None and not item.waited:
                 t.error = exc or TaskEnded(item.id)
         item.error = exc
+        item.entry.position = 0  # not written (a waiting caller takes the full path)
         self._done(item)
 
     def _done(self, item: _Item) -> None:
@@ -446,7 +460,7 @@ class Batcher:
         at = 1  # where the next body starts in the bytea (1-based, as substr counts)
         for group, (_, snap) in zip(batch, snaps, strict=True):
             first = group[0]
-            status = next((i for i in reversed(group) if i.state is not None), None)
+            status = next((i.status for i in reversed(group) if i.status is not None), None)
             offs, lens = [], []
             for item in group:
                 body = item.entry.encoded
@@ -461,8 +475,9 @@ class Batcher:
                 at += slen
                 bodies.append(snap)
             rows.append(_Row(first.id, len(group), at - offs[0], [i.kind for i in group],
-                             offs, lens, soff, slen, status.state if status else None,
-                             status.ts if status else None, first.token, first.expect))
+                             offs, lens, soff, slen, status.state.value if status else None,
+                             status.timestamp if status else None, first.token,
+                             first.expect))
         args = {"tasks": _encode(rows).decode(), "bodies": b"".join(bodies),
                 "commit": self.commit, "channel": self.channel, "notes": notes}
 

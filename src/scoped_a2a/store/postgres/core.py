@@ -236,10 +236,11 @@ class PostgresCore(LocalState, TaskStore):
             # working task's chunks and progress are not waited for, anything else is.
             wait = self.sync_events or (status is not None
                                         and status.state is not TaskState.WORKING)
-            pos = await self.batcher.append(
-                task_id, kind, LogEntry(0, event, encoded),
-                status.state.value if status else None, status.timestamp if status else None,
-                token, wait=wait, heard=self.waiters.known.get(task_id, -1))
+            got = self.batcher.put(task_id, kind, LogEntry(0, event, encoded), status, token,
+                                   wait, self.waiters.known.get(task_id, -1))
+            if isinstance(got, int):
+                return got
+            pos = await self.batcher.wait_for(got)
             if pos is not None:
                 return pos
         await self.batcher.drain(task_id)  # what was queued before it, written first
