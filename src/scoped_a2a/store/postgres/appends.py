@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
+from itertools import accumulate
 from typing import Any
 
 import anyio
@@ -461,20 +462,17 @@ class Batcher:
         for group, (_, snap) in zip(batch, snaps, strict=True):
             first = group[0]
             status = next((i.status for i in reversed(group) if i.status is not None), None)
-            offs, lens = [], []
-            for item in group:
-                body = item.entry.encoded
-                size = len(body)
-                offs.append(at)
-                lens.append(size)
-                at += size
-                bodies.append(body)
+            mine = [item.entry.encoded for item in group]
+            lens = list(map(len, mine))
+            offs = list(accumulate(lens, initial=at))  # (its last: where the next one starts)
+            start, at = offs[0], offs.pop()
+            bodies += mine
             soff = slen = None
             if snap is not None:
                 soff, slen = at, len(snap)
                 at += slen
                 bodies.append(snap)
-            rows.append(_Row(first.id, len(group), at - offs[0], [i.kind for i in group],
+            rows.append(_Row(first.id, len(group), at - start, [i.kind for i in group],
                              offs, lens, soff, slen, status.state.value if status else None,
                              status.timestamp if status else None, first.token,
                              first.expect))
