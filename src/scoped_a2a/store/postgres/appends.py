@@ -11,21 +11,29 @@ trajectory events and ``working`` updates are not waited for: the position is de
 event is handed over (this process tracks each task it writes: its position and snapshot
 position, learned from its create or its last written event), and the statement writes it
 only at that position (``expect``). Readers see an event only once committed: this process's
-readers are woken, its cache folded and its recent entries kept by :meth:`Batcher.run` after
-the commit; other replicas hear the ``NOTIFY`` sent in the same transaction. If the write fails
+readers are woken, the snapshot after the task's events held and its recent entries kept by
+:meth:`Batcher.run` after the commit; other replicas hear the ``NOTIFY`` sent in the same
+transaction. If the write fails
 (the database is gone, the task ended, the run lost its queue lease, another process wrote the
 task), the run learns at its next append (ServerUnavailable or TaskEnded). Every other event
 (another status, any event of a task not tracked here, all of them with
-``--postgres-sync-events``) is waited for: its append returns once committed. A task's end,
-a due snapshot, and whatever the statement skipped take the full path (two statements in one
-transaction under the row lock) once the task's queued events are written, so a send is
-answered only once everything it stored is committed. The statements: append_sql.py.
+``--postgres-sync-events``) is waited for: its append returns once committed. A task's end
+and whatever the statement skipped take the full path (core.py) once the task's queued events
+are written, so a send is answered only once everything it stored is committed. The
+statements: append_sql.py.
+
+Snapshots. The writer folds each task's events into the snapshot this process holds before it
+writes them (:func:`..snapshot.folded`: what they change copied once per batch, then folded in
+place), and when the task's snapshot is due (``every`` events since the stored one) the same
+statement stores it, at the task's last event of the batch. Before, the event at which it fell
+due took the full path: the run waited for its queued events, then for a statement of its own.
 
 The UPDATE takes each task's row lock, so appends to one task from any replica are serialized;
 a deadlock between two replicas' batches (each locking tasks the other wants) is retried.
 
 The writer also sends the notifications of synchronous commits (a task's end), which must not
-be in those commits (core.py): all queued ones in one statement, nobody waiting for it.
+be in those commits (core.py): all queued ones with the next batch's statement, or in one of
+their own when nothing else is queued; nobody waits for them.
 
 Cancellation: the writer runs each statement to its commit (connection.py); :meth:`flush`
 (before the store closes) waits for the queue to empty. A waiting caller cancelled before its

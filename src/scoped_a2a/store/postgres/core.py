@@ -5,8 +5,8 @@ Nothing is kept in this process that another replica could change, except caches
 against the database, and the positions of the runs this process holds (appends.py).
 
 Appends. A running task's events are batched, many tasks per statement (appends.py, which
-says what is waited for). A task's end, a due snapshot and what the batch skipped take the
-full path: one statement when this process holds the snapshot at the task's last position
+says what is waited for, and how a due snapshot goes with the batch). A task's end and what
+the batch skipped take the full path: one statement when this process holds the snapshot at the task's last position
 (it writes only if the row is still there: :data:`.appends.KNOWN`), else a transaction that
 locks the row first (``SELECT ... FOR UPDATE``); either way appends to one task from any
 replica are serialized and positions are the same per-task integers as in memory. A
@@ -23,9 +23,10 @@ says what that means). Each synchronous commit costs a WAL flush (5 ms on this m
 
 Snapshots. The row keeps the task's 1.0 JSON as of ``snap_pos``, written every SNAP_EVERY
 events and at the end; whoever reads it folds the status and artifact events after it
-(:func:`load_snapshot`). The writer folds each event into the snapshot it last saw
-(:func:`..snapshot.applied`: no deep copy), and reads the stored one only if the position
-moved meanwhile; readers skip the snapshot's bytes when theirs is current.
+(:func:`load_snapshot`). The writer folds the events into the snapshot it last saw
+(:func:`..snapshot.folded` in a batch, :func:`..snapshot.applied` on the full path: no deep
+copy), and reads the stored one only if the position moved meanwhile; readers skip the
+snapshot's bytes when theirs is current.
 
 Cancellation: every method is safe to cancel (connection.py). Errors: ServerUnavailable (one
 line) when the database cannot be used.
