@@ -6,8 +6,9 @@ against the database, and the positions of the runs this process holds (appends.
 
 Appends. A running task's events are batched, many tasks per statement (appends.py, which
 says what is waited for, and how a due snapshot goes with the batch). A task's end and what
-the batch skipped take the full path: one statement when this process holds the snapshot at the task's last position
-(it writes only if the row is still there: :data:`.appends.KNOWN`), else a transaction that
+the batch skipped take the full path: one statement when this process holds the snapshot
+at the task's last position (it writes only if the row is still there:
+:data:`.appends.KNOWN`), else a transaction that
 locks the row first (``SELECT ... FOR UPDATE``); either way appends to one task from any
 replica are serialized and positions are the same per-task integers as in memory. A
 terminal task refuses the event (:class:`TaskEnded`: terminal states never change), and a run
