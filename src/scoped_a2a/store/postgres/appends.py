@@ -267,8 +267,8 @@ class Batcher:
     def notify(self, payload: str) -> None:
         """Send ``payload`` on the channel soon (many in one statement, no caller waiting):
         the notification of a synchronous commit, which must not be in that commit
-        (core.py). Lost if the store closes or the database fails first: other replicas'
-        waiters re-read within their ``poll_interval``."""
+        (core.py). Lost if the store closes, the database fails first or the batch statement
+        carrying it fails: other replicas' waiters re-read within their ``poll_interval``."""
         self._notes.append(payload)
         self._busy()
 
