@@ -653,3 +653,51 @@ async def test_streams_on_the_replica_running_them_read_nothing_from_the_databas
         for task_id in seen:
             page = await b.read(task_id, 0, max_events=1000)
             assert [e.position for e in page.entries] == list(range(1, 103))
+
+
+async def test_the_notification_of_an_end_rides_on_the_next_batch(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # A synchronous commit's notification (a task's end) must not be in that commit: it is
+    # queued to the batch writer, which sends it with the next batch's statement when there
+    # is one (a statement of its own only when nothing else is queued).
+    async with two(pg_url, tmp_path, poll_interval=3600) as (a, b):
+        ended, running = new_task(), new_task()
+        await a.create(ended)
+        await a.create(running)
+        alone = 0
+        send_alone = a.batcher._notify
+
+        async def counted(notes: list[str]) -> None:
+            nonlocal alone
+            alone += 1
+            await send_alone(notes)
+
+        a.batcher._notify = counted  # type: ignore[method-assign]
+        woken = anyio.Event()
+
+        async def waiter(after: int) -> None:
+            await b.wait(ended.id, after)  # an hour's poll: only a notification ends this
+            woken.set()
+
+        with anyio.fail_after(30):  # a hang guard, not a timing assertion
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter, 0)
+                await anyio.sleep(0.05)
+                assert not woken.is_set()
+                # Queued together, no checkpoint between: the writer takes both at once.
+                a.batcher.notify(f"1 {ended.id}")
+                await a.append(running.id, chunk(running, "x", append=False))
+                await woken.wait()
+        await a.batcher.flush()
+        assert alone == 0, "the notification took a statement of its own"
+        # With nothing else queued it goes alone, and still arrives.
+        woken = anyio.Event()
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter, 1)
+                await anyio.sleep(0.05)
+                assert not woken.is_set()
+                a.batcher.notify(f"2 {ended.id}")
+                await woken.wait()
+        assert alone == 1
