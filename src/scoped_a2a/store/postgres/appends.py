@@ -45,7 +45,6 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
-from itertools import accumulate
 from typing import Any
 
 import anyio
@@ -58,6 +57,7 @@ from ...protocol.types import Task, TaskStatus
 from ..base import LogEntry, TaskEnded
 from ..snapshot import folded
 from .append_sql import BATCH, KNOWN, TERMINAL_SQL, WRITE, full_update
+from .batch_items import Item, parameters, take
 from .connection import Conn, Pool
 
 __all__ = ["KNOWN", "TERMINAL_SQL", "WRITE", "Batcher", "full_update"]  # core.py's
@@ -79,40 +79,6 @@ Fold = Callable[[str, int, list[LogEntry]], Task | None]
 """The snapshot after entries from a position on, from the one held before it (None: none)."""
 Load = Callable[[str], Awaitable[tuple[Task, int]]]
 """The task's snapshot and position as the database has them."""
-
-
-class _Row(msgspec.Struct, omit_defaults=True):
-    """One task's events in a batch (append_sql.BATCH reads these names; one left out is
-    NULL there)."""
-
-    id: str
-    n: int
-    bytes: int
-    kinds: list[int]
-    offs: list[int]
-    lens: list[int]
-    soff: int | None = None  # the new snapshot's offset and length in the bytea, if one is due
-    slen: int | None = None
-    state: str | None = None
-    ts: str | None = None
-    token: str | None = None
-    expect: int | None = None
-
-
-class _Item:
-    __slots__ = ("done", "entry", "error", "expect", "id", "kind", "status", "token",
-                 "waited")
-
-    def __init__(self, task_id: str, kind: int, entry: LogEntry, status: TaskStatus | None,
-                 token: str | None, expect: int | None, waited: bool) -> None:
-        # ``entry.position``: set once known; 0 if the statement skipped it (full path).
-        self.id, self.kind, self.entry = task_id, kind, entry
-        self.status, self.token = status, token  # (a status update's new status)
-        self.expect = expect  # the position it must take (None: whatever is next)
-        self.waited = waited  # its caller waits for the commit
-        # Set once written or failed; only a waiting caller needs one (most are not waited).
-        self.done: anyio.Event | None = None  # (set by put for a waited one)
-        self.error: BaseException | None = None
 
 
 class _Track:
@@ -144,7 +110,7 @@ class Batcher:
         self.load = load
         self.terminal = TERMINAL_SQL
         self.sql = BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[Item] = deque()
         self._notes: list[str] = []  # notifications of synchronous commits, to send
         self._tracks: OrderedDict[str, _Track] = OrderedDict()
         self._wake = anyio.Event()
@@ -211,7 +177,7 @@ class Batcher:
     # --- appends --------------------------------------------------------------------------
 
     def put(self, task_id: str, kind: int, entry: LogEntry, status: TaskStatus | None,
-            token: str | None, wait: bool, heard: int) -> int | _Item:
+            token: str | None, wait: bool, heard: int) -> int | Item:
         """Queue an event (``entry``, whose position is set here or once written). Returns
         its position at once if it is known and ``wait`` is false (``heard``: the latest
         position announced; a later one means another process wrote); else the item to
@@ -232,7 +198,7 @@ class Batcher:
         if expect is not None:
             t.pos = entry.position = expect
         waited = wait or expect is None
-        item = _Item(task_id, kind, entry, status, token, expect, waited)
+        item = Item(task_id, kind, entry, status, token, expect, waited)
         t.queued += 1
         self._queue.append(item)
         self._busy()
@@ -242,7 +208,7 @@ class Batcher:
         item.done = anyio.Event()
         return item
 
-    async def wait_for(self, item: _Item) -> int | None:
+    async def wait_for(self, item: Item) -> int | None:
         """Once ``item`` (from :meth:`put`) is committed: its position (None: the statement
         skipped it, take the full path); raises what failed."""
         try:
@@ -367,7 +333,7 @@ class Batcher:
                 "(SELECT set_config('synchronous_commit', 'off', true)) s",
                 (self.channel, notes), retry=True)
 
-    async def _snapshots(self, batch: list[list[_Item]]
+    async def _snapshots(self, batch: list[list[Item]]
                          ) -> list[tuple[Task | None, bytes | None]]:
         """Each group's snapshot after its events, folded here before they are written
         (None: its position is not known yet, or no snapshot is held before it), and that
@@ -412,7 +378,7 @@ class Batcher:
             f"task {task_id!r} was written by another process while this one ran it; "
             "its latest events were not stored") for task_id in task_ids}
 
-    def _failed(self, item: _Item, exc: Exception | None) -> None:
+    def _failed(self, item: Item, exc: Exception | None) -> None:
         """``item`` was not written: its waiting caller learns why (None: take the full
         path), or the next append of its task does."""
         t = self._tracks.get(item.id)
@@ -424,7 +390,7 @@ class Batcher:
         item.entry.position = 0  # not written (a waiting caller takes the full path)
         self._done(item)
 
-    def _done(self, item: _Item) -> None:
+    def _done(self, item: Item) -> None:
         if item.done is not None:
             item.done.set()
         t = self._tracks.get(item.id)
@@ -434,58 +400,17 @@ class Batcher:
                 t.idle.set()
                 t.idle = None
 
-    def _take(self) -> list[list[_Item]]:
-        """The queued events to write now, by task: each task's queued events at consecutive
-        known positions (or its first one, position unknown), tasks in queue order."""
-        groups: dict[str, list[_Item]] = {}
-        closed: set[str] = set()  # a task whose next event must wait for the next batch
-        later: deque[_Item] = deque()
-        count = 0
-        for item in self._queue:
-            group = groups.get(item.id)
-            if item.id in closed or (group is None and count >= MAX_BATCH):
-                later.append(item)
-                closed.add(item.id)
-            elif group is None:
-                groups[item.id] = [item]
-                count += 1
-                if item.expect is None:
-                    closed.add(item.id)
-            elif (item.expect is not None and group[-1].expect is not None
-                  and item.expect == group[-1].expect + 1 and item.token == group[0].token
-                  and len(group) < self.group):
-                group.append(item)
-            else:
-                later.append(item)
-                closed.add(item.id)
-        self._queue = later
-        return list(groups.values())
+    def _take(self) -> list[list[Item]]:
+        """The queued events to write now, by task (:func:`.batch_items.take`)."""
+        batch, self._queue = take(self._queue, MAX_BATCH, self.group)
+        return batch
 
-    async def _write(self, batch: list[list[_Item]],
+    async def _write(self, batch: list[list[Item]],
                      snaps: list[tuple[Task | None, bytes | None]], notes: list[str]
                      ) -> list[Any]:
-        rows = []
-        bodies: list[bytes] = []
-        at = 1  # where the next body starts in the bytea (1-based, as substr counts)
-        for group, (_, snap) in zip(batch, snaps, strict=True):
-            first = group[0]
-            status = next((i.status for i in reversed(group) if i.status is not None), None)
-            mine = [item.entry.encoded for item in group]
-            lens = list(map(len, mine))
-            offs = list(accumulate(lens, initial=at))  # (its last: where the next one starts)
-            start, at = offs[0], offs.pop()
-            bodies += mine
-            soff = slen = None
-            if snap is not None:
-                soff, slen = at, len(snap)
-                at += slen
-                bodies.append(snap)
-            rows.append(_Row(first.id, len(group), at - start, [i.kind for i in group],
-                             offs, lens, soff, slen, status.state.value if status else None,
-                             status.timestamp if status else None, first.token,
-                             first.expect))
-        args = {"tasks": _encode(rows).decode(), "bodies": b"".join(bodies),
-                "commit": self.commit, "channel": self.channel, "notes": notes}
+        tasks, bodies = parameters(batch, snaps)
+        args = {"tasks": tasks, "bodies": bodies, "commit": self.commit,
+                "channel": self.channel, "notes": notes}
 
         async def run(conn: Conn) -> list[Any]:
             return await conn.all(self.sql, args)
