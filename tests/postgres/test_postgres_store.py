@@ -620,7 +620,8 @@ async def test_snapshots_between_their_writes_are_folded_by_every_reader(
             assert await a.append(task.id, event) == await reference.append(task.id, event)
         await a.batcher.flush()  # a's running events are visible elsewhere once written
         want = msgspec.json.encode((await reference.get(task.id))[0])
-        # b holds no snapshot: it reads the one written at event 128 and folds the rest.
+        # b holds no snapshot: it reads the one written with a's last batch and folds the
+        # rest (none, or the events of a later batch).
         assert msgspec.json.encode((await b.get(task.id))[0]) == want
         assert msgspec.json.encode((await b.read(task.id, 140)).task) == want
         listed = await b.list_tasks(ListTasksRequest())
@@ -630,9 +631,62 @@ async def test_snapshots_between_their_writes_are_folded_by_every_reader(
         assert await b.append(task.id, end) == await reference.append(task.id, end)
         want = msgspec.json.encode((await reference.get(task.id))[0])
         assert msgspec.json.encode((await a.get(task.id))[0]) == want
-    with psycopg.connect(pg_url) as conn:  # written at 64, 128 and the end
+    with psycopg.connect(pg_url) as conn:  # the end writes one
         row = conn.execute("SELECT snap_pos, last FROM scoped_a2a.tasks").fetchone()
         assert row == (152, 152)
+
+
+async def test_a_due_snapshot_goes_with_its_batch_and_one_not_held_is_read_first(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    from scoped_a2a.store.memory import MemoryTaskStore
+
+    task = new_task()
+    reference = MemoryTaskStore()
+    await reference.create(msgspec.convert(msgspec.to_builtins(task), type(task)))
+
+    def stored() -> tuple[int, int, bytes]:
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute("SELECT snap_pos, last, snap FROM scoped_a2a.tasks").fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1]), bytes(row[2])
+
+    async def both(event: Any) -> None:
+        assert await a.append(task.id, event) == await reference.append(task.id, event)
+
+    async with two(pg_url, tmp_path) as (a, b):
+        full = 0
+        take_full = a._append_full
+
+        async def counted(*args: Any) -> Any:
+            nonlocal full
+            full += 1
+            return await take_full(*args)
+
+        a._append_full = counted  # type: ignore[method-assign]
+        await a.create(task)
+        await both(status(task, TaskState.WORKING, "w"))
+        for i in range(100):  # not waited for: one batch, past the snapshot's 64 events
+            await both(chunk(task, f"{i} ", append=i > 0))
+        await a.batcher.flush()
+        want = msgspec.json.encode((await reference.get(task.id))[0])
+        # The snapshot was written by the batch, at its last event (the full path wrote it
+        # at event 64, with a statement of its own, the run waiting for it).
+        assert stored() == (101, 101, want) and full == 0
+        # The process drops what it holds (as when a connection breaks mid-operation): the
+        # next due snapshot is folded from the stored one, read first.
+        a.forget_local()
+        for i in range(100, 170):
+            await both(chunk(task, f"{i} ", append=True))
+        await a.batcher.flush()
+        want = msgspec.json.encode((await reference.get(task.id))[0])
+        assert stored() == (171, 171, want) and full == 0
+        assert msgspec.json.encode((await b.get(task.id))[0]) == want
+        await both(status(task, TaskState.COMPLETED, "done"))  # the end: the full path
+        assert full == 1
+        want = msgspec.json.encode((await reference.get(task.id))[0])
+        assert stored() == (172, 172, want)
+        assert msgspec.json.encode((await b.get(task.id))[0]) == want
 
 
 async def test_list_pages_carry_the_first_pages_total_and_forged_tokens_are_refused(
@@ -733,3 +787,51 @@ async def test_streams_on_the_replica_running_them_read_nothing_from_the_databas
         for task_id in seen:
             page = await b.read(task_id, 0, max_events=1000)
             assert [e.position for e in page.entries] == list(range(1, 103))
+
+
+async def test_the_notification_of_an_end_rides_on_the_next_batch(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # A synchronous commit's notification (a task's end) must not be in that commit: it is
+    # queued to the batch writer, which sends it with the next batch's statement when there
+    # is one (a statement of its own only when nothing else is queued).
+    async with two(pg_url, tmp_path, poll_interval=3600) as (a, b):
+        ended, running = new_task(), new_task()
+        await a.create(ended)
+        await a.create(running)
+        alone = 0
+        send_alone = a.batcher._notify
+
+        async def counted(notes: list[str]) -> None:
+            nonlocal alone
+            alone += 1
+            await send_alone(notes)
+
+        a.batcher._notify = counted  # type: ignore[method-assign]
+        woken = anyio.Event()
+
+        async def waiter(after: int) -> None:
+            await b.wait(ended.id, after)  # an hour's poll: only a notification ends this
+            woken.set()
+
+        with anyio.fail_after(30):  # a hang guard, not a timing assertion
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter, 0)
+                await anyio.sleep(0.05)
+                assert not woken.is_set()
+                # Queued together, no checkpoint between: the writer takes both at once.
+                a.batcher.notify(f"1 {ended.id}")
+                await a.append(running.id, chunk(running, "x", append=False))
+                await woken.wait()
+        await a.batcher.flush()
+        assert alone == 0, "the notification took a statement of its own"
+        # With nothing else queued it goes alone, and still arrives.
+        woken = anyio.Event()
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter, 1)
+                await anyio.sleep(0.05)
+                assert not woken.is_set()
+                a.batcher.notify(f"2 {ended.id}")
+                await woken.wait()
+        assert alone == 1

@@ -12,7 +12,8 @@
 Any number of processes on any machines may use one schema. Modules: :mod:`.connection` (the
 pool driven on the event loop, errors, credentials), :mod:`.schema` (tables and versions),
 :mod:`.listener` (LISTEN/NOTIFY wake-ups), :mod:`.core` (tasks, snapshots, appends),
-:mod:`.appends` (running events batched), :mod:`.store` (the TaskStore: reads, ListTasks,
+:mod:`.appends` (running events batched; its statement's pieces:
+:mod:`.batch_items`), :mod:`.store` (the TaskStore: reads, ListTasks,
 claims, push configs), :mod:`.retention`, :mod:`.queue` (the run queue),
 :mod:`.claims`, :mod:`.leases` (liveness leases of interactive runs), :mod:`.handover`
 (follow-ups to the replica holding their run), :mod:`.unstarted` (creates whose commit was

@@ -13,36 +13,46 @@ TERMINAL = [s.value for s in TaskState if s.terminal]
 TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL)
 
 BATCH = (
-    "WITH i AS MATERIALIZED (SELECT * FROM json_to_recordset(%s::json) AS x(id text, "
+    "WITH i AS MATERIALIZED (SELECT * FROM json_to_recordset(%(tasks)s::json) AS x(id text, "
     "state text, ts text, token text, expect bigint, n bigint, bytes bigint, kinds int2[], "
-    "offs int[], lens int[])), "
+    "offs int[], lens int[], soff int, slen int)), "
     "t AS (UPDATE tasks SET last = tasks.last + i.n, size = tasks.size + i.bytes, "
     "state = coalesce(i.state, tasks.state), "
-    "ts = CASE WHEN i.state IS NULL THEN tasks.ts ELSE i.ts END "
+    "ts = CASE WHEN i.state IS NULL THEN tasks.ts ELSE i.ts END, "
+    "snap = CASE WHEN i.slen IS NULL THEN tasks.snap "
+    "ELSE substr(%(bodies)s::bytea, i.soff, i.slen) END, "
+    "snap_pos = CASE WHEN i.slen IS NULL THEN tasks.snap_pos ELSE tasks.last + i.n END "
     "FROM i WHERE tasks.id = i.id AND tasks.state NOT IN ({terminal}) "
-    "AND tasks.last + i.n - tasks.snap_pos < {every} "
+    "AND (i.slen IS NOT NULL OR tasks.last + i.n - tasks.snap_pos < {every}) "
     "AND (i.expect IS NULL OR tasks.last + 1 = i.expect) "
     "AND (i.token IS NULL OR i.token = (SELECT token FROM runs r WHERE r.task_id = i.id)) "
     "RETURNING tasks.seq, tasks.last, tasks.id, tasks.snap_pos, i.n, i.kinds, i.offs, "
     "i.lens), "
     "e AS (INSERT INTO events SELECT t.seq, t.last - t.n + k.o, k.kind, "
-    "substr(%s::bytea, k.off, k.len) FROM t, unnest(t.kinds, t.offs, t.lens) "
+    "substr(%(bodies)s::bytea, k.off, k.len) FROM t, unnest(t.kinds, t.offs, t.lens) "
     "WITH ORDINALITY AS k(kind, off, len, o)), "
     "d AS (DELETE FROM events USING t WHERE events.task = t.seq "
     "AND events.pos > t.last - t.n - {limit} AND events.pos <= t.last - {limit}) "
-    "SELECT id, last, snap_pos, set_config('synchronous_commit', %s, true), "
-    "pg_notify(%s, last || ' ' || id) FROM t")
-"""Every queued event in one statement, one row per task (its events at consecutive
-positions; data-modifying CTEs all run; the trim deletes nothing until a log is longer than
-its cap). Two parameters: the tasks as one small JSON array of objects (id, state, ts,
-token, expect, n, bytes, and each event's kind, offset and length), parsed once by
-``json_to_recordset`` (``MATERIALIZED``: the join reads typed columns, not the JSON again),
-and every event body concatenated in one ``bytea`` sent in binary, which the INSERT slices
-(``substr``). The first version sent the bodies in base64 inside the JSON and extracted each
-field with ``->>``, which re-parses the text at each use: 30 µs of the backend's CPU per event
-for a batch of 5 tasks x 48 events, 11 µs now (6 without the events' foreign key, schema
-version 3). psycopg's adaptation of Python lists to arrays costs more CPU in this process
-than the whole statement, hence JSON for the small fields."""
+    "SELECT id, last, snap_pos, set_config('synchronous_commit', %(commit)s, true), "
+    "pg_notify(%(channel)s, last || ' ' || id)::text FROM t "
+    "UNION ALL SELECT NULL, (SELECT count(pg_notify(%(channel)s, x)) "
+    "FROM unnest(%(notes)s::text[]) x), NULL, NULL, NULL "
+    "WHERE cardinality(%(notes)s::text[]) > 0")
+"""Every queued event in one statement, one row per task (its events at consecutive positions;
+data-modifying CTEs all run; the trim deletes nothing until a log is longer than its cap).
+Parameters: the tasks as one small JSON array of objects (id, state, ts, token, expect, n,
+bytes, each event's kind, offset and length, and where its new snapshot is, if one is due),
+parsed once by ``json_to_recordset`` (``MATERIALIZED``: the join reads typed columns, not the
+JSON again); every event body and snapshot concatenated in one ``bytea`` sent in binary, which
+the statement slices (``substr``; a named parameter used twice is sent once); and the
+notifications of earlier synchronous commits to send (the ``UNION ALL`` branch: one row with a
+NULL id, only when there are some), so they ride on the next batch instead of a statement of
+their own. A task's row carrying a snapshot is written whatever its distance from the last one
+(the snapshot is at its last event). The first version sent the bodies in base64 inside the
+JSON and extracted each field with ``->>``, which re-parses the text at each use: 30 µs of the
+backend's CPU per event for a batch of 5 tasks x 48 events, 11 µs now (6 without the events'
+foreign key, schema version 3). psycopg's adaptation of Python lists to arrays costs more CPU
+in this process than the whole statement, hence JSON for the small fields."""
 
 
 def full_update(ends: bool, snapshot: bool) -> str:

@@ -11,21 +11,29 @@ trajectory events and ``working`` updates are not waited for: the position is de
 event is handed over (this process tracks each task it writes: its position and snapshot
 position, learned from its create or its last written event), and the statement writes it
 only at that position (``expect``). Readers see an event only once committed: this process's
-readers are woken, its cache folded and its recent entries kept by :meth:`Batcher.run` after
-the commit; other replicas hear the ``NOTIFY`` sent in the same transaction. If the write fails
+readers are woken, the snapshot after the task's events held and its recent entries kept by
+:meth:`Batcher.run` after the commit; other replicas hear the ``NOTIFY`` sent in the same
+transaction. If the write fails
 (the database is gone, the task ended, the run lost its queue lease, another process wrote the
 task), the run learns at its next append (ServerUnavailable or TaskEnded). Every other event
 (another status, any event of a task not tracked here, all of them with
-``--postgres-sync-events``) is waited for: its append returns once committed. A task's end,
-a due snapshot, and whatever the statement skipped take the full path (two statements in one
-transaction under the row lock) once the task's queued events are written, so a send is
-answered only once everything it stored is committed. The statements: append_sql.py.
+``--postgres-sync-events``) is waited for: its append returns once committed. A task's end
+and whatever the statement skipped take the full path (core.py) once the task's queued events
+are written, so a send is answered only once everything it stored is committed. The
+statements: append_sql.py.
+
+Snapshots. The writer folds each task's events into the snapshot this process holds before it
+writes them (:func:`..snapshot.folded`: what they change copied once per batch, then folded in
+place), and when the task's snapshot is due (``every`` events since the stored one) the same
+statement stores it, at the task's last event of the batch. Before, the event at which it fell
+due took the full path: the run waited for its queued events, then for a statement of its own.
 
 The UPDATE takes each task's row lock, so appends to one task from any replica are serialized;
 a deadlock between two replicas' batches (each locking tasks the other wants) is retried.
 
 The writer also sends the notifications of synchronous commits (a task's end), which must not
-be in those commits (core.py): all queued ones in one statement, nobody waiting for it.
+be in those commits (core.py): all queued ones with the next batch's statement, or in one of
+their own when nothing else is queued; nobody waits for them.
 
 Cancellation: the writer runs each statement to its commit (connection.py); :meth:`flush`
 (before the store closes) waits for the queue to empty. A waiting caller cancelled before its
@@ -36,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -45,55 +53,32 @@ import msgspec
 from psycopg import errors as pgerrors
 
 from ...protocol.errors import ServerUnavailable
-from ..base import TaskEnded
+from ...protocol.types import Task, TaskStatus
+from ..base import LogEntry, TaskEnded
+from ..snapshot import folded
 from .append_sql import BATCH, KNOWN, TERMINAL_SQL, WRITE, full_update
+from .batch_items import Item, parameters, take
 from .connection import Conn, Pool
 
 __all__ = ["KNOWN", "TERMINAL_SQL", "WRITE", "Batcher", "full_update"]  # core.py's
 
 MAX_BATCH = 128
 """Events written by one statement at most."""
+MAX_GROUP = 1024
+"""Events of one task written by one statement at most (and never more than the log's cap:
+the statement's trim does not see the events it inserts)."""
 MAX_TRACKED = 4096
 """Tasks whose positions this process tracks (those written most recently)."""
 
 _encode = msgspec.json.Encoder().encode
 
 
-OnCommit = Callable[[str, int, list[Any]], None]
-
-
-class _Row(msgspec.Struct, omit_defaults=True):
-    """One task's events in a batch (append_sql.BATCH reads these names; one left out is
-    NULL there)."""
-
-    id: str
-    n: int
-    bytes: int
-    kinds: list[int]
-    offs: list[int]
-    lens: list[int]
-    state: str | None = None
-    ts: str | None = None
-    token: str | None = None
-    expect: int | None = None
-
-
-class _Item:
-    __slots__ = ("body", "done", "error", "expect", "id", "kind", "payload", "pos", "state",
-                 "token", "ts", "waited")
-
-    def __init__(self, task_id: str, kind: int, body: bytes, state: str | None,
-                 ts: str | None, token: str | None, expect: int | None, payload: Any,
-                 waited: bool) -> None:
-        self.id, self.kind, self.body = task_id, kind, body
-        self.state, self.ts, self.token = state, ts, token
-        self.expect = expect  # the position it must take (None: whatever is next)
-        self.payload = payload  # handed to on_commit
-        self.waited = waited  # its caller waits for the commit
-        # Set once written or failed; only a waiting caller needs one (most are not waited).
-        self.done: anyio.Event | None = anyio.Event() if waited else None
-        self.pos: int | None = None  # written at this position (None: take the full path)
-        self.error: BaseException | None = None
+OnCommit = Callable[[str, int, list[LogEntry], Task | None], None]
+"""(task id, first position, entries, the snapshot after them or None) once committed."""
+Fold = Callable[[str, int, list[LogEntry]], Task | None]
+"""The snapshot after entries from a position on, from the one held before it (None: none)."""
+Load = Callable[[str], Awaitable[tuple[Task, int]]]
+"""The task's snapshot and position as the database has them."""
 
 
 class _Track:
@@ -114,18 +99,22 @@ class Batcher:
     """Intermediate events of running tasks, written many tasks per statement."""
 
     def __init__(self, pool: Pool, channel: str, limit: int, every: int, sync: bool,
-                 on_commit: OnCommit) -> None:
+                 on_commit: OnCommit, fold: Fold, load: Load) -> None:
         self.pool = pool
         self.channel = channel
         self.every = every  # a snapshot is due this many events after the last one
+        self.group = min(MAX_GROUP, limit)  # events of one task per statement, at most
         self.commit = "on" if sync else "off"
-        self.on_commit = on_commit  # (task id, first position, payloads) once committed
+        self.on_commit = on_commit
+        self.fold = fold
+        self.load = load
         self.terminal = TERMINAL_SQL
         self.sql = BATCH.format(terminal=self.terminal, every=int(every), limit=int(limit))
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[Item] = deque()
         self._notes: list[str] = []  # notifications of synchronous commits, to send
         self._tracks: OrderedDict[str, _Track] = OrderedDict()
         self._wake = anyio.Event()
+        self._woken = False  # _wake is set (or the writer has not waited since)
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -167,13 +156,6 @@ class Batcher:
             else:
                 del self._tracks[task_id]
 
-    def due(self, task_id: str, heard: int) -> bool:
-        """Whether the next event of ``task_id`` must take the full path (its snapshot is
-        due), as far as known; ``heard``: the latest position announced by any process."""
-        t = self._tracks.get(task_id)
-        return (t is not None and t.pos is not None and t.pos >= heard
-                and t.pos + 1 - t.snap_pos >= self.every)
-
     async def drain(self, task_id: str) -> None:
         """Once every queued event of ``task_id`` is written; raises what failed."""
         t = self._tracks.get(task_id)
@@ -194,30 +176,41 @@ class Batcher:
 
     # --- appends --------------------------------------------------------------------------
 
-    async def append(self, task_id: str, kind: int, body: bytes, state: str | None,
-                     ts: str | None, token: str | None, payload: Any, *, wait: bool,
-                     heard: int) -> int | None:
-        """Queue an event; its position. ``wait``: return once committed (None: the
-        statement skipped it, take the full path); else return at once if the position is
-        known (``heard``: the latest announced; a later one means another process wrote)."""
-        self.check(task_id)
+    def put(self, task_id: str, kind: int, entry: LogEntry, status: TaskStatus | None,
+            token: str | None, wait: bool, heard: int) -> int | Item:
+        """Queue an event (``entry``, whose position is set here or once written). Returns
+        its position at once if it is known and ``wait`` is false (``heard``: the latest
+        position announced; a later one means another process wrote); else the item to
+        :meth:`wait_for`. A snapshot falling due needs no full path: the statement writes it
+        with the task's events (:meth:`_snapshots`). Not a coroutine: a stream's every event
+        comes here, and most return at once."""
         t = self._tracks.get(task_id)
         if t is None:
             t = self._tracks[task_id] = _Track(None, 0, False)
-        elif t.pos is not None and t.pos < heard and not t.queued:
-            t.pos = None  # another process wrote it: learn its position again
-        self._tracks.move_to_end(task_id)
+        else:
+            if t.error is not None:
+                self.check(task_id)
+            if t.pos is not None and t.pos < heard and not t.queued:
+                t.pos = None  # another process wrote it: learn its position again
+        if not t.queued:  # (while some are queued it is not forgotten: moved once)
+            self._tracks.move_to_end(task_id)
         expect = None if t.pos is None else t.pos + 1
         if expect is not None:
-            t.pos = expect
+            t.pos = entry.position = expect
         waited = wait or expect is None
-        item = _Item(task_id, kind, body, state, ts, token, expect, payload, waited)
+        item = Item(task_id, kind, entry, status, token, expect, waited)
         t.queued += 1
         self._queue.append(item)
-        self._wake.set()
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._busy()
         if not waited:
+            assert expect is not None
             return expect
+        item.done = anyio.Event()
+        return item
+
+    async def wait_for(self, item: Item) -> int | None:
+        """Once ``item`` (from :meth:`put`) is committed: its position (None: the statement
+        skipped it, take the full path); raises what failed."""
         try:
             assert item.done is not None
             await item.done.wait()
@@ -228,16 +221,30 @@ class Batcher:
             raise
         if item.error is not None:
             raise item.error
-        return item.pos
+        return item.entry.position or None
+
+    async def append(self, task_id: str, kind: int, entry: LogEntry,
+                     status: TaskStatus | None, token: str | None, *, wait: bool,
+                     heard: int) -> int | None:
+        """:meth:`put`, then :meth:`wait_for` if it did not return the position."""
+        got = self.put(task_id, kind, entry, status, token, wait, heard)
+        return got if isinstance(got, int) else await self.wait_for(got)
 
     def notify(self, payload: str) -> None:
         """Send ``payload`` on the channel soon (many in one statement, no caller waiting):
         the notification of a synchronous commit, which must not be in that commit
-        (core.py). Lost if the store closes or the database fails first: other replicas'
-        waiters re-read within their ``poll_interval``."""
+        (core.py). Lost if the store closes, the database fails first or the batch statement
+        carrying it fails: other replicas' waiters re-read within their ``poll_interval``."""
         self._notes.append(payload)
-        self._wake.set()
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._busy()
+
+    def _busy(self) -> None:
+        """Something was queued: wake the writer, and :meth:`flush` waits for it."""
+        if not self._woken:
+            self._woken = True
+            self._wake.set()
+            if self._idle.is_set():
+                self._idle = anyio.Event()
 
     async def flush(self) -> None:
         """Once nothing is queued or being written."""
@@ -257,39 +264,37 @@ class Batcher:
 
     async def _run(self) -> None:
         while True:
-            if self._notes:
-                notes, self._notes = self._notes, []
-                # Stores nothing: like a read, it may be tried twice, and its working says
-                # nothing of a server failing writes (a full disk: connection.py).
-                with contextlib.suppress(Exception):  # the pool logged it (see notify)
-                    await self.pool.query(
-                        "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) n, "
-                        "(SELECT set_config('synchronous_commit', 'off', true)) s",
-                        (self.channel, notes), retry=True)
             if not self._queue:
                 if self._notes:
+                    await self._notify(self._notes)
+                    self._notes = []
                     continue
                 self._idle.set()
                 self._wake = anyio.Event()
+                self._woken = False
                 await self._wake.wait()
                 continue
             batch = self._take()
+            notes, self._notes = self._notes, []  # they ride on this statement
             try:
-                rows = await self._write(batch)
+                snaps = await self._snapshots(batch)
+                rows = await self._write(batch, snaps, notes)
             except pgerrors.DeadlockDetected:
                 # Nothing was written: again, in the order handed over.
                 self._queue.extendleft(reversed([i for g in batch for i in g]))
+                self._notes[:0] = notes
                 continue
             except Exception as exc:  # every caller of the batch learns it
                 for group in batch:
                     for item in group:
                         self._failed(item, exc)
                 continue
-            written = {task_id: (int(pos), int(snap)) for task_id, pos, snap, _, _ in rows}
+            written = {task_id: (int(pos), int(snap)) for task_id, pos, snap, _, _ in rows
+                       if task_id is not None}  # (the notes' row has none)
             lost = {g[0].id: g[0].token for g in batch
                     if g[0].id not in written and not g[0].waited}
             why = await self._why(lost) if lost else {}
-            for group in batch:
+            for group, (task, _) in zip(batch, snaps, strict=True):
                 got = written.get(group[0].id)
                 if got is None:
                     for item in group:
@@ -302,11 +307,59 @@ class Batcher:
                     if t.pos is None and t.owned and not t.queued - len(group):
                         t.pos = last  # learned: what follows is not waited for
                 first = last - len(group) + 1
+                entries = []
                 for n, item in enumerate(group, start=first):
-                    item.pos = n
-                self.on_commit(group[0].id, first, [item.payload for item in group])
+                    item.entry.position = n
+                    entries.append(item.entry)
+                if task is None and group[0].expect is None:  # its position is known now
+                    task = self.fold(group[0].id, first, entries)
+                self.on_commit(group[0].id, first, entries, task)
                 for item in group:
-                    self._done(item)
+                    if item.done is not None:
+                        item.done.set()
+                if t is not None:
+                    t.queued -= len(group)
+                    if t.queued == 0 and t.idle is not None:
+                        t.idle.set()
+                        t.idle = None
+
+    async def _notify(self, notes: list[str]) -> None:
+        """Send ``notes`` (no batch to carry them)."""
+        # Stores nothing: like a read, it may be tried twice, and its working says nothing
+        # of a server failing writes (a full disk: connection.py).
+        with contextlib.suppress(Exception):  # the pool logged it (see notify)
+            await self.pool.query(
+                "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) n, "
+                "(SELECT set_config('synchronous_commit', 'off', true)) s",
+                (self.channel, notes), retry=True)
+
+    async def _snapshots(self, batch: list[list[Item]]
+                         ) -> list[tuple[Task | None, bytes | None]]:
+        """Each group's snapshot after its events, folded here before they are written
+        (None: its position is not known yet, or no snapshot is held before it), and that
+        snapshot encoded where one is due (its last event this far from the last written:
+        the statement writes it with the events, where it took a statement and a round trip
+        of its own, the run waiting for it). A due snapshot this process does not hold (its
+        cache dropped it) is read from the database first; if the task moved meanwhile, the
+        statement skips the group (another process wrote it)."""
+        out: list[tuple[Task | None, bytes | None]] = []
+        for group in batch:
+            first = group[0].expect
+            if first is None:
+                out.append((None, None))
+                continue
+            task_id = group[0].id
+            entries = [item.entry for item in group]
+            task = self.fold(task_id, first, entries)
+            t = self._tracks.get(task_id)
+            due = t is None or first + len(group) - 1 - t.snap_pos >= self.every
+            if due and task is None:
+                with contextlib.suppress(Exception):  # the statement decides (see above)
+                    held, pos = await self.load(task_id)
+                    if pos == first - 1:
+                        task = folded(held, [entry.event for entry in entries])
+            out.append((task, _encode(task) if due and task is not None else None))
+        return out
 
     async def _why(self, lost: dict[str, str | None]) -> dict[str, Exception]:
         """Why events not waited for were not written (rare): the task ended or its run lost
@@ -325,7 +378,7 @@ class Batcher:
             f"task {task_id!r} was written by another process while this one ran it; "
             "its latest events were not stored") for task_id in task_ids}
 
-    def _failed(self, item: _Item, exc: Exception | None) -> None:
+    def _failed(self, item: Item, exc: Exception | None) -> None:
         """``item`` was not written: its waiting caller learns why (None: take the full
         path), or the next append of its task does."""
         t = self._tracks.get(item.id)
@@ -334,9 +387,10 @@ class Batcher:
             if t.error is None and not item.waited:
                 t.error = exc or TaskEnded(item.id)
         item.error = exc
+        item.entry.position = 0  # not written (a waiting caller takes the full path)
         self._done(item)
 
-    def _done(self, item: _Item) -> None:
+    def _done(self, item: Item) -> None:
         if item.done is not None:
             item.done.set()
         t = self._tracks.get(item.id)
@@ -346,50 +400,17 @@ class Batcher:
                 t.idle.set()
                 t.idle = None
 
-    def _take(self) -> list[list[_Item]]:
-        """The queued events to write now, by task: each task's queued events at consecutive
-        known positions (or its first one, position unknown), tasks in queue order."""
-        groups: dict[str, list[_Item]] = {}
-        closed: set[str] = set()  # a task whose next event must wait for the next batch
-        later: deque[_Item] = deque()
-        count = 0
-        for item in self._queue:
-            group = groups.get(item.id)
-            if item.id in closed or (group is None and count >= MAX_BATCH):
-                later.append(item)
-                closed.add(item.id)
-            elif group is None:
-                groups[item.id] = [item]
-                count += 1
-                if item.expect is None:
-                    closed.add(item.id)
-            elif (item.expect is not None and group[-1].expect is not None
-                  and item.expect == group[-1].expect + 1 and item.token == group[0].token):
-                group.append(item)
-            else:
-                later.append(item)
-                closed.add(item.id)
-        self._queue = later
-        return list(groups.values())
+    def _take(self) -> list[list[Item]]:
+        """The queued events to write now, by task (:func:`.batch_items.take`)."""
+        batch, self._queue = take(self._queue, MAX_BATCH, self.group)
+        return batch
 
-    async def _write(self, batch: list[list[_Item]]) -> list[Any]:
-        rows = []
-        bodies: list[bytes] = []
-        at = 1  # where the next body starts in the bytea (1-based, as substr counts)
-        for group in batch:
-            first = group[0]
-            status = next((i for i in reversed(group) if i.state is not None), None)
-            offs, lens = [], []
-            for item in group:
-                size = len(item.body)
-                offs.append(at)
-                lens.append(size)
-                at += size
-                bodies.append(item.body)
-            rows.append(_Row(first.id, len(group), at - offs[0], [i.kind for i in group],
-                             offs, lens, status.state if status else None,
-                             status.ts if status else None, first.token, first.expect))
-        args = (_encode(rows).decode(), b"".join(bodies), self.commit, self.channel)
+    async def _write(self, batch: list[list[Item]],
+                     snaps: list[tuple[Task | None, bytes | None]], notes: list[str]
+                     ) -> list[Any]:
+        tasks, bodies = parameters(batch, snaps)
+        args = {"tasks": tasks, "bodies": bodies, "commit": self.commit,
+                "channel": self.channel, "notes": notes}
 
         async def run(conn: Conn) -> list[Any]:
             return await conn.all(self.sql, args)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import re
 import select
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -54,6 +54,8 @@ from .prepared import FAILED, Prepared, param
 from .slots import Slots
 
 log = logging.getLogger("scoped_a2a.postgres")
+Params = Sequence[Any] | Mapping[str, Any] | None
+"""A statement's parameters: positional (``%s``) or named (``%(name)s``)."""
 T = TypeVar("T")
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 CONNECT_TIMEOUT = 5
@@ -193,7 +195,7 @@ class Conn:
         if pids is not None:
             pids.add(self.pid)
 
-    async def execute(self, query: Any, params: Sequence[Any] | None = None
+    async def execute(self, query: Any, params: Params = None
                       ) -> psycopg.Cursor[Any]:
         """Run ``query``; the cursor holds its rows (``fetchone``/``fetchall``, no I/O)."""
         cur = self.raw.cursor()
@@ -225,11 +227,11 @@ class Conn:
                 raise pgerrors.error_from_result(res, encoding=self._encoding)
         return results[-1]
 
-    async def one(self, query: Any, params: Sequence[Any] | None = None) -> Any:
+    async def one(self, query: Any, params: Params = None) -> Any:
         """The first row of ``query`` (None if none)."""
         return (await self.execute(query, params)).fetchone()
 
-    async def all(self, query: Any, params: Sequence[Any] | None = None) -> list[Any]:
+    async def all(self, query: Any, params: Params = None) -> list[Any]:
         """Every row of ``query``."""
         return (await self.execute(query, params)).fetchall()
 
@@ -296,6 +298,7 @@ class Pool:
         through."""
         if transaction is None:
             transaction = not retry
+        # A free slot is taken without a turn of the event loop (slots.py).
         async with self._background_slots if background else self._slots:
             for attempt in (0, 1):
                 try:
@@ -319,7 +322,7 @@ class Pool:
                 return result
         raise AssertionError("unreachable")
 
-    async def query(self, query: Any, params: Sequence[Any] | None = None, *,
+    async def query(self, query: Any, params: Params = None, *,
                     retry: bool = False) -> list[Any]:
         """The rows of one statement, committed by itself (one round trip)."""
         async def one(conn: Conn) -> list[Any]:

@@ -5,9 +5,10 @@ Nothing is kept in this process that another replica could change, except caches
 against the database, and the positions of the runs this process holds (appends.py).
 
 Appends. A running task's events are batched, many tasks per statement (appends.py, which
-says what is waited for). A task's end, a due snapshot and what the batch skipped take the
-full path: one statement when this process holds the snapshot at the task's last position
-(it writes only if the row is still there: :data:`.appends.KNOWN`), else a transaction that
+says what is waited for, and how a due snapshot goes with the batch). A task's end and what
+the batch skipped take the full path: one statement when this process holds the snapshot
+at the task's last position (it writes only if the row is still there:
+:data:`.appends.KNOWN`), else a transaction that
 locks the row first (``SELECT ... FOR UPDATE``); either way appends to one task from any
 replica are serialized and positions are the same per-task integers as in memory. A
 terminal task refuses the event (:class:`TaskEnded`: terminal states never change), and a run
@@ -23,9 +24,10 @@ says what that means). Each synchronous commit costs a WAL flush (5 ms on this m
 
 Snapshots. The row keeps the task's 1.0 JSON as of ``snap_pos``, written every SNAP_EVERY
 events and at the end; whoever reads it folds the status and artifact events after it
-(:func:`load_snapshot`). The writer folds each event into the snapshot it last saw
-(:func:`..snapshot.applied`: no deep copy), and reads the stored one only if the position
-moved meanwhile; readers skip the snapshot's bytes when theirs is current.
+(:func:`load_snapshot`). The writer folds the events into the snapshot it last saw
+(:func:`..snapshot.folded` in a batch, :func:`..snapshot.applied` on the full path: no deep
+copy), and reads the stored one only if the position moved meanwhile; readers skip the
+snapshot's bytes when theirs is current.
 
 Cancellation: every method is safe to cancel (connection.py). Errors: ServerUnavailable (one
 line) when the database cannot be used.
@@ -49,7 +51,7 @@ from ...protocol.types import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from ..base import TaskEnded, TaskStore
+from ..base import LogEntry, TaskEnded, TaskStore
 from ..claims import AlreadyClaimed, NewClaim, claim_key
 from ..handover import HandoverTransport
 from ..process_leases import DEFAULT_LEASE, ProcessLeases
@@ -143,7 +145,7 @@ class PostgresCore(LocalState, TaskStore):
         """Who watches each push config (store/push_watches.py)."""
         self.batcher = Batcher(pool, self.channel, max_events_per_task,
                                min(SNAP_EVERY, max_events_per_task), sync_events,
-                               self._committed)
+                               self._committed, self._fold, self.get)
         """Intermediate events, many tasks per statement (appends.py)."""
         self.handover = PostgresHandover(pool, self.leases.process_id,
                                          handover or sealer)
@@ -280,16 +282,16 @@ class PostgresCore(LocalState, TaskStore):
         token = self._fences.get(task_id)
         status = event.status if isinstance(event, TaskStatusUpdateEvent) else None
         ends = status is not None and status.state.terminal
-        heard = self.waiters.known.get(task_id, -1)
-        if not ends and not self.batcher.due(task_id, heard):
-            # Batched with other tasks' events (appends.py); a working task's chunks and
-            # progress are not waited for, anything else is.
+        if not ends:
+            # Batched with other tasks' events (appends.py), a due snapshot with them; a
+            # working task's chunks and progress are not waited for, anything else is.
             wait = self.sync_events or (status is not None
                                         and status.state is not TaskState.WORKING)
-            pos = await self.batcher.append(
-                task_id, kind, encoded, status.state.value if status else None,
-                status.timestamp if status else None, token, (event, encoded), wait=wait,
-                heard=heard)
+            got = self.batcher.put(task_id, kind, LogEntry(0, event, encoded), status, token,
+                                   wait, self.waiters.known.get(task_id, -1))
+            if isinstance(got, int):
+                return got
+            pos = await self.batcher.wait_for(got)
             if pos is not None:
                 return pos
         await self.batcher.drain(task_id)  # what was queued before it, written first
@@ -303,7 +305,7 @@ class PostgresCore(LocalState, TaskStore):
             self._remember(task_id, task, pos)
         else:
             self._cache.pop(task_id, None)
-        self._keep(task_id, pos, [(event, encoded)])
+        self._keep(task_id, pos, [LogEntry(pos, event, encoded)])
         self.waiters.saw(task_id, pos)
         if ends:
             await self._retain()

@@ -12,14 +12,12 @@ kept only as consecutive runs of positions. Everything is bounded (:data:`CACHE`
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Any
 
 from ...protocol.errors import ServerUnavailable
-from ...protocol.trajectory import LogEvent, TrajectoryEvent
 from ...protocol.types import Task
 from ..base import LogEntry
 from ..records import decode_task
-from ..snapshot import applied
+from ..snapshot import folded
 from .listener import Waiters
 
 CACHE = 1024  # snapshots (decoded) of tasks recently written or read here
@@ -79,31 +77,36 @@ class LocalState:
         if len(self._ended) > CACHE:
             self._ended.popitem(last=False)
 
-    def _committed(self, task_id: str, first: int, payloads: list[Any]) -> None:
-        """Batched events of ``task_id`` committed at ``first`` and on (``(event, encoded)``,
-        in position order): fold them into the snapshot held, keep them for local reads,
-        wake the readers here once."""
-        last = first + len(payloads) - 1
+    def _fold(self, task_id: str, first: int, entries: list[LogEntry]) -> Task | None:
+        """The snapshot after ``entries`` (from ``first`` on), folded into the one held at
+        ``first - 1``, which stays as it was (a reader may hold it); None if none is held
+        there. The batch writer calls it before the entries are written (appends.py): the
+        snapshot is written with them when one is due, and held once they are committed."""
         held = self._cache.get(task_id)
-        if held is not None and held[1] == first - 1:
-            task = held[0]
-            for event, _ in payloads:
-                if not isinstance(event, TrajectoryEvent):
-                    task = applied(task, event)
+        if held is None or held[1] != first - 1:
+            return None
+        return folded(held[0], [entry.event for entry in entries])
+
+    def _committed(self, task_id: str, first: int, entries: list[LogEntry],
+                   task: Task | None) -> None:
+        """Batched entries of ``task_id`` committed at ``first`` and on, ``task`` the
+        snapshot after them (None: not known here): hold it, keep the entries for local
+        reads, wake the readers here once."""
+        last = first + len(entries) - 1
+        if task is not None:
             self._remember(task_id, task, last)
         else:
             self._cache.pop(task_id, None)
-        self._keep(task_id, first, payloads)
+        self._keep(task_id, first, entries)
         self.waiters.saw(task_id, last)
 
-    def _keep(self, task_id: str, first: int, payloads: list[tuple[LogEvent, bytes]]) -> None:
+    def _keep(self, task_id: str, first: int, new: list[LogEntry]) -> None:
         """Keep entries this process appended from ``first`` on, for ``_read_local``
         (consecutive only)."""
         entries = self._local.get(task_id)
         if entries is None or entries[-1].position != first - 1:
             entries = self._local[task_id] = deque(maxlen=LOCAL_EVENTS)
         self._local.move_to_end(task_id)
-        entries.extend(LogEntry(pos, event, encoded)
-                       for pos, (event, encoded) in enumerate(payloads, start=first))
+        entries.extend(new)
         if len(self._local) > CACHE:
             self._local.popitem(last=False)
