@@ -11,6 +11,7 @@ both backends.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -114,3 +115,25 @@ async def test_the_http2_preface_still_switches_to_http2() -> None:
         finally:
             client.close()
     assert status == 200
+
+
+@pytest.mark.parametrize("name,data,status", [
+    ("HEAD, both lengths", b"HEAD / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                           b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    ("HEAD, HTTP/9.9", b"HEAD / HTTP/9.9\r\nHost: x\r\n\r\n", 505),
+], ids=lambda value: value if isinstance(value, str) else "")
+async def test_a_refused_head_request_is_answered_without_a_body_and_the_server_serves_on(
+        name: str, data: bytes, status: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A HEAD request's answer has no body, and the refusal's text is one: h11 refused to
+    write it, which ended a trio server's process (every connection with it) and logged a
+    traceback on asyncio, for one request from anyone."""
+    caplog.set_level(logging.ERROR)
+    async with counting_server() as (port, _):
+        got, closed = await exchange(port, data)
+        after, _ = await exchange(port, CARD)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status) and body == b"" and closed, (
+        f"closed: {closed}; the server said {got[:400]!r}")
+    assert after.startswith(b"HTTP/1.1 200 "), f"the next request got {after[:200]!r}"
+    errors = [r.getMessage()[:200] for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], errors

@@ -47,7 +47,8 @@ BAD_VERSION = (b"this server speaks HTTP/1.1 (or HTTP/2 after its preface): send
 
 
 class RefusedHead(h11.RemoteProtocolError):
-    """A head h11 parsed that is refused here; ``answer`` is the text the client is sent."""
+    """A head h11 parsed that is refused here; ``answer`` is the text the client is sent
+    (none to a HEAD request: its answer has no body, and h11 refuses to write one)."""
 
     def __init__(self, answer: bytes, status: int) -> None:
         super().__init__(answer.decode(), error_status_hint=status)
@@ -78,10 +79,12 @@ class StrictConnection(h11.Connection):
     """``h11.Connection`` that raises :class:`RefusedHead` for a head :func:`refusal` refuses.
 
     The refusal is raised as the head is parsed, before hypercorn makes a stream of it; the
-    connection's reading side is then done (hypercorn answers and closes).
+    client's side is then in h11's ERROR state, as after an error h11 raises itself
+    (hypercorn answers and closes).
     """
 
     refused: RefusedHead | None = None
+    refused_head_request = False
 
     def next_event(self) -> Any:
         event = super().next_event()
@@ -89,6 +92,11 @@ class StrictConnection(h11.Connection):
             refused = refusal(event)
             if refused is not None:
                 self.refused = refused  # for the answer's text
+                self.refused_head_request = event.method == b"HEAD"
+                # What h11 does with its own errors. Without it the client's side stayed in
+                # SEND_BODY, where hypercorn lets an h11 error writing the answer escape:
+                # writing the text to a HEAD request ended a trio server's process.
+                self._process_error(self.their_role)
                 raise refused
         return event
 
@@ -115,7 +123,8 @@ def install(protocol_class: Any) -> None:
         await self._send_h11_event(h11.Response(
             status_code=status_code,
             headers=list(chain(headers, self.config.response_headers("h11")))))
-        await self._send_h11_event(h11.Data(data=refused.answer))
+        if not self.connection.refused_head_request:  # (HEAD: the length, without the body)
+            await self._send_h11_event(h11.Data(data=refused.answer))
         await self._send_h11_event(h11.EndOfMessage())
 
     protocol_class.__init__ = __init__
