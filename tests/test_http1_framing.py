@@ -137,3 +137,27 @@ async def test_a_refused_head_request_is_answered_without_a_body_and_the_server_
     assert after.startswith(b"HTTP/1.1 200 "), f"the next request got {after[:200]!r}"
     errors = [r.getMessage()[:200] for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], errors
+
+
+@pytest.mark.parametrize("name,data", [
+    # RFC 2616 4.1: "certain buggy HTTP/1.0 client implementations generate extra CRLF's
+    # after a POST request".
+    ("HTTP/1.0, a CRLF after the body",
+     post(b"1.0", b"Content-Length: %d\r\n" % len(BODY), BODY) + b"\r\n"),
+    # RFC 9112 9.6: after a request with "close" the server answers it and processes no
+    # further request.
+    ("Connection: close, a request behind it",
+     post(b"1.1", b"Connection: close\r\nContent-Length: %d\r\n" % len(BODY), BODY) + CARD),
+], ids=lambda value: value if isinstance(value, str) else "")
+async def test_bytes_after_a_request_that_ends_the_connection_do_not_spoil_its_answer(
+        name: str, data: bytes) -> None:
+    """h11 raised on any byte after such a request: hypercorn answered a bodiless 400 in
+    place of the request's answer (or nothing, when the answer won the race) and the run was
+    cancelled as a hang-up."""
+    async with counting_server() as (port, runs):
+        got, closed = await exchange(port, data)
+    answers = re.findall(rb"(?:^|\n)HTTP/1\.1 \d{3} ", got)
+    assert got.startswith(b"HTTP/1.1 200 ") and b'"completed"' in got and closed, (
+        f"closed: {closed}; the server said {got[:400]!r}")
+    assert len(answers) == 1, f"a request after the last one was answered: {got!r}"
+    assert runs == ["hi"], runs

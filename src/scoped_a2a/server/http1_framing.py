@@ -19,6 +19,11 @@ What h11 (0.16, under hypercorn) lets through, measured over raw sockets:
   (``PRI * HTTP/2.0``) is not a request: hypercorn switches to HTTP/2 on it (or closes, with
   HTTP/2 off), as before.
 
+And one thing h11 refused that must be served: bytes after a request that ends the
+connection (HTTP/1.0 without keep-alive, a ``Connection: close`` request) made h11 raise, and
+hypercorn answered that request ``400`` with no body in place of its answer. RFC 9112 9.6: the
+server answers it and processes no further request; the bytes are now dropped.
+
 How: hypercorn's ``H11Protocol`` gets an ``h11.Connection`` whose ``next_event`` checks each
 request head it parses and raises h11's own ``RemoteProtocolError`` for these. That is the
 path every malformed head already takes in hypercorn: the error answer with ``connection:
@@ -87,6 +92,13 @@ class StrictConnection(h11.Connection):
     refused_head_request = False
 
     def next_event(self) -> Any:
+        if self.their_state is h11.MUST_CLOSE and self._receive_buffer:
+            # Bytes after a request that ends the connection (HTTP/1.0, "Connection: close"):
+            # RFC 9112 9.6, no further request is processed; they are dropped. h11 raised on
+            # them instead, and hypercorn answered a bodiless 400 in place of that request's
+            # answer (its run cancelled as a hang-up): one trailing CRLF after an HTTP/1.0
+            # POST body, which old clients send, was enough.
+            self._receive_buffer.maybe_extract_at_most(len(self._receive_buffer))
         event = super().next_event()
         if type(event) is h11.Request:
             refused = refusal(event)
