@@ -19,10 +19,12 @@ What h11 (0.16, under hypercorn) lets through, measured over raw sockets:
   (``PRI * HTTP/2.0``) is not a request: hypercorn switches to HTTP/2 on it (or closes, with
   HTTP/2 off), as before.
 
-And one thing h11 refused that must be served: bytes after a request that ends the
+And two things h11 refused that must be served. Bytes after a request that ends the
 connection (HTTP/1.0 without keep-alive, a ``Connection: close`` request) made h11 raise, and
 hypercorn answered that request ``400`` with no body in place of its answer. RFC 9112 9.6: the
-server answers it and processes no further request; the bytes are now dropped.
+server answers it and processes no further request; the bytes are now dropped. And an empty
+line before a request line (a CRLF after a POST body, which old clients add) drew ``400``:
+RFC 9112 2.2, it is ignored now.
 
 How: hypercorn's ``H11Protocol`` gets an ``h11.Connection`` whose ``next_event`` checks each
 request head it parses and raises h11's own ``RemoteProtocolError`` for these. That is the
@@ -99,6 +101,8 @@ class StrictConnection(h11.Connection):
             # answer (its run cancelled as a hang-up): one trailing CRLF after an HTTP/1.0
             # POST body, which old clients send, was enough.
             self._receive_buffer.maybe_extract_at_most(len(self._receive_buffer))
+        elif self.their_state is h11.IDLE:
+            self._drop_empty_lines()
         event = super().next_event()
         if type(event) is h11.Request:
             refused = refusal(event)
@@ -111,6 +115,25 @@ class StrictConnection(h11.Connection):
                 self._process_error(self.their_role)
                 raise refused
         return event
+
+
+    def _drop_empty_lines(self) -> None:
+        """Drop the empty lines (CRLF or LF) in front of the next request line: RFC 9112 2.2, a
+        server SHOULD ignore at least one. h11 refused them ("no request line received"), so
+        a CRLF after a POST body, which old clients add, drew an unasked 400 after the POST's
+        answer, read by a client reusing the connection as its next request's answer."""
+        buffer = self._receive_buffer
+        data = buffer._data  # h11's bytearray: reading its first bytes copies nothing else
+        count = 0
+        while True:
+            if data[count:count + 1] == b"\n":
+                count += 1
+            elif data[count:count + 2] == b"\r\n":
+                count += 2
+            else:
+                break
+        if count:
+            buffer.maybe_extract_at_most(count)
 
 
 def install(protocol_class: Any) -> None:
