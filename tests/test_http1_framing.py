@@ -19,6 +19,8 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 from anyio.abc import SocketStream
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scoped_a2a import A2AApp, RunContext
 
@@ -176,3 +178,42 @@ async def test_empty_lines_before_a_request_line_are_ignored() -> None:
     assert answers == [b"200", b"200"] and not closed, f"closed: {closed}; {got[-400:]!r}"
     assert first.startswith(b"HTTP/1.1 200 "), first[:200]
     assert runs == ["hi"], runs
+
+
+def _cased(name: str, upper: list[bool]) -> bytes:
+    return "".join(c.upper() if up else c for c, up in
+                   zip(name, upper + [False] * len(name), strict=False)).encode()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(length=st.booleans(), coding=st.booleans(), coding_first=st.booleans(),
+       version=st.sampled_from([b"1.0", b"1.1"]), upper=st.lists(st.booleans(), max_size=17),
+       space=st.sampled_from([b"", b" ", b"\t", b" \t "]))
+async def test_framing_heads_of_any_spelling_are_served_or_refused_as_the_rfc_says(
+        length: bool, coding: bool, coding_first: bool, version: bytes, upper: list[bool],
+        space: bytes) -> None:
+    """Content-Length and Transfer-Encoding in any letter case, order and surrounding
+    whitespace, with a request pipelined behind: both together (RFC 9112 6.3), or
+    Transfer-Encoding in HTTP/1.0 (6.1), is refused, closed, and nothing runs; any other head
+    is served, and the request behind it is answered only where the connection persists."""
+    fields = []
+    if length:
+        body = BODY
+        fields.append(_cased("content-length", upper) + b":%s%d%s\r\n" % (space, len(BODY), space))
+    if coding:
+        body = CHUNKED
+        field = _cased("transfer-encoding", upper) + b":%schunked%s\r\n" % (space, space)
+        fields.insert(0 if coding_first else len(fields), field)
+    if not (length or coding):
+        body, fields = b"", [b"Content-Length: 0\r\n"]
+    behind = CARD.replace(b"Host: x", b"Host: x\r\nConnection: close")
+    async with counting_server() as (port, runs):
+        got, closed = await exchange(port, post(version, b"".join(fields), body) + behind)
+    answers = re.findall(rb"HTTP/1\.1 (\d{3}) \r\n", got)
+    if coding and (length or version == b"1.0"):
+        assert answers == [b"400"] and closed and runs == [], (
+            f"closed: {closed}, runs {runs}; {got[-300:]!r}")
+    else:
+        served = [b"200", b"200"] if version == b"1.1" else [b"200"]
+        assert answers == served and closed, f"closed: {closed}; {got[-300:]!r}"
+        assert runs == (["hi"] if length or coding else []), runs  # (no body: a parse error)
