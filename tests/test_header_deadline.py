@@ -330,3 +330,20 @@ def _statuses(data: bytes) -> dict[int, int]:
     decoder = Decoder()
     return {frame.stream_id: int(dict(decoder.decode(frame.data))[":status"])
             for frame in _frames(data) if isinstance(frame, HeadersFrame)}
+
+
+async def test_h2_a_connection_that_sent_only_its_preface_is_closed_when_idle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HTTP/2 prior-knowledge connection that opens no stream gets the idle timer an
+    HTTP/1.1 connection has. It had none: hypercorn stops the timer on the preface, parsed as
+    an HTTP/1.1 request, and only a stream's end restarted it; measured, a connection that
+    sent its preface (and a PING now and then) was held past 85 s of a 75 s timer."""
+    import scoped_a2a.server.serve as serve_module
+
+    monkeypatch.setattr(serve_module, "KEEP_ALIVE_TIMEOUT", 0.5)
+    async with server(header_timeout=0.5, http2=True) as port:
+        conn = await anyio.connect_tcp("127.0.0.1", port)
+        async with conn:
+            await conn.send(PREFACE)
+            got, closed = await read_for(conn, 3)
+    assert closed, f"open 3 s after the preface (idle timer 0.5 s); frames {_frames(got)}"

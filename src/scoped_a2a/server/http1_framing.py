@@ -19,6 +19,13 @@ What h11 (0.16, under hypercorn) lets through, measured over raw sockets:
   (``PRI * HTTP/2.0``) is not a request: hypercorn switches to HTTP/2 on it (or closes, with
   HTTP/2 off), as before.
 
+And two things h11 refused that must be served. Bytes after a request that ends the
+connection (HTTP/1.0 without keep-alive, a ``Connection: close`` request) made h11 raise, and
+hypercorn answered that request ``400`` with no body in place of its answer. RFC 9112 9.6: the
+server answers it and processes no further request; the bytes are now dropped. And an empty
+line before a request line (a CRLF after a POST body, which old clients add) drew ``400``:
+RFC 9112 2.2, it is ignored now.
+
 How: hypercorn's ``H11Protocol`` gets an ``h11.Connection`` whose ``next_event`` checks each
 request head it parses and raises h11's own ``RemoteProtocolError`` for these. That is the
 path every malformed head already takes in hypercorn: the error answer with ``connection:
@@ -47,7 +54,8 @@ BAD_VERSION = (b"this server speaks HTTP/1.1 (or HTTP/2 after its preface): send
 
 
 class RefusedHead(h11.RemoteProtocolError):
-    """A head h11 parsed that is refused here; ``answer`` is the text the client is sent."""
+    """A head h11 parsed that is refused here; ``answer`` is the text the client is sent
+    (none to a HEAD request: its answer has no body, and h11 refuses to write one)."""
 
     def __init__(self, answer: bytes, status: int) -> None:
         super().__init__(answer.decode(), error_status_hint=status)
@@ -78,19 +86,54 @@ class StrictConnection(h11.Connection):
     """``h11.Connection`` that raises :class:`RefusedHead` for a head :func:`refusal` refuses.
 
     The refusal is raised as the head is parsed, before hypercorn makes a stream of it; the
-    connection's reading side is then done (hypercorn answers and closes).
+    client's side is then in h11's ERROR state, as after an error h11 raises itself
+    (hypercorn answers and closes).
     """
 
     refused: RefusedHead | None = None
+    refused_head_request = False
 
     def next_event(self) -> Any:
+        if self.their_state is h11.MUST_CLOSE and self._receive_buffer:
+            # Bytes after a request that ends the connection (HTTP/1.0, "Connection: close"):
+            # RFC 9112 9.6, no further request is processed; they are dropped. h11 raised on
+            # them instead, and hypercorn answered a bodiless 400 in place of that request's
+            # answer (its run cancelled as a hang-up): one trailing CRLF after an HTTP/1.0
+            # POST body, which old clients send, was enough.
+            self._receive_buffer.maybe_extract_at_most(len(self._receive_buffer))
+        elif self.their_state is h11.IDLE:
+            self._drop_empty_lines()
         event = super().next_event()
         if type(event) is h11.Request:
             refused = refusal(event)
             if refused is not None:
                 self.refused = refused  # for the answer's text
+                self.refused_head_request = event.method == b"HEAD"
+                # What h11 does with its own errors. Without it the client's side stayed in
+                # SEND_BODY, where hypercorn lets an h11 error writing the answer escape:
+                # writing the text to a HEAD request ended a trio server's process.
+                self._process_error(self.their_role)
                 raise refused
         return event
+
+
+    def _drop_empty_lines(self) -> None:
+        """Drop the empty lines (CRLF or LF) in front of the next request line: RFC 9112 2.2, a
+        server SHOULD ignore at least one. h11 refused them ("no request line received"), so
+        a CRLF after a POST body, which old clients add, drew an unasked 400 after the POST's
+        answer, read by a client reusing the connection as its next request's answer."""
+        buffer = self._receive_buffer
+        data = buffer._data  # h11's bytearray: reading its first bytes copies nothing else
+        count = 0
+        while True:
+            if data[count:count + 1] == b"\n":
+                count += 1
+            elif data[count:count + 2] == b"\r\n":
+                count += 2
+            else:
+                break
+        if count:
+            buffer.maybe_extract_at_most(count)
 
 
 def install(protocol_class: Any) -> None:
@@ -115,7 +158,8 @@ def install(protocol_class: Any) -> None:
         await self._send_h11_event(h11.Response(
             status_code=status_code,
             headers=list(chain(headers, self.config.response_headers("h11")))))
-        await self._send_h11_event(h11.Data(data=refused.answer))
+        if not self.connection.refused_head_request:  # (HEAD: the length, without the body)
+            await self._send_h11_event(h11.Data(data=refused.answer))
         await self._send_h11_event(h11.EndOfMessage())
 
     protocol_class.__init__ = __init__

@@ -18,7 +18,9 @@ version nothing is patched and a warning says so, because these reach into priva
    its HTTP/2 layer (0.18) has bugs that only patches of its private code work around
    (:mod:`.hypercorn_h2`, docs/connections.md). With
    HTTP/2 off, a prior-knowledge client's connection is closed at once, and an upgrade request is
-   answered over HTTP/1.1 as if it had not asked.
+   answered over HTTP/1.1 as if it had not asked. With HTTP/2 on, a prior-knowledge
+   connection that opens no stream has the idle timer an HTTP/1.1 one has: hypercorn stopped
+   it on the preface, and a client that sent only the preface held its connection for ever.
 4. **With HTTP/2 on, hostile or unlucky frames reach bugs in hypercorn's H2 protocol**: a
    DATA frame for a stream already answered (``KeyError``), PRIORITY frames for streams never
    opened (``TooManyStreamsError`` ends a trio server), streams opened and reset at once
@@ -176,6 +178,7 @@ async def _shielded(close: Callable[[], Awaitable[None]]) -> None:
 
 def _patch_http2(wrapper_class: Any) -> None:
     from hypercorn.events import Closed
+    from hypercorn.protocol.h2 import H2Protocol
     from hypercorn.protocol.h11 import H2ProtocolAssumedError, H11Protocol
 
     handle: Callable[[Any, Any], Awaitable[None]] = wrapper_class.handle
@@ -190,7 +193,16 @@ def _patch_http2(wrapper_class: Any) -> None:
 
     async def guarded_handle(self: Any, event: Any) -> None:
         if getattr(self.config, HTTP2_FLAG, True):
+            was_h11 = isinstance(self.protocol, H11Protocol)
             await handle(self, event)
+            if was_h11 and isinstance(self.protocol, H2Protocol) and self.protocol.idle:
+                # A prior-knowledge connection, switched to HTTP/2 with no stream open:
+                # hypercorn stopped the idle timer on its preface (parsed as an HTTP/1.1
+                # request) and only a stream's end restarts it. Without this, a client that
+                # sent the preface and nothing else held its connection for ever.
+                server: Any = getattr(self.send, "__self__", None)  # the worker's TCPServer
+                if server is not None:
+                    await server.idle_task.restart(server._task_group, server._idle_timeout)
             return
         try:
             await self.protocol.handle(event)

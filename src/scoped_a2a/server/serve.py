@@ -66,6 +66,10 @@ STALL_SECONDS = 2.0
 
 MAX_STALL_TIMEOUT = 2**31 / 1000
 """TCP_USER_TIMEOUT is an int of milliseconds: a longer stall timeout (or inf) sets no option."""
+KEEP_ALIVE_TIMEOUT = 75.0
+"""Seconds an idle connection (no request in progress) stays open (hypercorn's idle timer):
+longer than clients' pools keep theirs, so that the client closes it (see ``serve``)."""
+
 BACKLOG = 1024
 """Connections the kernel queues before accept (capped by net.core.somaxconn): a burst of
 connects (a balancer's pool, c=64 clients opening at once) is queued, not refused or dropped.
@@ -203,7 +207,7 @@ async def serve(
     # nginx upstream 60 s), so the client, not us, closes them: a server closing an idle
     # connection races the client's next request on it. A connection the client closed is
     # released at once (hypercorn_fixes), so this does not hold descriptors.
-    config.keep_alive_timeout = 75
+    config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT
     # ... which a head trickling in does not shorten: a head has its own deadline.
     header_deadline.configure(config, header_timeout)
     # gRPC is HTTP/2: an app serving it (A2AApp(grpc=True)) has HTTP/2 on whatever was asked.
