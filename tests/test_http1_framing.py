@@ -217,3 +217,19 @@ async def test_framing_heads_of_any_spelling_are_served_or_refused_as_the_rfc_sa
         served = [b"200", b"200"] if version == b"1.1" else [b"200"]
         assert answers == served and closed, f"closed: {closed}; {got[-300:]!r}"
         assert runs == (["hi"] if length or coding else []), runs  # (no body: a parse error)
+
+
+@pytest.mark.parametrize("target", [b"http://x/.well-known/agent-card.json",
+                                    b"HTTP://127.0.0.1:9/.well-known/agent-card.json"])
+async def test_an_absolute_form_target_is_served_like_its_path(target: bytes) -> None:
+    """RFC 9112 3.2.2: a server MUST accept the absolute-form (``GET http://host/path``, what a
+    client configured for a proxy sends); it was answered 404. A JSON-RPC send to ``http://x/``
+    is served too."""
+    async with counting_server() as (port, runs):
+        got, _ = await exchange(port, CARD.replace(b"/.well-known/agent-card.json", target))
+        assert got.startswith(b"HTTP/1.1 200"), got[:300]
+        assert b'"supportedInterfaces"' in got or b'"url"' in got, got[:300]
+        got, _ = await exchange(port, post(b"1.1", b"Content-Length: %d\r\n" % len(BODY), BODY)
+                                .replace(b"POST / ", b"POST http://x/ "))
+        assert got.startswith(b"HTTP/1.1 200") and b'"hi"' in got, got[:300]
+        assert runs == ["hi"]

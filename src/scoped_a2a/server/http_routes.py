@@ -177,6 +177,11 @@ def route_path(scope: Scope) -> str:
     strips it. A path that starts with the root path is taken as full, otherwise as relative.
     """
     path = str(scope.get("path") or "/")
+    if path[:1] != "/" and path[:8].lower().startswith(("http://", "https://")):
+        # The absolute-form (``GET http://host/path``: a client set up for a proxy), which a
+        # server must accept (RFC 9112 3.2.2); hypercorn passes the target as the path.
+        parts = path.split("/", 3)
+        path = "/" + parts[3] if len(parts) == 4 else "/"
     root = root_path(scope)
     if root and (path == root or path.startswith(root + "/")):
         path = path[len(root):]
