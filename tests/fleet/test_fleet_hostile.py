@@ -72,6 +72,7 @@ async def test_hostile_callers_of_a_handed_over_run(fleet: Fleet) -> None:
     url_a, url_b = await a.url(), await b.url()
     async with httpx.AsyncClient(timeout=30) as client:
         r = await _post(client, url_a, ALICE, "SendMessage", {"message": text_message("ask")})
+        assert "result" in r.json(), r.text[:500]
         task = r.json()["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", r.text[:500]
         tid = task["id"]
@@ -142,12 +143,15 @@ async def test_hostile_callers_of_a_handed_over_run(fleet: Fleet) -> None:
         texts = {f["status"]["message"]["parts"][0]["text"] for f in finals
                  if f["status"]["state"] == "TASK_STATE_COMPLETED"}
         assert len(texts) == 1, finals  # one answer ran, whichever won
+        # The answer is sent once the end is committed; A logs the run's end after that.
+        await a.wait_for(rf"run end task={tid} outcome=completed", timeout=20)
         assert a.text().count(f"run start task={tid}") <= 1, a.text()[-2000:]
         assert len(re.findall(rf"run end task={tid} outcome=completed", a.text())) == 1, \
             a.text()[-2000:]
 
         # Cancel and subscribe through B of a run parked on A, then A dies with another parked.
         r = await _post(client, url_a, ALICE, "SendMessage", {"message": text_message("ask")})
+        assert "result" in r.json(), r.text[:500]
         task = r.json()["result"]["task"]
         r = await _post(client, url_b, BOB, "CancelTask", {"id": task["id"]})
         _refused(r, -32001)
@@ -159,6 +163,7 @@ async def test_hostile_callers_of_a_handed_over_run(fleet: Fleet) -> None:
         await a.wait_for(rf"run end task={task['id']} outcome=canceled", timeout=20)
 
         r = await _post(client, url_a, ALICE, "SendMessage", {"message": text_message("ask")})
+        assert "result" in r.json(), r.text[:500]
         task = r.json()["result"]["task"]
         a.kill()
         # The holder is gone: a subscriber through B is not left hanging, and sees the lease

@@ -542,6 +542,48 @@ async def test_cut_connections_and_a_read_only_server_are_clear_errors_and_heal(
         assert (await store.get(task.id))[1] == 2
 
 
+async def test_prepared_statements_survive_a_rolled_back_transaction(pg_url: str) -> None:
+    # psycopg prepares a statement run often enough through its cursor, and on a ROLLBACK it
+    # sees (also a failed transaction's COMMIT answer) drops its own with DEALLOCATE ALL,
+    # which took this connection's Prepared ones (a send's create and end) with them: the next
+    # create failed with InvalidSqlStatementName (a hostile caller's rolled-back operation on
+    # a replica, then every send through that connection). Found under load in
+    # tests/fleet/test_fleet_hostile.py.
+    from scoped_a2a.store.postgres.connection import Pool
+    from scoped_a2a.store.postgres.prepared import Prepared
+
+    pool = Pool(pg_url, "public", 1)
+    try:
+        double = Prepared("double", "SELECT %s * 2", ["int8"])
+        assert await pool.run(lambda c: c.prepared(double, [2]), transaction=False) == [(b"4",)]
+        for _ in range(8):  # past psycopg's prepare threshold: it holds a statement of its own
+            await pool.run(lambda c: c.one("SELECT 1"), transaction=False)
+
+        async def fails(c: Any) -> None:
+            await c.one("SELECT 1")
+            raise LookupError("rolled back")
+
+        for _ in range(2):
+            with pytest.raises(LookupError):
+                await pool.run(fails)  # a transaction: rolled back
+            for _ in range(8):
+                await pool.run(lambda c: c.one("SELECT 1"), transaction=False)
+            # Inside a transaction and by itself: still prepared, or prepared again.
+            assert await pool.run(lambda c: c.prepared(double, [3])) == [(b"6",)]
+            assert await pool.run(lambda c: c.prepared(double, [4]), transaction=False) \
+                == [(b"8",)]
+        # Dropped on the server by someone else: prepared again at once outside a transaction;
+        # inside one, that transaction fails (rolled back) and the next prepares it again.
+        await pool.run(lambda c: c.execute("DEALLOCATE ALL"), transaction=False)
+        assert await pool.run(lambda c: c.prepared(double, [5]), transaction=False) == [(b"10",)]
+        await pool.run(lambda c: c.execute("DEALLOCATE ALL"), transaction=False)
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            await pool.run(lambda c: c.prepared(double, [6]))
+        assert await pool.run(lambda c: c.prepared(double, [7])) == [(b"14",)]
+    finally:
+        pool.close()
+
+
 async def test_prepared_statements_take_every_type_and_fail_as_psycopgs_do(
     pg_url: str, tmp_path: Path,
 ) -> None:

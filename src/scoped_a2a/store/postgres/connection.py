@@ -214,9 +214,28 @@ class Conn:
             self._prepared.add(stmt.name)
         pg.send_query_prepared(stmt.name, [param(v) for v in params],
                                param_formats=stmt.formats)
-        res = self._check(await drive(pq_execute(pg), self.fd))
+        try:
+            res = self._check(await drive(pq_execute(pg), self.fd))
+        except pgerrors.InvalidSqlStatementName:
+            # Dropped on the server by something other than this class (a DEALLOCATE ALL
+            # or DISCARD ALL sent through psycopg: see command()). Prepared again by the next
+            # use; again at once outside a transaction (inside, the error ended it).
+            self._prepared.discard(stmt.name)
+            if pg.transaction_status != TransactionStatus.IDLE:
+                raise
+            return await self.prepared(stmt, params)
         cols = range(res.nfields)
         return [tuple(res.get_value(r, c) for c in cols) for r in range(res.ntuples)]
+
+    async def command(self, query: bytes) -> None:
+        """Run ``BEGIN``, ``COMMIT`` or ``ROLLBACK`` on libpq directly, not through psycopg's
+        cursor: psycopg drops the statements it prepared by itself with ``DEALLOCATE ALL``
+        when it sees a ``ROLLBACK`` (also what a failed transaction's ``COMMIT`` answers),
+        and this connection's :class:`Prepared` ones went with them. Errors as
+        :meth:`execute`'s."""
+        pg = self.raw.pgconn
+        pg.send_query(query)
+        self._check(await drive(pq_execute(pg), self.fd))
 
     def _check(self, results: list[Any]) -> Any:
         """The last of ``results``, or the error the first failed one says."""
@@ -348,11 +367,11 @@ class Pool:
         committing = False
         try:
             if transaction:
-                await c.execute(b"BEGIN")
+                await c.command(b"BEGIN")
             result = await fn(c)
             if transaction:
                 committing = True  # what raises from here on is the COMMIT's
-                await c.execute(b"COMMIT")
+                await c.command(b"COMMIT")
         except psycopg.OperationalError as exc:
             c.close()
             if self.on_broken is not None:
@@ -371,7 +390,7 @@ class Pool:
         if not c.closed and not c.raw.broken and (
                 c.raw.pgconn.transaction_status != TransactionStatus.IDLE):
             try:
-                await c.execute(b"ROLLBACK")
+                await c.command(b"ROLLBACK")
             except psycopg.Error:
                 c.close()
                 return
