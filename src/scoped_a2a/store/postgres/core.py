@@ -308,6 +308,7 @@ class PostgresCore(LocalState, TaskStore):
         self._keep(task_id, pos, [LogEntry(pos, event, encoded)])
         self.waiters.saw(task_id, pos)
         if ends:
+            self._ended_here(task_id)
             await self._retain()
         return pos
 
