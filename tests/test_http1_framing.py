@@ -34,6 +34,7 @@ CARD = b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n\r\n"
 BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
     "role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hi"}]}}}).encode()
 CHUNKED = b"%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY)
+CLOSING_CARD = CARD.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")  # read to its end
 
 
 def post(version: bytes, headers: bytes, body: bytes) -> bytes:
@@ -173,7 +174,7 @@ async def test_empty_lines_before_a_request_line_are_ignored() -> None:
     async with counting_server() as (port, runs):
         got, closed = await exchange(port, post(
             b"1.1", b"Content-Length: %d\r\n" % len(BODY), BODY) + b"\r\n\r\n" + CARD)
-        first, _ = await exchange(port, b"\n\r\n" + CARD)
+        first, _ = await exchange(port, b"\n\r\n" + CLOSING_CARD)
     answers = re.findall(rb"HTTP/1\.1 (\d{3}) \r\n", got)  # (a body ends without a newline)
     assert answers == [b"200", b"200"] and not closed, f"closed: {closed}; {got[-400:]!r}"
     assert first.startswith(b"HTTP/1.1 200 "), first[:200]
@@ -226,10 +227,12 @@ async def test_an_absolute_form_target_is_served_like_its_path(target: bytes) ->
     client configured for a proxy sends); it was answered 404. A JSON-RPC send to ``http://x/``
     is served too."""
     async with counting_server() as (port, runs):
-        got, _ = await exchange(port, CARD.replace(b"/.well-known/agent-card.json", target))
+        got, _ = await exchange(port, CLOSING_CARD.replace(b"/.well-known/agent-card.json",
+                                                           target))
         assert got.startswith(b"HTTP/1.1 200"), got[:300]
         assert b'"supportedInterfaces"' in got or b'"url"' in got, got[:300]
-        got, _ = await exchange(port, post(b"1.1", b"Content-Length: %d\r\n" % len(BODY), BODY)
+        got, _ = await exchange(port, post(
+            b"1.1", b"Content-Length: %d\r\nConnection: close\r\n" % len(BODY), BODY)
                                 .replace(b"POST / ", b"POST http://x/ "))
         assert got.startswith(b"HTTP/1.1 200") and b'"hi"' in got, got[:300]
         assert runs == ["hi"]
