@@ -71,6 +71,7 @@ def one_line(err: str) -> str:
     return err
 
 
+@pytest.mark.one_python  # suite time: the CLI's listing does not change with the Python version
 async def test_get_and_list_with_filters_and_pages(anyio_backend: str) -> None:
     async with served(A2AApp(demo_agent, grace=1.0)) as url:
         first = await start_task(url, "one", context_id="ctx-a")

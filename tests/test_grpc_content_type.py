@@ -53,6 +53,7 @@ def _send(port: int, content_type: str, text: str) -> tuple[dict[bytes, bytes], 
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.one_python  # suite time: content-type decoding does not change with the Python version
 def test_only_grpc_and_grpc_proto_are_decoded(backend: str, tmp_path: Path) -> None:
     with server_process(backend, tmp_path, "--grpc") as (proc, port, log):
         for ctype in ("application/grpc", "application/grpc+proto",

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 USER_CODE = textwrap.dedent("""\
     from scoped_a2a import A2AClient, RunContext, Task
 
@@ -16,6 +18,7 @@ USER_CODE = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.one_python  # suite time: mypy reads the package the same from either Python
 def test_a_user_of_the_library_gets_its_types(tmp_path: Path) -> None:
     (tmp_path / "service.py").write_text(USER_CODE)
     # Run from the temporary directory so the project's own mypy settings do not apply: mypy

@@ -28,7 +28,7 @@ from ..redis.conftest import Proc
 from ..redis.test_redis_serve_workers import pid_of, until
 from ..redis.util import post_json
 
-pytestmark = [pytest.mark.anyio, pytest.mark.one_python("3.13")]  # conftest: 3.13 only
+pytestmark = [pytest.mark.anyio, pytest.mark.one_python]  # conftest: 3.11 only
 CONVERSATIONS = 10
 V1 = {"A2A-Version": "1.0"}
 

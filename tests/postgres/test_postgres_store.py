@@ -165,6 +165,7 @@ async def test_a_new_tasks_claim_is_made_by_its_create_and_a_held_one_stores_not
         assert prior is not None and (prior.task_id, prior.created) == (again.id, True)
 
 
+@pytest.mark.one_python  # suite time: store behaviour, one Python is enough
 async def test_identical_sends_on_two_replicas_run_once(pg_url: str, tmp_path: Path) -> None:
     """Two identical blocking sends at once, one to each replica (served through hypercorn):
     one run, one task for both callers, whichever create claims first; a later resend
