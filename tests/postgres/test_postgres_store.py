@@ -450,16 +450,19 @@ async def test_forged_references_to_large_envelopes_cost_no_query_and_replays_ar
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(a.pool.run, lock)
-            await locked.wait()
-            for _ in range(3 * MAX_FETCHING):
-                await a.pool.run(lambda c: c.execute("SELECT pg_notify(%s, %s)",
-                                                     (channel, f"* @{refs[0]}")))
-            with anyio.fail_after(30):
-                while not any("large ones were being read already" in r.getMessage()
-                              for r in caplog.records):
-                    await anyio.sleep(0.02)
-            assert (calls, most) == (1 + MAX_FETCHING, MAX_FETCHING)
-            release.set()
+            try:  # the lock's holder runs shielded (pool.run): it ends only once released
+                with anyio.fail_after(30):
+                    await locked.wait()
+                for _ in range(3 * MAX_FETCHING):
+                    await a.pool.run(lambda c: c.execute("SELECT pg_notify(%s, %s)",
+                                                         (channel, f"* @{refs[0]}")))
+                with anyio.fail_after(30):
+                    while not any("large ones were being read already" in r.getMessage()
+                                  for r in caplog.records):
+                        await anyio.sleep(0.02)
+                assert (calls, most) == (1 + MAX_FETCHING, MAX_FETCHING), (calls, most)
+            finally:
+                release.set()
         with anyio.fail_after(30):
             while b.handover.fetching:
                 await anyio.sleep(0.02)
