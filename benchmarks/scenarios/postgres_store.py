@@ -4,7 +4,9 @@ scoped-a2a runs twice on each server (hypercorn trio, hypercorn asyncio, uvicorn
 in-memory store, then with ``--store postgresql://...`` against a PostgreSQL this scenario
 starts on a free loopback port (Debian's ``postgresql`` binaries, the tests' launcher
 ``tests/postgres/server.py``; ``fsync=on``, so each commit reaches the disk), a fresh database
-per run; back to back, so the ratio postgres/memory per server is what to read. The send and
+per run; back to back, so the ratio postgres/memory per server is what to read. A full run
+measures each twice, in the order memory, PostgreSQL, PostgreSQL, memory, and records the
+means (:meth:`PostgresStore.side_by_side` says why); ``--quick`` once each. The send and
 stream figures come from scenarios 1 and 2's own measurements, relabelled as scenario 14 does
 for Redis.
 
@@ -20,6 +22,7 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ..core import Bench, Metric, Scenario
 from ..systems import System
@@ -53,7 +56,8 @@ class PostgresStore(Scenario):
         Metric("xreplica_p50", "A to B p50 ms", "ms", "lower", False, "{:.2f}"),
         Metric("xreplica_p99", "A to B p99 ms", "ms", "lower", False, "{:.2f}"),
     )
-    notes = ("The rows are scoped-a2a on the same server, run back to back; ratio lines read "
+    notes = ("The rows are scoped-a2a on the same server, run back to back (a full run: each "
+             "twice, memory, postgres, postgres, memory, and the mean); ratio lines read "
              "postgres/memory (>1: PostgreSQL ahead). PostgreSQL 15 on loopback with fsync=on; "
              "every event is one transaction (a task's create and end wait for the WAL "
              "flush). Start-up: process start to its first answer, with 100,000 ended tasks "
@@ -74,10 +78,7 @@ class PostgresStore(Scenario):
             # --quick (CI's 110 s budget, on a loaded 2-core machine): the two hypercorn
             # backends only.
             for name in SERVERS[:2] if bench.sizes.quick else SERVERS:
-                await self.measure(bench, System("scoped", name), MEMORY, False)
-                url = await asyncio.to_thread(server.database)
-                system = System("scoped", name, ("--store", url))
-                await self.measure(bench, system, POSTGRES, True)
+                await self.side_by_side(bench, name, server)
             # The official a2a-sdk with its PostgreSQL task store (DatabaseTaskStore on
             # SQLAlchemy asyncio + asyncpg) on the same server, next to ours on uvicorn.
             url = await asyncio.to_thread(server.database)
@@ -117,9 +118,44 @@ class PostgresStore(Scenario):
             os.environ.pop("SCOPED_A2A_POSTGRES_KEY_FILE", None)
             await asyncio.to_thread(server.destroy)
 
+    async def side_by_side(self, bench: Bench, name: str, server: Any) -> None:
+        """The memory store and PostgreSQL on server ``name``, recorded as the mean of each
+        one's runs. A full run takes them in the order memory, PostgreSQL, PostgreSQL,
+        memory (each a fresh process; each PostgreSQL run a fresh database): the machine's
+        speed drifts from minute to minute (the memory store's rate moved by a third
+        between runs a few minutes apart here), and the mirrored order cancels a steady
+        drift out of the ratio. ``--quick`` runs each once."""
+        order = (MEMORY, POSTGRES) if bench.sizes.quick else (MEMORY, POSTGRES, POSTGRES,
+                                                               MEMORY)
+        runs: dict[str, list[dict[str, float]]] = {MEMORY: [], POSTGRES: []}
+        for label in order:
+            args: tuple[str, ...] = ()
+            if label == POSTGRES:
+                args = ("--store", await asyncio.to_thread(server.database))
+            figures = await self.measure_once(bench, System("scoped", name, args), label)
+            if figures:
+                runs[label].append(figures)
+        for label, subject in ((MEMORY, False), (POSTGRES, True)):
+            if runs[label]:
+                self.record(bench, label, name, _mean(runs[label]), subject)
+        if len(runs[MEMORY]) == len(runs[POSTGRES]) == 2:
+            # Each mirrored pair's ratio, so the run says how far its two halves agree.
+            for key in ("rps_c64", "events_per_s_c16"):
+                pairs = [p.get(key, 0) / m[key] for p, m in zip(runs[POSTGRES], runs[MEMORY],
+                                                                  strict=True) if m.get(key)]
+                bench.progress(f"postgres/memory {key} on {name}, per pair: "
+                               + ", ".join(f"{r:.2f}" for r in pairs))
+
     async def measure(self, bench: Bench, system: System, label: str,
                       subject: bool, role: str = "ceiling") -> dict[str, float]:
         """Send and stream figures of one system, recorded under ``label``; returned too."""
+        figures = await self.measure_once(bench, system, label)
+        self.record(bench, label, system.server, figures, subject, role)
+        return figures
+
+    async def measure_once(self, bench: Bench, system: System, label: str
+                           ) -> dict[str, float]:
+        """Send and stream figures of one run of ``system`` (a process of its own)."""
         relabel = _Relabel(bench, f"{label} / {system.server}", label.split()[-1],
                            _sizes(bench))
         async with bench.servers([system]) as running:
@@ -134,12 +170,21 @@ class PostgresStore(Scenario):
                                ("cpu_us_per_event", "server_cpu_c16", "events_per_s_c16")):
             if relabel.figures.get(rate) and cpu in relabel.figures:
                 relabel.figures[key] = relabel.figures[cpu] / relabel.figures[rate] * 1e6
-        for metric in self.metrics:
-            value = relabel.figures.get(metric.key)
-            if value is not None:
-                bench.record(label, system.server, metric.key, value, metric.unit,
-                             role="subject" if subject else role)
         return relabel.figures
+
+    def record(self, bench: Bench, label: str, server: str, figures: dict[str, float],
+               subject: bool, role: str = "ceiling") -> None:
+        for metric in self.metrics:
+            value = figures.get(metric.key)
+            if value is not None:
+                bench.record(label, server, metric.key, value, metric.unit,
+                             role="subject" if subject else role)
+
+
+def _mean(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's mean over the runs that have it."""
+    keys = {k for run in runs for k in run}
+    return {k: sum(vs) / len(vs) for k in keys if (vs := [r[k] for r in runs if k in r])}
 
 
 def _size(url: str) -> int:
