@@ -109,7 +109,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 # Lowest first: a package may import only the packages before it in this list.
-LAYERS = ["protocol", "observe", "store", "client", "runtime", "push", "server", "testing", "cli"]
+LAYERS = ["protocol", "timeouts", "observe", "store", "client", "runtime", "push", "server",
+          "testing", "cli"]
 # No exceptions: the worker of the durable queues lives in the runtime (runtime/durable_worker.py).
 ABOVE_ITS_PACKAGE: set[str] = set()
 
