@@ -6,11 +6,12 @@ timed out (its request, its body). The package's own ``fail_after`` is a class a
 scope and makes none. Checked here with the collector off (as tests/test_exception_cycles.py):
 the helper itself, and a timed-out call at four of its sites: the push guard's resolution, a
 follower's trajectory read, a client call over HTTP to an agent that never answers, and a run's
-wait for the caller's input (its ``InputTimeout``) served by hypercorn. The HTTP call is checked
-for the deadline's frames and the call's own (its given-up connection leaves cycles of its own,
-in httpx and anyio, on 3.11 as on 3.13). Two tests show that the checks find anyio's cycle where
-it exists (3.12+); on 3.11 anyio's makes none here (tests/redis/test_redis_deadline_cycle.py
-checks the Redis store's command deadline).
+wait for the caller's input (its ``InputTimeout``) served by hypercorn; and the SSE write
+deadline that gives up on a client that stopped reading (a class for the same reason). The
+HTTP call is checked for the deadline's frames and the call's own (its given-up connection
+leaves cycles of its own, in httpx and anyio, on 3.11 as on 3.13). Two tests show that the
+checks find anyio's cycle where it exists (3.12+); on 3.11 anyio's makes none here
+(tests/redis/test_redis_deadline_cycle.py checks the Redis store's command deadline).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from scoped_a2a.client.errors import AgentTimeout
 from scoped_a2a.client.follower import Follower
 from scoped_a2a.push import guard
 from scoped_a2a.push.guard import Allowance, WebhookRefused, check_url
+from scoped_a2a.server.sse import SlowConsumer, SSEWriter
 from scoped_a2a.testing.proxy import FaultyProxy
 from scoped_a2a.timeouts import fail_after
 
@@ -283,3 +285,31 @@ async def test_a_run_whose_question_goes_unanswered_leaves_no_cycle() -> None:
             states.append(got["result"]["status"]["state"])
     assert states == ["TASK_STATE_FAILED"] * 2
     assert left == [], f"left to the collector: {left} ({kinds(found)})"
+
+
+async def _never_takes(message: Any) -> None:
+    await anyio.sleep(5)  # a client that stopped reading
+
+
+async def _slow_consumer() -> str:
+    writer = SSEWriter(_never_takes, write_timeout=0.01)
+    try:
+        with writer.write_deadline():
+            await writer.event(b"data: {}", 1)
+    except SlowConsumer as exc:
+        return type(exc).__name__
+    raise AssertionError("the stuck write did not end the stream")
+
+
+async def test_a_stream_whose_client_stopped_reading_leaves_no_cycle() -> None:
+    # The SSE write deadline (server/sse.py) was a @contextmanager generator raising
+    # SlowConsumer: the same cycle as anyio's fail_after on 3.12+ (31 objects on asyncio, 54
+    # on trio, 3.13), for every stream given up on a client that stopped reading.
+    await _slow_consumer()
+    await settle()
+    with collector_off() as found:
+        ended = await _slow_consumer()
+        await settle()
+    assert found == [], f"left to the collector: {kinds(found)}"
+    assert ended == "SlowConsumer"
+
