@@ -109,7 +109,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 # Lowest first: a package may import only the packages before it in this list.
-LAYERS = ["protocol", "observe", "store", "client", "runtime", "push", "server", "testing", "cli"]
+LAYERS = ["protocol", "timeouts", "observe", "store", "client", "runtime", "push", "server",
+          "testing", "cli"]
 # No exceptions: the worker of the durable queues lives in the runtime (runtime/durable_worker.py).
 ABOVE_ITS_PACKAGE: set[str] = set()
 
@@ -248,3 +249,49 @@ def test_no_store_backend_imports_another() -> None:
         if backend(target) not in (None, here)
     )
     assert not offenders, "store backends importing each other:\n" + "\n".join(offenders)
+
+
+# Imported by src/ but installed by the declared package named (not declared themselves): the
+# HTTP/1.1 and HTTP/2 layers hypercorn runs on, whose internals server/ adjusts (and h2, which
+# client/h2conn.py also drives for the gRPC client), and what an extra brings with it. Declaring
+# one of them (with the floor our use needs) takes it off this list.
+INSTALLED_WITH = {
+    "h11": "hypercorn", "h2": "hypercorn", "hyperframe": "hypercorn", "priority": "hypercorn",
+    "cryptography": "pyjwt[crypto] (the [auth] extra)",
+    "pydantic_core": "pydantic-ai-slim (the [pydantic-ai] extra)",
+}
+
+
+def test_every_package_the_source_imports_is_declared() -> None:
+    # A module imported by src/ (anywhere: module level or inside a function) comes from a
+    # dependency of pyproject.toml, core or extra, or is listed above. sniffio was imported by
+    # the core while only trio's (and once anyio's) dependencies brought it in.
+    import re
+    import sys
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["project"]
+
+    def name(requirement: str) -> str:
+        return re.split(r"[\[<>=~!; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+    declared = {name(r) for r in project["dependencies"]}
+    for requirements in project["optional-dependencies"].values():
+        declared |= {name(r) for r in requirements}
+    distributions = packages_distributions()
+    modules = _modules()
+    imported: dict[str, str] = {}
+    for module, path in modules.items():
+        for top in _imports(module, path, modules)["external"]:
+            if top and top not in sys.stdlib_module_names:
+                imported.setdefault(top, module)
+    assert {"anyio", "httpx", "msgspec"} <= imported.keys(), "the scan found too few imports"
+    undeclared = sorted(
+        f"{top} (from {', '.join(distributions[top])}; imported by {module})"
+        for top, module in imported.items()
+        # Not installed here: which distribution it comes from cannot be told.
+        if top in distributions and top not in INSTALLED_WITH
+        and not {name(d) for d in distributions[top]} & declared)
+    assert not undeclared, "imported but not in pyproject.toml's dependencies:\n" + "\n".join(
+        undeclared)

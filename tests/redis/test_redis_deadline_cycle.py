@@ -5,16 +5,15 @@
 raises out of its generator left anyio's frames (``fail_after``, ``fail_at``, contextlib's
 ``__exit__``) in a reference cycle, and with them, through ``f_back``, ``call``'s own frame and
 what it held (the command): measured on 3.13, both backends, and on 3.11 with trio. The
-deadline is now a cancel scope's, whose exit makes no cycle. (On trio a cycle of coredis'
-reader task still reaches ``call``'s frame: see the test.) Checked with the collector off
+deadline is now the package's ``fail_after`` (scoped_a2a/timeouts.py: a cancel scope's, whose
+exit makes no cycle; tests/test_timeouts.py checks it and its other sites). (On trio a cycle
+of coredis' reader task still reaches ``call``'s frame: see the test.) Checked with the
+collector off
 (as tests/test_exception_cycles.py) against a real redis-server, a ``BLPOP`` that never
 returns timing out; the error the caller gets says how long it waited.
 """
 
 from __future__ import annotations
-
-from types import FrameType
-from typing import Any
 
 import anyio
 import pytest
@@ -23,25 +22,10 @@ from scoped_a2a.protocol.errors import ServerUnavailable
 from scoped_a2a.store.redis.connection import RedisConnection
 
 from ..test_exception_cycles import collector_off
+from ..test_timeouts import frames
 from .conftest import RedisServer
 
 pytestmark = pytest.mark.anyio
-
-
-def _frames(found: list[Any], *, call: bool) -> list[str]:
-    """The collector's finds that are frames of the deadline (or of ``call``, if ``call``)."""
-    names = []
-    for obj in found:
-        try:
-            if not isinstance(obj, FrameType):
-                continue
-        except ReferenceError:  # a weak proxy whose object is gone
-            continue
-        code = obj.f_code
-        if code.co_name in ("fail_after", "fail_at") or (
-                call and code.co_name == "call" and code.co_filename.endswith("connection.py")):
-            names.append(f"{code.co_name} ({code.co_filename.rsplit('/', 1)[-1]})")
-    return names
 
 
 async def test_a_command_past_its_deadline_leaves_no_cycle(
@@ -58,7 +42,7 @@ async def test_a_command_past_its_deadline_leaves_no_cycle(
             # cycle of its own (anyio's socket-error conversion holds a Cancelled whose
             # context is the deadline's), which reaches ``call``'s frame: there, on 3.11 as
             # on 3.13, only the deadline's own frames are checked.
-            left = _frames(found, call=anyio_backend == "asyncio")
+            left = frames(found, *(["call"] if anyio_backend == "asyncio" else []))
             assert left == [], f"attempt {attempt}: left to the cycle collector: {left}"
         assert "no answer within 0.2 s" in message, message
         with anyio.fail_after(5):

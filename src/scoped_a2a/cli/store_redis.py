@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from ..timeouts import fail_after
 from .help import StartupError
 from .startup import listen
 
@@ -48,7 +49,7 @@ async def wait_for_redis(store: Any, wait: float, shutdown: anyio.Event) -> bool
     deadline = anyio.current_time() + wait
     while not shutdown.is_set():
         try:
-            with anyio.fail_after(PING_TIMEOUT):
+            with fail_after(PING_TIMEOUT):
                 await conn.client.ping()
             return True
         except (RedisError, OSError, TimeoutError) as exc:

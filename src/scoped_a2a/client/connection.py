@@ -20,10 +20,10 @@ import ssl
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
-import anyio
 import httpx
 
 from ..protocol.errors import VersionNotSupported
+from ..timeouts import fail_after
 from .auth import Auth, as_httpx_auth, missing_credential_text, refusal_reason
 from .card import AgentCard, select_binding, select_interface
 from .card_fetch import fetch_card
@@ -139,7 +139,7 @@ class AgentConnection:
     async def _fetch_card(self) -> AgentCard:
         where = card_url(self.url)
         try:
-            with anyio.fail_after(self.timeout):
+            with fail_after(self.timeout):
                 return await fetch_card(self.http, where, headers=self._headers,
                                         auth=self._auth, verify=self._verify_card)
         except TimeoutError as exc:

@@ -33,6 +33,7 @@ import msgspec
 from ..protocol.errors import UnsupportedOperation
 from ..protocol.trajectory import LoggedEvent
 from ..protocol.types import Task, TaskState, TaskStatusUpdateEvent
+from ..timeouts import fail_after
 from .backoff import Backoff
 from .errors import AgentTimeout, AgentUnreachable, is_task_gone, is_transient
 from .pages import LivePage, PageSink
@@ -215,7 +216,7 @@ class Follower:
         await anyio.lowlevel.checkpoint_if_cancelled()
         self.reads += 1
         try:
-            with anyio.fail_after(self.read_timeout):
+            with fail_after(self.read_timeout):
                 return await self.source.read_trajectory(
                     self.task_id, self.cursor, max_events=self.max_events,
                     max_bytes=self.max_bytes)
@@ -258,7 +259,7 @@ class Follower:
                 async with AsyncExitStack() as stack:
                     try:
                         # The deadline covers opening only; an open stream may be quiet.
-                        with anyio.fail_after(self.read_timeout):
+                        with fail_after(self.read_timeout):
                             events: BatchStream = await stack.enter_async_context(
                                 self.source.subscribe(self.task_id, last_event_id=self.cursor))
                     except TimeoutError:

@@ -46,6 +46,7 @@ from ..protocol.errors import (
 from ..protocol.grpc import status as codes
 from ..protocol.grpc.framing import format_timeout, frame
 from ..protocol.grpc.messages import SERVICE, RpcMethod, answer_json, methods, request_bytes
+from ..timeouts import fail_after
 from .errors import AgentHTTPError, AgentTimeout, AgentUnreachable
 from .grpc_call import GrpcCall, GrpcEvents, OpenStream, remaining
 from .h2conn import ConnectionLost, H2Client
@@ -162,7 +163,7 @@ class GrpcTransport:
         limit = self.timeout if bounded else None
         trace: dict[str, str] = {}
         try:
-            with client_span(method, self.where, trace), anyio.fail_after(limit):
+            with client_span(method, self.where, trace), fail_after(limit):
                 metadata = self._metadata(method, remaining(limit), self._extensions, None,
                                           trace)
                 async with GrpcCall(self, method, body, metadata) as call:
@@ -231,7 +232,7 @@ class GrpcTransport:
                 context = self._ssl or httpx.create_ssl_context()
                 context.set_alpn_protocols(["h2"])
             try:
-                with anyio.fail_after(self.timeout):
+                with fail_after(self.timeout):
                     self._conn = await H2Client.connect(
                         self.host, self.port, ssl_context=context,
                         write_timeout=self.write_timeout)

@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 from urllib.parse import quote
 
-import anyio
 import httpx
 import msgspec
 
@@ -31,6 +30,7 @@ from ..protocol.errors import (
     UnsupportedOperation,
 )
 from ..protocol.rest_errors import error_from_rest
+from ..timeouts import fail_after
 from .errors import AgentHTTPError
 from .rpc import RpcTransport, transport_error
 from .sse import SSEEvent
@@ -146,7 +146,7 @@ class RestTransport:
         url = self.url + path
         with client_span(method, url, headers):  # W3C trace context, when traced
             try:
-                with anyio.fail_after(self.timeout if bounded else None):
+                with fail_after(self.timeout if bounded else None):
                     response = await self.http.request(
                         verb, url, params=query or None, content=body, headers=headers,
                         **self._auth_kw())
@@ -180,7 +180,7 @@ class RestTransport:
         with client_span(method, url, headers):  # W3C trace context, when traced
             request = self.http.build_request(verb, url, content=body, headers=headers)
             try:
-                with anyio.fail_after(self.timeout):
+                with fail_after(self.timeout):
                     response = await self.http.send(request, stream=True, **self._auth_kw())
             except (TimeoutError, httpx.TransportError) as exc:
                 raise transport_error(exc, url) from None
@@ -188,7 +188,7 @@ class RestTransport:
                 ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if response.status_code != 200 or ctype != "text/event-stream":
                     try:
-                        with anyio.fail_after(self.timeout):
+                        with fail_after(self.timeout):
                             content = await response.aread()
                     except (TimeoutError, httpx.TransportError) as exc:
                         raise transport_error(exc, url) from None

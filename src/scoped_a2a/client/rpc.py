@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
-import anyio
 import httpx
 import msgspec
 
@@ -28,6 +27,7 @@ from ..protocol.errors import (
     error_from_code,
 )
 from ..protocol.ids import new_id
+from ..timeouts import fail_after
 from .errors import AgentHTTPError, AgentTimeout, AgentUnreachable
 
 
@@ -132,7 +132,7 @@ class RpcTransport:
         headers = dict(self._headers)
         with client_span(method, self.url, headers):  # W3C trace context, when traced
             try:
-                with anyio.fail_after(deadline):
+                with fail_after(deadline):
                     response = await self.http.post(
                         self.url, content=self._body(method, params), headers=headers,
                         **self._auth_kw())
@@ -164,7 +164,7 @@ class RpcTransport:
             request = self.http.build_request(
                 "POST", self.url, content=self._body(method, params), headers=headers)
             try:
-                with anyio.fail_after(self.timeout):
+                with fail_after(self.timeout):
                     response = await self.http.send(request, stream=True, **self._auth_kw())
             except (TimeoutError, httpx.TransportError) as exc:
                 raise transport_error(exc, self.url) from None
@@ -178,7 +178,7 @@ class RpcTransport:
 
     async def _raise_upfront(self, response: httpx.Response) -> NoReturn:
         try:
-            with anyio.fail_after(self.timeout):
+            with fail_after(self.timeout):
                 body = await response.aread()
         except (TimeoutError, httpx.TransportError) as exc:
             raise transport_error(exc, self.url) from None

@@ -25,6 +25,7 @@ import anyio
 import httpx
 
 from ..protocol.errors import A2AError
+from ..timeouts import fail_after
 from .errors import TransportError
 from .rpc import decode_answer, transport_error
 from .sse import SSEDecoder, SSEEvent
@@ -186,7 +187,7 @@ class EventStream:
                 elif self._idle_timeout is None:  # no cancel scope per read when unbounded
                     items = await self._source.receive()
                 else:
-                    with anyio.fail_after(self._idle_timeout):
+                    with fail_after(self._idle_timeout):
                         items = await self._source.receive()
             except TimeoutError as exc:
                 self._closed = True

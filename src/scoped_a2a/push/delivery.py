@@ -31,6 +31,7 @@ import anyio
 import httpx
 
 from ..protocol.types import TaskPushNotificationConfig
+from ..timeouts import fail_after
 from . import payload as payloads
 from .guard import Allowance, WebhookRefused, check_url
 from .records import DeliveryRecord
@@ -149,7 +150,7 @@ class Sender:
     ) -> _Outcome:
         s = self.settings
         try:
-            with anyio.fail_after(max(budget, 0.0)):
+            with fail_after(max(budget, 0.0)):
                 target = await check_url(config.url, self.allowance, s.resolver,
                                          resolve_within=s.connect_timeout)
                 host = target.url.netloc.decode("ascii")

@@ -25,6 +25,7 @@ import httpx
 
 from ..protocol.errors import InvalidParams
 from ..protocol.types import TaskPushNotificationConfig
+from ..timeouts import fail_after
 from .settings import Resolver
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -139,7 +140,7 @@ async def check_url(
     host = url.host.lower().rstrip(".")
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        with anyio.fail_after(resolve_within):
+        with fail_after(resolve_within):
             addresses = await (resolver or default_resolver)(host, port)
     except TimeoutError:
         raise WebhookRefused(

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, ExitStack
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import anyio
 import msgspec
 
 from ..protocol.errors import TaskNotFound
@@ -31,6 +30,7 @@ from ..protocol.types import (
     utc_timestamp,
 )
 from ..store.snapshot import DOWNSTREAM_KEY, carries_server_keys, server_keys_removed
+from ..timeouts import fail_after
 from . import calls
 from .abandon import run_abandonable
 from .outcome import Outcome, agent_message, check_text
@@ -331,7 +331,7 @@ class RunContext:
         if self._parking is None:
             raise RuntimeError("next_input() waits after interrupt(): nothing was asked")
         try:
-            with anyio.fail_after(self._input_timeout):
+            with fail_after(self._input_timeout):
                 self.message = await self._run.next_message()
         except TimeoutError:
             raise InputTimeout(

@@ -327,7 +327,7 @@ class Run:
         around ``ctx.ask``), the run stops counting as parked and the same rule applies: an
         interactive run nobody holds is cancelled (reason ``hang-up``), so an agent that catches
         the end of its wait cannot go on working for no one (detach the run to let it). An
-        uncaught input timeout stays the outcome (``input-timeout``; see ``Runner._execute``).
+        uncaught input timeout stays the outcome (``input-timeout``; see ``execution.execute_run``).
         """
         # A follow-up that arrived as an earlier ask timed out must not answer this question.
         while True:

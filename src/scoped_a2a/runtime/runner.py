@@ -5,19 +5,15 @@ one its lifespan opens), inside the run's own cancel scope. Detached runs are ow
 alone; interactive runs are also bounded by their holders (see :mod:`.run`). Nothing here keeps a
 global: the nursery is passed in.
 
-Outcomes. A run always ends in a terminal state that the store records: the agent returned ->
-``completed`` (its reply is the status message); it raised -> ``failed`` (the message says what);
-its scope was cancelled -> ``canceled``, with the reason (hang-up, CancelTask, shutdown, ...). The
-end is recorded under a shielded, bounded scope, so even a run cancelled by the nursery's own
-cancellation leaves a record; one the store cannot take in time is retried in the background
-(:mod:`.ending`). One log line marks each run's start and end.
+Outcomes. A run always ends in a terminal state that the store records, even when cancelled by
+the nursery's own cancellation: :mod:`.execution` executes each run (in a task of the nursery)
+and decides and records its end; the runner starts, tracks, cancels and drains the runs.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -34,26 +30,15 @@ from ..protocol.types import Message, Task, TaskState, TaskStatusUpdateEvent
 from ..store.base import TaskEnded, TaskStore
 from ..store.claims import NewClaim
 from ..store.launcher import RunLauncher
-from ..store.outage_log import OutageLog
-from .context import Agent, AskFailed, RunContext
+from .context import Agent, RunContext
 from .ending import REASON_TEXT, RECORD_TIMEOUT, EndRecorder
-from .failures import AgentError, failure_text, new_error_id
+from .execution import execute_run, record_unstarted
 from .limits import CallerLimits, CallerRuns
-from .outcome import end_of
 from .policy import RunPolicy
 from .run import ParkedRuns, Run, RunWatch
 from .workers import RunWorkers
 
 log = logging.getLogger("scoped_a2a.runs")
-_outages = OutageLog(log)  # store/outage_log.py
-
-REDELIVER_REASONS = frozenset({"shutdown", "nursery", "lease-lost"})
-"""Why a run from a durable queue may stop without recording an end: its process is going away
-(or lost the run's lease), and the queue redelivers the run to another worker."""
-
-
-_OUTCOME = {state: state.name.lower() for state in TaskState}
-"""A run's outcome as logged and observed: its end state's name in lower case."""
 
 
 class Runner:
@@ -172,7 +157,7 @@ class Runner:
             run,
             message,
             request_metadata=request_metadata,
-            emit=lambda event: self._append(run, event),
+            emit=lambda event: self.append(run, event),
             input_timeout=self.policy.input_timeout,
             attempt=attempt,
             principal=principal,
@@ -189,12 +174,12 @@ class Runner:
         # A task of the nursery executes the run: an idle one if there is one (workers.py).
         if self.observe is NOOP:  # why: one coroutine frame less per run when nobody observes
             self._workers.start(
-                self._execute(run, ctx, continuing, redeliverable, principal.id),
+                execute_run(run, ctx, continuing, redeliverable, principal.id, self),
                 name=f"scoped_a2a run {task.id}")
         else:
             self._workers.start(
-                self.observe.run(self._execute, run, ctx, continuing, redeliverable,
-                                 principal.id),
+                self.observe.run(execute_run, run, ctx, continuing, redeliverable,
+                                 principal.id, self),
                 name=f"scoped_a2a run {task.id}")
         return run
 
@@ -282,30 +267,8 @@ class Runner:
         except BaseException as exc:
             # The task is stored but no run started (the caller hung up during ``stored``, or
             # shutdown began): record its end, or it would stay submitted forever.
-            await self._record_unstarted(task, exc)
+            await record_unstarted(self, task, exc)
             raise
-
-    async def _record_unstarted(self, task: Task, exc: BaseException) -> None:
-        """Record the end of a stored task whose run never started (shielded, bounded)."""
-        state, reason = TaskState.CANCELED, "error"
-        if isinstance(exc, anyio.get_cancelled_exc_class()):
-            reason = "hang-up"
-        elif isinstance(exc, ServerUnavailable):
-            reason = "shutdown"
-        else:
-            state = TaskState.FAILED
-        error_id = None
-        if state is TaskState.CANCELED:
-            text = f"Canceled: {REASON_TEXT[reason]}"
-        else:  # the caller sees the type and an id, as for an agent's own failure
-            error_id = new_error_id()
-            text = failure_text(exc, error_id, expose=self.expose_errors)
-            log.warning("task %s failed before its run started (error id %s)", task.id,
-                        error_id, exc_info=exc)
-        await self.ending.record(Run(task.id, task.context_id, None), state, text, reason,
-                                 error_id=error_id)
-        log.info("run end task=%s outcome=%s duration_ms=0.0 reason=%s (never started)",
-                 task.id, state.name.lower(), reason)
 
     def resume(self, run: Run, message: Message, detach_reason: str | None,
                marker: str | None = None) -> None:
@@ -330,7 +293,10 @@ class Runner:
         run.say_marker(run.marker or marker, run.marker)
         run.deliver(message)
 
-    async def _append(self, run: Run, event: LogEvent) -> int:
+    async def append(self, run: Run, event: LogEvent) -> int:
+        """Append one of ``run``'s events to its task's log; return its position. A task
+        ended meanwhile (TaskEnded, raised) cancels the run, which stops at its next
+        checkpoint."""
         try:
             position = await self.store.append(run.task_id, event)
         except TaskEnded:
@@ -344,95 +310,17 @@ class Runner:
             run.settled(position)  # a blocking send waiting on the run answers now
         return position
 
-    # --- executing ------------------------------------------------------------------------
+    # --- a run's end (execution.py) -------------------------------------------------------
 
-    async def _execute(
-        self, run: Run, ctx: RunContext, continuing: bool, redeliverable: bool = False,
-        principal_id: str = "",
-    ) -> None:
-        run.began = True
-        if log.isEnabledFor(logging.INFO):
-            mode = "interactive" if run.detach_reason is None else \
-                f"detached ({run.detach_reason})"
-            log.info("run start task=%s context=%s mode=%s", run.task_id, run.context_id, mode)
-        state: TaskState | None = None
-        text: str | Message | None = None
-        error_id: str | None = None
-        ask_failed = False
-        reason = "completed"
-        try:
-            with run.scope:
-                try:
-                    # A run that continues an existing task records the message that started
-                    # it (a new task already holds its first message in its history). Inside
-                    # the ``try``: a store error here fails this task, not the server nursery.
-                    # An agent that reports its own start (an adapted executor: its first
-                    # working may carry a message) gets a new task still submitted.
-                    if continuing or not getattr(self.agent, "reports_start", False):
-                        first = ctx._status(
-                            TaskState.WORKING, None, message=ctx.message if continuing else None)
-                        first.metadata = run.take_marker_note()
-                        await self._append(run, first)
-                    else:
-                        ctx.start_pending = True
-                    reply = await self.agent(ctx)
-                except AskFailed as exc:
-                    # No answer to ctx.ask (timeout, or the cap on parked runs): an expected
-                    # outcome with its own reason, logged by the one "run end" line below. It
-                    # stays the outcome although the end of the wait also cancels a run no one
-                    # holds (Run.parking): that cancel is for an agent that would carry on.
-                    state, reason, text = TaskState.FAILED, exc.reason, str(exc)
-                    ask_failed = True
-                except Exception as exc:
-                    state, reason = TaskState.FAILED, "error"
-                    # The caller sees the type and this id (or an AgentError's own message);
-                    # the text may hold internals, so it goes to the log only (failures.py).
-                    error_id = new_error_id()
-                    text = failure_text(exc, error_id, expose=self.expose_errors)
-                    # An AgentError is a deliberate answer, not a bug: no traceback; nor is
-                    # the store's refusal of a write (a full disk, Redis away: its message says
-                    # it all). That one is rate-limited by class and at INFO: the end's own
-                    # line, which follows, is the warning of it.
-                    if isinstance(exc, ServerUnavailable):
-                        _outages.failed("store", "agent failed on task %s (error id %s): %s",
-                                        run.task_id, error_id, exc, level=logging.INFO)
-                    else:
-                        log.warning("agent failed on task %s (error id %s): %s", run.task_id,
-                                    error_id, failure_text(exc, error_id, expose=True),
-                                    exc_info=not isinstance(exc, AgentError))
-                else:
-                    state, text, reason = end_of(reply)
-        finally:
-            ctx._stop_parking()  # an agent that returned while waiting for input frees its slot
-            if state is None or (state is TaskState.FAILED and run.scope.cancel_called
-                                 and not ask_failed):
-                reason = run.cancel_reason or "nursery"
-                state, text = TaskState.CANCELED, f"Canceled: {REASON_TEXT.get(reason, reason)}"
-                if run.canceled_by is not None and reason == run.cancel_reason:
-                    text += f" (by {run.canceled_by})"
-            run.end_reason = reason
-            if redeliverable and state is TaskState.CANCELED and reason in REDELIVER_REASONS:
-                # Not an outcome: the durable queue runs it again on another worker.
-                log.warning("run of task %s stopped (%s); left for redelivery",
-                            run.task_id, reason)
-                reason = "redeliver"
-            else:
-                await self.ending.record(run, state, text, reason, error_id=error_id,
-                                         retry=not redeliverable)
-            self._runs.pop(run.task_id, None)
-            self.callers.remove(principal_id, run)
-            run.done.set()
-            if run.end_error_lasting:  # its followers re-check and answer (server/end_lost.py)
-                self.store.wake(run.task_id)
-            run.settled(None)  # blocking sends waiting in their own task answer now
-            if not self._runs and self._idle is not None:
-                self._idle.set()
-            outcome, seconds = _OUTCOME[state], time.monotonic() - run.started
-            self.observe.run_ended(run, outcome, reason, seconds)
-            if run.watch is not None:
-                run.watch.ended(run, outcome, reason, seconds)
-            log.info("run end task=%s outcome=%s duration_ms=%.1f reason=%s",
-                     run.task_id, outcome, seconds * 1000, reason)
+    def forget(self, run: Run, principal_id: str) -> None:
+        """``run`` has ended: it no longer executes here, nor counts for its caller."""
+        self._runs.pop(run.task_id, None)
+        self.callers.remove(principal_id, run)
+
+    def check_idle(self) -> None:
+        """Wake :meth:`_until_idle` if no run is left."""
+        if not self._runs and self._idle is not None:
+            self._idle.set()
 
     # --- cancelling -----------------------------------------------------------------------
 

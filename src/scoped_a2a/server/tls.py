@@ -22,6 +22,7 @@ from hypercorn.config import Config
 from hypercorn.utils import parse_socket_addr
 
 from ..protocol.principal import Principal
+from ..timeouts import fail_after
 from .asgi import Scope
 from .auth import CredentialUnusable
 
@@ -68,10 +69,10 @@ def _install_peer_recording() -> None:
             stream: Any = self.stream
             if isinstance(stream, trio.SSLStream):
                 try:
-                    with trio.fail_after(self.config.ssl_handshake_timeout):
+                    with fail_after(self.config.ssl_handshake_timeout):
                         await stream.do_handshake()
                     key = _remember(stream.getpeercert(), stream.transport_stream.socket)
-                except (trio.BrokenResourceError, trio.TooSlowError):
+                except (trio.BrokenResourceError, TimeoutError):
                     pass  # hypercorn's run() meets the same failure and gives up quietly
             try:
                 await super().run()

@@ -14,7 +14,9 @@ How an ended task is kept: once a task ends nothing can change it, so its snapsh
 once and its retained log entries are kept as the encoded bytes every reader already used; the
 object trees are dropped. An ended task then costs about its encoded size (which is what the byte
 budget counts), and reads decode what they return (a fresh copy each time). A running task keeps
-its snapshot and events as objects, because streams and appends read them constantly.
+its snapshot and events as objects, because streams and appends read them constantly. One task's
+record, in either form, is :class:`~.memory_record.TaskRecord`; this module holds the store: its
+index, bounds, eviction, waiting readers, claims and push configs.
 
 Waking readers: each task has one ``anyio.Event`` that is set and replaced on every append, so a
 reader holds no buffer of its own. A slow reader lags on its cursor and never slows the run or
@@ -24,11 +26,7 @@ other readers.
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict, deque
-from typing import Any
-
-import anyio
-import msgspec
+from collections import OrderedDict
 
 from ..protocol.errors import InvalidParams, TaskNotFound
 from ..protocol.trajectory import LogEvent
@@ -40,152 +38,20 @@ from ..protocol.types import (
     TaskStatusUpdateEvent,
 )
 from .base import LogEntry, LogPage, TaskEnded, TaskPage, TaskStore, page_bounds
-from .batched import InBatch
 from .claims import DEFAULT_CLAIM_WINDOW, MemoryClaims, PriorSend, claim_key
 from .cooling import Cooling
-from .packed import Frozen, Packed
-from .records import DECODERS, KIND_OF, decode_task
+from .memory_record import ENDED_EVENT_OVERHEAD, ENDED_TASK_OVERHEAD, TaskRecord, encode_compact
+from .packed import Frozen
 from .snapshot import apply_event
-
-_encoder = msgspec.json.Encoder()
-# An ended task's log keeps one byte per event saying which type to decode it as (records.py).
 
 DEFAULT_MAX_ENDED_BYTES = 256 << 20
 """256 MiB of ended tasks by default: a few hundred large (1 MiB) conversations, or the whole
 count cap of small ones (10,000 tasks of a few KiB), while staying well inside a small
 container's memory next to the running tasks, which no cap on ended ones bounds."""
 
-COMPACT_ABOVE = 512
-"""Encoded JSON longer than this is copied into an exact-size bytes object before it is kept."""
-
-
-def _encode(obj: Any) -> bytes:
-    """``obj`` as JSON in a bytes object no larger than it needs to be.
-
-    msgspec returns its growing output buffer as the bytes object, so the allocation behind a
-    large result is up to 1.5 times its length (measured with tracemalloc: 1.5 MB behind a 1 MB
-    result); a copy holds exactly the bytes, which is what keeping thousands of them needs.
-    """
-    encoded = _encoder.encode(obj)
-    return memoryview(encoded).tobytes() if len(encoded) > COMPACT_ABOVE else encoded
-
-
-ENDED_TASK_OVERHEAD = 640
-"""Bytes counted per ended task on top of what holds its JSON (plain or packed): its record,
-ids, index entries (measured with tracemalloc, ids as the server makes them: ~500)."""
-
-ENDED_EVENT_OVERHEAD = 128
-"""Bytes counted per kept log event of an ended task not yet packed, on top of its JSON: the
-bytes object's header, the allocator's rounding of a small one, its slot in the tuple
-(measured: ~110)."""
-
 _NEVER_WAIT = ("create", "append", "get", "owner_of", "check_owner", "run_launcher")
 """The methods ``may_suspend`` speaks for: none of this class's awaits anything (and it has no
 run launcher, whose durable queue a send would wait on)."""
-
-_NO_EVENTS: deque[LogEntry] = deque(maxlen=0)  # what an ended task has in place of its deque
-
-
-class _Record:
-    """One task. Running: ``task`` and ``events`` hold objects. Ended: ``ended`` holds the
-    snapshot and the retained log (positions ``first``..``last``) as JSON, plain or packed."""
-
-    __slots__ = (
-        "changed", "context_id", "ended", "events", "first", "last", "owner", "pins", "push",
-        "seq", "size", "state", "task", "timestamp",
-    )
-
-    def __init__(self, task: Task, seq: int, owner: str = "") -> None:
-        self.task: Task | None = task
-        self.owner = owner  # the principal id that may see the task ("" = anonymous)
-        self.seq = seq  # creation order, for ListTasks paging
-        self.events: deque[LogEntry] = deque()
-        self.last = 0
-        # Created by the first waiter and dropped when set: most tasks are never waited on, and
-        # an idle event costs more than a small task's JSON (asyncio.Event keeps a deque).
-        self.changed: anyio.Event | None = None
-        # Created by the first push config: an empty dict costs more than a packed small task's
-        # events.
-        self.push: dict[str, TaskPushNotificationConfig] | None = None
-        self.pins = 0  # readers waiting since before the task ended (see ``wait``)
-        # Filled in when the task ends (``freeze``), packed later (``MemoryTaskStore._pack``).
-        self.ended: Frozen | Packed | InBatch | None = None
-        self.first = 1
-        self.size = 0
-        # What ListTasks filters on, kept apart so filtering decodes nothing.
-        self.context_id = task.context_id
-        self.state = task.status.state
-        self.timestamp = task.status.timestamp
-
-    def wake(self) -> None:
-        if self.changed is not None:
-            self.changed.set()
-            self.changed = None
-
-    async def changes(self) -> None:
-        """Return at the next ``wake`` (an append, or the task's eviction)."""
-        if self.changed is None:
-            self.changed = anyio.Event()
-        await self.changed.wait()
-
-    def snapshot(self) -> Task:
-        """The task: the live object while running, a fresh decoded copy once ended."""
-        if self.task is not None:
-            return self.task
-        assert self.ended is not None
-        return decode_task(self.ended.snapshot_json())
-
-    def freeze(self) -> int:
-        """Drop the object trees of an ended task, keeping its JSON; return the bytes counted."""
-        assert self.task is not None
-        self.first = self.events[0].position if self.events else self.last + 1
-        frozen = Frozen(
-            _encode(self.task), tuple(e.encoded for e in self.events),
-            bytes(KIND_OF[type(e.event)] for e in self.events),
-        )
-        self.ended = frozen
-        self.task = None
-        self.events = _NO_EVENTS
-        self.size = (
-            frozen.raw_size() + ENDED_TASK_OVERHEAD + ENDED_EVENT_OVERHEAD * len(frozen.events)
-        )
-        return self.size
-
-    def page(self, after: int, max_events: int, max_bytes: int) -> tuple[list[LogEntry], Task]:
-        """The log entries a read after ``after`` returns, and the snapshot (see ``read``)."""
-        start = max(after + 1, self.first_kept())
-        if self.task is not None:
-            entries: list[LogEntry] = []
-            size = 0
-            for position in range(start, self.last + 1):
-                entry = self.events[position - self.events[0].position]
-                size += len(entry.encoded)
-                # The first entry is always returned, whatever its size.
-                if entries and (len(entries) >= max_events or size > max_bytes):
-                    break
-                entries.append(entry)
-            return entries, self.task
-        ended = self.ended
-        assert ended is not None
-        lo = start - self.first
-        hi, size = lo, 0
-        while hi < self.last - self.first + 1:
-            size += ended.event_size(hi)
-            if hi > lo and (hi - lo >= max_events or size > max_bytes):
-                break
-            hi += 1
-        # One decompression per call (snapshot and the blocks the page covers), none per entry.
-        snapshot, events = ended.page(lo, hi)
-        kinds = ended.kinds
-        return [
-            LogEntry(start + k, DECODERS[kinds[lo + k]].decode(js), js)
-            for k, js in enumerate(events)
-        ], decode_task(snapshot)
-
-    def first_kept(self) -> int:
-        if self.task is not None:
-            return self.events[0].position if self.events else self.last + 1
-        return self.first
 
 
 class MemoryTaskStore(TaskStore):
@@ -208,7 +74,7 @@ class MemoryTaskStore(TaskStore):
         self.max_ended_tasks = max_ended_tasks
         self.max_ended_bytes = max_ended_bytes
         self.max_events_per_task = max_events_per_task
-        self._tasks: dict[str, _Record] = {}
+        self._tasks: dict[str, TaskRecord] = {}
         self._ended: OrderedDict[str, None] = OrderedDict()  # oldest-ended first
         self._ended_bytes = 0
         self._cooling = Cooling(self._plain)  # ended tasks on their way to being packed
@@ -230,7 +96,7 @@ class MemoryTaskStore(TaskStore):
         """The bytes the ended tasks kept now count against ``max_ended_bytes``."""
         return self._ended_bytes
 
-    def _record(self, task_id: str) -> _Record:
+    def _record(self, task_id: str) -> TaskRecord:
         rec = self._tasks.get(task_id)
         if rec is None:
             raise TaskNotFound(f"task {task_id!r} not found")
@@ -239,7 +105,7 @@ class MemoryTaskStore(TaskStore):
     async def create(self, task: Task, *, owner: str = "") -> None:
         if task.id in self._tasks:
             raise InvalidParams(f"task {task.id!r} already exists")
-        self._tasks[task.id] = _Record(task, next(self._seq), owner)
+        self._tasks[task.id] = TaskRecord(task, next(self._seq), owner)
 
     async def owner_of(self, task_id: str) -> str:
         return self._record(task_id).owner
@@ -255,7 +121,7 @@ class MemoryTaskStore(TaskStore):
             raise TaskEnded(task_id)
         # Encode first: an event JSON cannot encode is refused before it changes the snapshot
         # or takes a position (either would break every later read of the task).
-        encoded = _encode(event)
+        encoded = encode_compact(event)
         apply_event(task, event)
         rec.last += 1
         rec.events.append(LogEntry(rec.last, event, encoded))
@@ -271,7 +137,7 @@ class MemoryTaskStore(TaskStore):
         rec.wake()
         return rec.last
 
-    def _plain(self, task_id: str) -> tuple[_Record, Frozen] | None:
+    def _plain(self, task_id: str) -> tuple[TaskRecord, Frozen] | None:
         """The record and plain JSON of an ended task still here and not packed yet."""
         rec = self._tasks.get(task_id)
         return (rec, rec.ended) if rec is not None and isinstance(rec.ended, Frozen) else None
@@ -369,7 +235,7 @@ class MemoryTaskStore(TaskStore):
             rec.pins -= 1
             self._unpinned(rec)
 
-    def _unpinned(self, rec: _Record, reading: str = "") -> None:
+    def _unpinned(self, rec: TaskRecord, reading: str = "") -> None:
         """The eviction a pin held off, once the task's last pin is gone.
 
         Why: an ended task its readers pinned is skipped by the eviction pass of its own end,
@@ -399,7 +265,7 @@ class MemoryTaskStore(TaskStore):
 
     async def list_tasks(self, request: ListTasksRequest, *, owner: str | None = None) -> TaskPage:
         size, before = page_bounds(request)
-        matched: list[_Record] = []
+        matched: list[TaskRecord] = []
         for rec in reversed(self._tasks.values()):
             if owner is not None and rec.owner != owner:
                 continue
@@ -435,6 +301,8 @@ class MemoryTaskStore(TaskStore):
 
 __all__ = [
     "DEFAULT_MAX_ENDED_BYTES",
+    "ENDED_EVENT_OVERHEAD",
+    "ENDED_TASK_OVERHEAD",
     "MemoryTaskStore",
     "TaskArtifactUpdateEvent",
     "TaskStatusUpdateEvent",

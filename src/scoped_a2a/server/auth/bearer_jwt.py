@@ -40,6 +40,7 @@ import httpx
 
 from ...protocol.errors import PermissionDenied, Unauthenticated
 from ...protocol.principal import Principal
+from ...timeouts import fail_after
 from ..asgi import Scope, header
 
 log = logging.getLogger("scoped_a2a.auth")
@@ -112,7 +113,7 @@ class JwksKeys:
     async def _fetch(self) -> None:
         self._fetched_at = time.monotonic()  # failed fetches count: no hammering either
         try:
-            with anyio.fail_after(self.fetch_timeout):
+            with fail_after(self.fetch_timeout):
                 async with (httpx.AsyncClient(follow_redirects=False) as client,
                             client.stream("GET", self.source) as r):
                     r.raise_for_status()

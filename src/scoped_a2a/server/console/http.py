@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from ...timeouts import fail_after
 from ..asgi import Send, send_response
 
 CSP = (
@@ -95,7 +96,7 @@ class EventStream:
         self._started = False
 
     async def _write(self, chunk: bytes) -> None:
-        with anyio.fail_after(self._write_timeout):
+        with fail_after(self._write_timeout):
             if not self._started:
                 self._started = True
                 await self._send({"type": "http.response.start", "status": 200, "headers": [

@@ -44,6 +44,7 @@ from coredis.retry import (
 from ...protocol.errors import ServerUnavailable
 from ...protocol.exc_groups import first_leaf
 from ...protocol.ids import new_id
+from ...timeouts import fail_after
 from ..liveness import cancel_reason
 from ..outage_log import OutageLog
 from .batch import BATCH, Batcher
@@ -112,6 +113,7 @@ class RedisConnection:
         self.url = redacted(url)
         self.keys = keys
         self.op_timeout = op_timeout
+        self._no_answer = f"no answer within {op_timeout:g} s"  # a timed-out command's reason
         self.waiters = _Waiters()
         self.cancel_handlers: list[Callable[[str, str], None]] = []
         """Called with a task id and the reason when any process asks for that task's run to
@@ -169,11 +171,9 @@ class RedisConnection:
         """
         for attempt in (1, 2):
             try:
-                # Not anyio.fail_after: on Python 3.12+ a TimeoutError raised out of its
-                # generator leaves its frames, and this one (``fn`` and what it holds), in a
-                # reference cycle for the cyclic collector (a finished frame keeps its caller
-                # as f_back; docs/design.md). A cancel scope's own exit makes none.
-                with anyio.move_on_after(self.op_timeout):
+                # The package's fail_after, not anyio's: a command past its deadline must not
+                # leave this frame (``fn`` and what it holds) in a reference cycle (timeouts.py)
+                with fail_after(self.op_timeout, reason=self._no_answer):
                     return await fn()
             except (RedisConnectionError, TimeoutError) as exc:
                 if attempt == 2:
@@ -190,11 +190,6 @@ class RedisConnection:
                 raise ServerUnavailable(
                     f"the connection to the task store (Redis at {self.url}) closed; "
                     "try again later") from exc
-            else:  # the deadline passed: no answer within op_timeout
-                if attempt == 2:
-                    raise ServerUnavailable(
-                        f"the task store is unreachable (Redis at {self.url}): no answer "
-                        f"within {self.op_timeout:g} s; try again later")
             await anyio.sleep(0.05)
         raise AssertionError("unreachable")
 
