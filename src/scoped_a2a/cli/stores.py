@@ -81,11 +81,12 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
                         "survives restarts), in a shared Redis or a shared PostgreSQL; all "
                         "but memory make detached runs durable (docs/stores.md)")
     g.add_argument("--max-ended-tasks", type=at_least_one, default=10_000, metavar="N",
-                   help="ended tasks kept in memory (oldest evicted first)")
+                   help="ended tasks kept, in memory or in the store (oldest evicted first)")
     g.add_argument("--max-ended-bytes", type=parse_size, default=DEFAULT_MAX_ENDED_BYTES,
                    metavar="SIZE",
-                   help="bytes of ended tasks kept in memory, as encoded JSON (oldest evicted "
-                        "first); SIZE is bytes or e.g. 64MiB, 1GiB")
+                   help="bytes of ended tasks kept, as encoded JSON, in memory or in an SQLite "
+                        "or PostgreSQL store (oldest evicted first); SIZE is bytes or e.g. "
+                        "64MiB, 1GiB")
     g.add_argument("--retain", type=seconds, default=None, metavar="SECONDS",
                    help="with an SQLite or PostgreSQL store: delete ended tasks older than this "
                         "(and beyond --max-ended-tasks / --max-ended-bytes, oldest first)")

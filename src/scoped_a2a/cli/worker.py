@@ -39,15 +39,16 @@ def add_worker_parser(sub: Any) -> None:
         "worker", help="execute queued detached runs from a Redis or PostgreSQL store",
         formatter_class=HelpFormatter, description=WORKER_DESCRIPTION)
     w.add_argument("--agent", default=DEFAULT_AGENT,
-                   help="MODULE:ATTR of the agent, an async callable (the default is the "
-                        "built-in demo agent)")
+                   help="MODULE:ATTR (or FILE.py:ATTR) of the agent, as for serve (the "
+                        "default is the built-in demo agent)")
     w.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
                    help="the async library to run on")
     w.add_argument("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
                    help="seconds runs get to finish on shutdown before they are left for "
                         "another worker")
     w.add_argument("--max-ended-tasks", type=at_least_one, default=10_000, metavar="N",
-                   help="ended tasks kept in Redis (oldest evicted first)")
+                   help="ended tasks kept in the Redis or PostgreSQL store (oldest evicted "
+                        "first)")
     w.add_argument("--expose-errors", action="store_true",
                    help="send the full text of an agent's exceptions to callers (development)")
     add_log_level(w, "INFO")
