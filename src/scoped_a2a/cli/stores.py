@@ -54,14 +54,20 @@ class StoreCommand(Protocol):
         cannot be used. Cancelled: stops at once (the app records what it cut short)."""
 
 
+def store_module_name(url: str) -> str:
+    """The name (in this package) of the module that serves ``url``; SystemExit (one line)
+    for an unknown scheme."""
+    for scheme, name in SCHEMES.items():
+        if url == scheme if scheme == "memory" else url.startswith(scheme):
+            return name
+    raise SystemExit(f"--store must be 'memory', sqlite:PATH, a redis:// or a postgresql:// "
+                     f"URL, not {url!r}")
+
+
 def store_module(url: str) -> StoreCommand:
     """The module that serves ``url``, imported now; SystemExit (one line) for an unknown
     scheme."""
-    for scheme, name in SCHEMES.items():
-        if url == scheme if scheme == "memory" else url.startswith(scheme):
-            return cast(StoreCommand, importlib.import_module(f".{name}", __package__))
-    raise SystemExit(f"--store must be 'memory', sqlite:PATH, a redis:// or a postgresql:// "
-                     f"URL, not {url!r}")
+    return cast(StoreCommand, importlib.import_module(f".{store_module_name(url)}", __package__))
 
 
 def check_store_url(url: str) -> StoreCommand:

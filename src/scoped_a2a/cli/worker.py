@@ -20,10 +20,11 @@ import anyio
 from ..agent_loading import DEFAULT_AGENT
 from .arg_types import at_least_one, seconds_or_zero
 from .help import HelpFormatter, add_log_level
+from .option_scope import refuse_ignored_options
 from .serve_options import add_push_options
 from .signals import on_signals
 from .startup import run_server
-from .stores import add_queue_options, check_store_url
+from .stores import add_queue_options, check_store_url, store_module_name
 
 WORKER_DESCRIPTION = """\
 Execute the detached runs that `serve --store redis://...` (or postgresql://...) queued, with
@@ -80,4 +81,5 @@ def run_worker_command(args: argparse.Namespace) -> int:
         raise SystemExit("an SQLite store is executed by its serve process (one process owns "
                          "the file); the worker command is for a redis:// or postgresql:// "
                          "store")
+    refuse_ignored_options(args, store_module_name(args.store))  # e.g. Redis's prefix on PG
     return run_server(_work, args, agent, backend=args.backend, host="", port=0)
