@@ -102,9 +102,12 @@ def add_client_options(p: argparse.ArgumentParser, *, timeout: float | None = CA
                    help="the binding to call: JSON-RPC, HTTP+JSON (REST, 1.0 only) or gRPC "
                         "(1.0 only; needs the [grpc] extra) (default: the first one the "
                         "agent card lists)")
+    # Only a command that waits on a run (send; subscribe, a holder of it) hangs up on one:
+    # get, list and cancel give up on a quick call, which ends no run.
+    holds = ("(an interactive run is cancelled by the hang-up) " if timeout is None else "")
     p.add_argument("--timeout", type=seconds, default=timeout, metavar="SECONDS",
-                   help="seconds the whole command may take; then the call is abandoned (an "
-                        "interactive run is cancelled by the hang-up) and the exit status is "
+                   help="seconds the whole command may take; then the call is abandoned "
+                        + holds + "and the exit status is "
                         "124" + ("" if timeout is not None else
                                  " (default: no limit; connecting and the card fetch still "
                                  f"give up after {CALL_TIMEOUT:g}s)"))
