@@ -296,6 +296,20 @@ async def test_a_url_with_the_wrong_scheme_is_named(tmp_path: Path, anyio_backen
                          f"without answering; if it serves HTTPS, use {tls}\n"), to_tls[2]
 
 
+@pytest.mark.anyio
+async def test_an_unreachable_address_from_the_card_says_where_it_came_from(
+        anyio_backend: str) -> None:
+    """A card advertising another address (a --public-url, a proxy's) sends the call there;
+    when that fails, the line named only that address, which the user never typed."""
+    gone = f"http://127.0.0.1:{free_port()}/a2a/"
+    async with served(A2AApp(demo_agent, public_url=gone)) as url:
+        code, out, err = await arun("send", url, "hi", "--backend", anyio_backend)
+    assert code == 3 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: cannot reach the agent at {gone}: "), err
+    assert err.endswith(f" (the address the agent card at {url}.well-known/agent-card.json "
+                        "gives)\n"), err
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["--cacert", "/no/such/ca.pem"], "error: cannot use --cacert /no/such/ca.pem: no such file"),
     (["--cert", "/no/such/me.pem"], "error: cannot use --cert /no/such/me.pem: no such file"),

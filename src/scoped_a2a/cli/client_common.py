@@ -234,6 +234,8 @@ def describe(exc: BaseException, url: str) -> tuple[str, int]:
                     "pass --cacert FILE with the CA that issued it")
         else:
             text = _wrong_scheme(exc, url) or text
+        if url.rstrip("/") not in text:  # the card sent the call elsewhere: say so
+            text += f" (the address the agent card at {where} gives)"
         return _one_line(text, 300), EXIT_AGENT_ERROR
     if isinstance(exc, AgentHTTPError):
         html = exc.detail.lstrip()[:1] == "<"
