@@ -118,6 +118,13 @@ def _paragraphs(text: str) -> list[str]:
     return lines
 
 
+def _documented(action: argparse.Action) -> bool:
+    """Whether the reference lists the argument: not --help, and not an internal option that
+    ``--help`` hides (``help=argparse.SUPPRESS``, such as the --reuse-port that serve --workers
+    passes to its children)."""
+    return not isinstance(action, argparse._HelpAction) and action.help != argparse.SUPPRESS
+
+
 # argparse's own groups: their arguments are listed first, under no heading.
 _UNTITLED = ("positional arguments", "options", "optional arguments")
 
@@ -130,7 +137,7 @@ def _groups(parser: argparse.ArgumentParser
     untitled: list[argparse.Action] = []
     titled: list[tuple[str, str, list[argparse.Action]]] = []
     for group in parser._action_groups:
-        actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
+        actions = [a for a in group._group_actions if _documented(a)]
         if not actions:
             continue
         if group.title in _UNTITLED:
@@ -148,7 +155,7 @@ def _command(name: str, summary: str, parser: argparse.ArgumentParser) -> list[s
     if summary and not words.startswith(summary.lower().rstrip(".")):
         lines += [_cell(summary[:1].upper() + summary[1:]) + ".", ""]
     lines += _paragraphs(description)
-    actions = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    actions = [a for a in parser._actions if _documented(a)]
     positionals = [a for a in actions if not a.option_strings]
     usage = " ".join([f"python -m scoped_a2a {name}", *(a.metavar or a.dest.upper()
                                                          for a in positionals),

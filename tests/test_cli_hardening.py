@@ -276,6 +276,40 @@ async def test_send_tls_options(tmp_path: Path, anyio_backend: str) -> None:
     assert "client certificate" in no_cert[2], no_cert[2]
 
 
+@pytest.mark.anyio
+async def test_a_url_with_the_wrong_scheme_is_named(tmp_path: Path, anyio_backend: str) -> None:
+    """https:// to a plain-HTTP agent, and http:// to an HTTPS one: the line says which scheme
+    to use, where it used to say only an SSL or protocol error (WRONG_VERSION_NUMBER; "Server
+    disconnected without sending a response"), on the client's backend either way."""
+    back = ("--backend", anyio_backend)
+    async with served(A2AApp(demo_agent)) as plain:
+        https = plain.replace("http://", "https://")
+        to_plain = await arun("send", https, "hi", *back)
+    async with served_tls(A2AApp(demo_agent), tmp_path, trustme.CA()) as tls:
+        http = tls.replace("https://", "http://")
+        to_tls = await arun("get", http, "some-task", *back)
+    assert to_plain[0] == 3 and len(to_plain[2].splitlines()) == 1, to_plain[2]
+    assert to_plain[2] == (f"error: cannot reach the agent at {https}: it does not speak TLS "
+                           f"there; use {plain}\n"), to_plain[2]
+    assert to_tls[0] == 3 and len(to_tls[2].splitlines()) == 1, to_tls[2]
+    assert to_tls[2] == (f"error: cannot reach the agent at {http}: it closed the connection "
+                         f"without answering; if it serves HTTPS, use {tls}\n"), to_tls[2]
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_address_from_the_card_says_where_it_came_from(
+        anyio_backend: str) -> None:
+    """A card advertising another address (a --public-url, a proxy's) sends the call there;
+    when that fails, the line named only that address, which the user never typed."""
+    gone = f"http://127.0.0.1:{free_port()}/a2a/"
+    async with served(A2AApp(demo_agent, public_url=gone)) as url:
+        code, out, err = await arun("send", url, "hi", "--backend", anyio_backend)
+    assert code == 3 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: cannot reach the agent at {gone}: "), err
+    assert err.endswith(f" (the address the agent card at {url}.well-known/agent-card.json "
+                        "gives)\n"), err
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["--cacert", "/no/such/ca.pem"], "error: cannot use --cacert /no/such/ca.pem: no such file"),
     (["--cert", "/no/such/me.pem"], "error: cannot use --cert /no/such/me.pem: no such file"),

@@ -41,3 +41,24 @@ def test_check_fails_with_a_one_line_hint_when_stale(tmp_path: Path) -> None:
     hint = stale.stderr.strip()
     assert len(hint.splitlines()) == 1
     assert "stale" in hint and "python scripts/cli_reference.py" in hint
+
+
+def test_lists_exactly_the_options_that_help_shows(tmp_path: Path) -> None:
+    """An option hidden from ``--help`` (help=SUPPRESS: serve's internal --reuse-port) is not
+    in the reference either, where it showed as a row with no meaning; every option ``--help``
+    shows is."""
+    import re
+
+    doc = tmp_path / "cli.md"
+    assert _run("--file", str(doc)).returncode == 0
+    sections = re.split(r"^## `(\w+)`$", doc.read_text(), flags=re.M)[1:]
+    assert sections, "no command sections in the reference"
+    for name, body in zip(sections[::2], sections[1::2], strict=True):
+        shown = subprocess.run([sys.executable, "-m", "scoped_a2a", name, "--help"],
+                               capture_output=True, text=True, timeout=60, check=True,
+                               env={**os.environ, "COLUMNS": "200"}).stdout
+        in_help = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", shown)) - {"--help"}
+        rows = set(re.findall(r"^\| `(--[a-z][a-z0-9-]+)", body, flags=re.M))
+        assert rows - in_help == set(), f"{name}: in the reference, not in --help: {rows - in_help}"
+        missing = {o for o in in_help - rows if o not in body}
+        assert missing == set(), f"{name}: in --help, not in the reference: {missing}"

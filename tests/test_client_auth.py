@@ -104,6 +104,10 @@ def test_send_token_and_environment(tmp_path: Path) -> None:
         refused = subprocess.run(send, env=env, capture_output=True, text=True, timeout=60)
         assert refused.returncode == 3
         assert "none was sent" in refused.stderr and "--token" in refused.stderr
+        # The card asks for an X-API-Key: the line names the option that sends one (it named
+        # only --token, and "send --token" whatever the command).
+        assert "--api-key" in refused.stderr and "send --token" not in refused.stderr, \
+            refused.stderr
     finally:
         proc.terminate()
         proc.wait(20)

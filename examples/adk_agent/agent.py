@@ -9,7 +9,7 @@ or as a script, with flags: ``python examples/adk_agent/agent.py --model-url URL
 The key, if the endpoint wants one, is read from ``MODEL_API_KEY`` (or ``OPENAI_API_KEY``).
 
 Offline, with no model and no key: serve the fake endpoint of ``scoped_a2a.testing.fake_llm``
-(it answers "(fake model) you said: ..."; ``--tool get_weather --args '{"city": "Oslo"}'``
+(it answers "(fake model) you said: ..."; ``--tool get_weather --args '{"city": "Paris"}'``
 has it call the tool first) in another terminal, and point ``MODEL_URL`` at it::
 
     python -m scoped_a2a.testing.fake_llm --port 8001

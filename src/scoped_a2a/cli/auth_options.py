@@ -70,9 +70,7 @@ def authenticator_from_args(args: argparse.Namespace) -> Authenticator | None:
                 algorithms=algorithms, leeway=args.jwt_leeway,
                 required_scopes=args.jwt_required_scope,
                 tenants_claim=args.jwt_tenants_claim))
-        elif (args.jwt_issuer or args.jwt_audience or args.jwt_required_scope
-              or args.jwt_tenants_claim):
-            raise ValueError("the --jwt-* options need --jwt-jwks")
+        # (the --jwt-* options without --jwt-jwks: refused by option_scope.py, with the rest)
         if args.certfile:  # load the TLS files now: a bad one is one line, before listening
             from hypercorn.config import Config
 

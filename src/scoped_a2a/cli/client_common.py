@@ -102,9 +102,12 @@ def add_client_options(p: argparse.ArgumentParser, *, timeout: float | None = CA
                    help="the binding to call: JSON-RPC, HTTP+JSON (REST, 1.0 only) or gRPC "
                         "(1.0 only; needs the [grpc] extra) (default: the first one the "
                         "agent card lists)")
+    # Only a command that waits on a run (send; subscribe, a holder of it) hangs up on one:
+    # get, list and cancel give up on a quick call, which ends no run.
+    holds = ("(an interactive run is cancelled by the hang-up) " if timeout is None else "")
     p.add_argument("--timeout", type=seconds, default=timeout, metavar="SECONDS",
-                   help="seconds the whole command may take; then the call is abandoned (an "
-                        "interactive run is cancelled by the hang-up) and the exit status is "
+                   help="seconds the whole command may take; then the call is abandoned "
+                        + holds + "and the exit status is "
                         "124" + ("" if timeout is not None else
                                  " (default: no limit; connecting and the card fetch still "
                                  f"give up after {CALL_TIMEOUT:g}s)"))
@@ -196,6 +199,23 @@ def _causes(exc: BaseException) -> list[BaseException]:
     return found
 
 
+def _wrong_scheme(exc: BaseException, url: str) -> str | None:
+    """The line for a URL whose scheme the agent does not serve, or None. An https:// URL to
+    a plain-HTTP port fails the TLS handshake with WRONG_VERSION_NUMBER (the ssl error is in
+    the chain on asyncio and trio alike); an http:// URL to a TLS port is dropped without an
+    answer, which other failures can cause too, so that line says "if"."""
+    scheme, _, rest = url.partition("://")
+    causes = _causes(exc)
+    if scheme == "https" and any(isinstance(e, ssl.SSLError) and e.reason ==
+                                 "WRONG_VERSION_NUMBER" for e in causes):
+        return f"cannot reach the agent at {url}: it does not speak TLS there; use http://{rest}"
+    if scheme == "http" and any(isinstance(e, httpx.RemoteProtocolError) and
+                                "without sending a response" in str(e) for e in causes):
+        return (f"cannot reach the agent at {url}: it closed the connection without "
+                f"answering; if it serves HTTPS, use https://{rest}")
+    return None
+
+
 def describe(exc: BaseException, url: str) -> tuple[str, int]:
     """A one-line message for a person, and the exit status, for a failed call."""
     where = card_url(url)
@@ -212,6 +232,10 @@ def describe(exc: BaseException, url: str) -> tuple[str, int]:
         if any(isinstance(e, ssl.SSLCertVerificationError) for e in _causes(exc)):
             text = (f"cannot reach the agent at {url}: its TLS certificate is not trusted; "
                     "pass --cacert FILE with the CA that issued it")
+        else:
+            text = _wrong_scheme(exc, url) or text
+        if url.rstrip("/") not in text:  # the card sent the call elsewhere: say so
+            text += f" (the address the agent card at {where} gives)"
         return _one_line(text, 300), EXIT_AGENT_ERROR
     if isinstance(exc, AgentHTTPError):
         html = exc.detail.lstrip()[:1] == "<"

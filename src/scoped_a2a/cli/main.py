@@ -63,9 +63,12 @@ def _say_nothing(unraisable: object) -> None:
 def _main(argv: Sequence[str] | None) -> int:
     import logging
 
+    from .option_scope import given_options
     from .parser import build_parser
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.given = given_options(parser, args)  # what serve and worker check for options unused
     args.argv = list(sys.argv[1:] if argv is None else argv)  # serve --workers starts these
     logging.basicConfig(
         level=getattr(logging, args.log_level),

@@ -14,7 +14,8 @@ from .tasks import add_task_commands
 from .worker import add_worker_parser
 
 DESCRIPTION = """\
-Serve an A2A agent; send it a message, look at or cancel its tasks; or run a Redis worker.
+Serve an A2A agent; send it a message, look at or cancel its tasks; or run a worker
+for a Redis or PostgreSQL store.
 
 server:  serve, worker
 client:  send, get, list, cancel, subscribe"""

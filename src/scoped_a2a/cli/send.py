@@ -97,8 +97,10 @@ def add_send_parser(sub: Any) -> None:
                    help="the conversation (context) the message belongs to")
     s.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
                    help="put KEY in the message's metadata (repeatable); VALUE is JSON when it "
-                        "parses as JSON, else a string. E.g. onDisconnect=continue, a "
-                        "deadline's budgetMs, or the key of a serve --detach-metadata rule")
+                        "parses as JSON, else a string. E.g. onDisconnect=continue, the key "
+                        "of a serve --detach-metadata rule, or a deadline for the run: "
+                        "https://github.com/scoped-a2a/scoped-a2a/ext/deadline/v1/budgetMs=MS "
+                        "(the full key: a bare budgetMs sets no deadline)")
     add_client_options(s, timeout=None)  # a turn may last long: no limit unless asked
 
 

@@ -25,6 +25,7 @@ from .auth_options import (
 )
 from .help import HelpFormatter
 from .observe_options import add_observe_options, observers_from
+from .option_scope import refuse_ignored_options
 from .serve_options import (
     add_agent_options,
     add_console_options,
@@ -38,7 +39,7 @@ from .serve_options import (
 )
 from .signals import serve_signals
 from .startup import check_host, run_server
-from .stores import StoreCommand, add_store_options, check_store_url
+from .stores import StoreCommand, add_store_options, check_store_url, store_module_name
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -58,7 +59,9 @@ The agent (--agent MODULE:ATTR, imported with the current folder on the Python p
 async callable taking a RunContext, or an agent of another framework served unchanged: an
 a2a-sdk AgentExecutor, a Google ADK agent, a pydantic-ai Agent (docs/adapters.md).
 SIGINT/SIGTERM: new sends are refused, runs get --grace seconds, the rest are cancelled and
-recorded; a second signal stops at once."""
+recorded; a second signal stops at once. An option given where it does nothing (--retain with
+the memory store, --redis-prefix without Redis, --console-operator without --console) is
+refused in one line, exit status 2."""
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -107,6 +110,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from .workers import check_workers, run_workers
 
     check_workers(args)  # --workers N > 1 with a store the processes cannot share: one line
+    refuse_ignored_options(args, store_module_name(args.store))  # e.g. --retain in memory
     # Loaded before the event loop starts: a bad --agent is one line, not a traceback.
     loaded = load_agent(args.agent, backend=args.backend)
     loaded.card.update(load_card(args.card))

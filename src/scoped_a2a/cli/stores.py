@@ -54,14 +54,20 @@ class StoreCommand(Protocol):
         cannot be used. Cancelled: stops at once (the app records what it cut short)."""
 
 
+def store_module_name(url: str) -> str:
+    """The name (in this package) of the module that serves ``url``; SystemExit (one line)
+    for an unknown scheme."""
+    for scheme, name in SCHEMES.items():
+        if url == scheme if scheme == "memory" else url.startswith(scheme):
+            return name
+    raise SystemExit(f"--store must be 'memory', sqlite:PATH, a redis:// or a postgresql:// "
+                     f"URL, not {url!r}")
+
+
 def store_module(url: str) -> StoreCommand:
     """The module that serves ``url``, imported now; SystemExit (one line) for an unknown
     scheme."""
-    for scheme, name in SCHEMES.items():
-        if url == scheme if scheme == "memory" else url.startswith(scheme):
-            return cast(StoreCommand, importlib.import_module(f".{name}", __package__))
-    raise SystemExit(f"--store must be 'memory', sqlite:PATH, a redis:// or a postgresql:// "
-                     f"URL, not {url!r}")
+    return cast(StoreCommand, importlib.import_module(f".{store_module_name(url)}", __package__))
 
 
 def check_store_url(url: str) -> StoreCommand:
@@ -81,11 +87,12 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
                         "survives restarts), in a shared Redis or a shared PostgreSQL; all "
                         "but memory make detached runs durable (docs/stores.md)")
     g.add_argument("--max-ended-tasks", type=at_least_one, default=10_000, metavar="N",
-                   help="ended tasks kept in memory (oldest evicted first)")
+                   help="ended tasks kept, in memory or in the store (oldest evicted first)")
     g.add_argument("--max-ended-bytes", type=parse_size, default=DEFAULT_MAX_ENDED_BYTES,
                    metavar="SIZE",
-                   help="bytes of ended tasks kept in memory, as encoded JSON (oldest evicted "
-                        "first); SIZE is bytes or e.g. 64MiB, 1GiB")
+                   help="bytes of ended tasks kept, as encoded JSON, in memory or in an SQLite "
+                        "or PostgreSQL store (oldest evicted first); SIZE is bytes or e.g. "
+                        "64MiB, 1GiB")
     g.add_argument("--retain", type=seconds, default=None, metavar="SECONDS",
                    help="with an SQLite or PostgreSQL store: delete ended tasks older than this "
                         "(and beyond --max-ended-tasks / --max-ended-bytes, oldest first)")

@@ -20,10 +20,11 @@ import anyio
 from ..agent_loading import DEFAULT_AGENT
 from .arg_types import at_least_one, seconds_or_zero
 from .help import HelpFormatter, add_log_level
+from .option_scope import refuse_ignored_options
 from .serve_options import add_push_options
 from .signals import on_signals
 from .startup import run_server
-from .stores import add_queue_options, check_store_url
+from .stores import add_queue_options, check_store_url, store_module_name
 
 WORKER_DESCRIPTION = """\
 Execute the detached runs that `serve --store redis://...` (or postgresql://...) queued, with
@@ -39,15 +40,16 @@ def add_worker_parser(sub: Any) -> None:
         "worker", help="execute queued detached runs from a Redis or PostgreSQL store",
         formatter_class=HelpFormatter, description=WORKER_DESCRIPTION)
     w.add_argument("--agent", default=DEFAULT_AGENT,
-                   help="MODULE:ATTR of the agent, an async callable (the default is the "
-                        "built-in demo agent)")
+                   help="MODULE:ATTR (or FILE.py:ATTR) of the agent, as for serve (the "
+                        "default is the built-in demo agent)")
     w.add_argument("--backend", choices=["trio", "asyncio"], default="trio",
                    help="the async library to run on")
     w.add_argument("--grace", type=seconds_or_zero, default=10.0, metavar="SECONDS",
                    help="seconds runs get to finish on shutdown before they are left for "
                         "another worker")
     w.add_argument("--max-ended-tasks", type=at_least_one, default=10_000, metavar="N",
-                   help="ended tasks kept in Redis (oldest evicted first)")
+                   help="ended tasks kept in the Redis or PostgreSQL store (oldest evicted "
+                        "first)")
     w.add_argument("--expose-errors", action="store_true",
                    help="send the full text of an agent's exceptions to callers (development)")
     add_log_level(w, "INFO")
@@ -79,4 +81,5 @@ def run_worker_command(args: argparse.Namespace) -> int:
         raise SystemExit("an SQLite store is executed by its serve process (one process owns "
                          "the file); the worker command is for a redis:// or postgresql:// "
                          "store")
+    refuse_ignored_options(args, store_module_name(args.store))  # e.g. Redis's prefix on PG
     return run_server(_work, args, agent, backend=args.backend, host="", port=0)

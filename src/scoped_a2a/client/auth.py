@@ -116,4 +116,5 @@ def missing_credential_text(card: AgentCard | None, *, sent: bool, status: int,
     else:
         head = "the agent refused the credential sent (HTTP 401): wrong, expired or revoked"
     need = f"; its card accepts: {wanted}" if wanted else ""
-    return f"{head}{need}; pass A2AClient(auth=...) or send --token / $SCOPED_A2A_TOKEN"
+    return (f"{head}{need}; pass A2AClient(auth=...), or on the command line --token or "
+            "--api-key ($SCOPED_A2A_TOKEN, $SCOPED_A2A_API_KEY)")
