@@ -125,7 +125,10 @@ def jsonrpc_cases(done: str) -> list[Case]:
              ("base64", "$.message.parts[0].raw")),
         Case("SendMessage unknown role",
              call("SendMessage", {"message": text_message("x") | {"role": "ROLE_BOSS"}}),
-             -32602, ("ROLE_BOSS", "$.message.role")),
+             -32602, ("ROLE_BOSS", "$.message.role", "one of ROLE_USER, ROLE_AGENT")),
+        Case("SendMessage 0.3 role name on 1.0",
+             call("SendMessage", {"message": text_message("x") | {"role": "user"}}),
+             -32602, ("'user'", "one of ROLE_USER, ROLE_AGENT")),
         Case("SendMessage messageId a number",
              call("SendMessage", {"message": text_message("x") | {"messageId": 5}}), -32602,
              ("$.message.messageId",)),
@@ -171,7 +174,10 @@ def jsonrpc_cases(done: str) -> list[Case]:
              call("ListTasks", {"historyLength": -1, "contextId": "no-such-context"}),
              -32602, ("historyLength",)),
         Case("ListTasks unknown status", call("ListTasks", {"status": "BOGUS"}), -32602,
-             ("BOGUS", "$.status")),
+             ("BOGUS", "$.status", "one of TASK_STATE_SUBMITTED, TASK_STATE_WORKING, "
+              "TASK_STATE_COMPLETED")),
+        Case("ListTasks 0.3 state name on 1.0", call("ListTasks", {"status": "completed"}),
+             -32602, ("'completed'", "TASK_STATE_COMPLETED")),
         Case("ListTasks foreign pageToken", call("ListTasks", {"pageToken": "zz"}), -32602,
              ("pageToken",)),
         # --- invalid params: 0.3 ------------------------------------------------------------

@@ -69,8 +69,10 @@ async def test_error_statuses_and_body() -> None:
                      "UNSUPPORTED_OPERATION", "FAILED_PRECONDITION")
         assert_error(await http.get(f"/tasks/{done['id']}", params={"historyLength": "x"}),
                      400, "INVALID_PARAMS", "INVALID_ARGUMENT")
-        assert_error(await http.get("/tasks", params={"status": "NOT_A_STATE"}),
-                     400, "INVALID_PARAMS", "INVALID_ARGUMENT")
+        err = assert_error(await http.get("/tasks", params={"status": "completed"}),
+                           400, "INVALID_PARAMS", "INVALID_ARGUMENT")
+        assert "'completed'" in err["message"], err  # says what is wrong, and what is right:
+        assert "one of TASK_STATE_SUBMITTED, " in err["message"], err
         # Version: as on JSON-RPC (and 0.3's REST dialect is not served on these routes).
         for version in ("9.9", "0.3"):
             r = await http.get(f"/tasks/{done['id']}", headers={"A2A-Version": version})

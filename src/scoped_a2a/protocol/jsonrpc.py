@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from .enum_hint import with_enum_values
 from .errors import A2AError, InvalidParams, InvalidRequest, ParseError
 from .protojson import decode_with_proto_names
 
@@ -101,7 +102,7 @@ def decode_params(params: msgspec.Raw | None, type_: type[T]) -> T:
         decoded: T = decode_with_proto_names(raw, type_)
         return decoded
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise InvalidParams(f"invalid params: {exc}") from None
+        raise InvalidParams(f"invalid params: {with_enum_values(str(exc), type_)}") from None
     except RecursionError:
         raise InvalidParams("invalid params: nested too deeply to be read") from None
 
