@@ -4,7 +4,8 @@ both backends, through the real store (and, for blocking sends, through hypercor
 
 To hold a statement under way, a second connection (``Holder``) inserts a claim key in a
 transaction it leaves open: a create of that key waits for it (``ON CONFLICT``), and with one
-statement in flight at a time (``in_flight = 1``) every later create queues behind it.
+statement in flight at a time (the default) every later create queues behind it, until the
+statement has stalled for ``stalled`` seconds (set to an hour where the test needs the queue).
 """
 
 from __future__ import annotations
@@ -36,11 +37,20 @@ pytestmark = pytest.mark.anyio
 
 
 class Holder:
-    """A transaction of another connection holding claim keys until :meth:`release`."""
+    """A transaction of another connection holding claim keys until :meth:`release`, or the
+    end of its ``async with`` (entered inside the task group of the creates it holds, so a
+    failing test releases them and ends instead of hanging)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.conn: psycopg.Connection[Any] | None = None
+
+    async def __aenter__(self) -> Holder:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.conn is not None:
+            await self.release()
 
     async def hold(self, owner: str, *message_ids: str) -> None:
         def run() -> None:
@@ -51,9 +61,10 @@ class Holder:
         await anyio.to_thread.run_sync(run)
 
     async def release(self) -> None:
-        assert self.conn is not None
-        await anyio.to_thread.run_sync(self.conn.rollback)
-        await anyio.to_thread.run_sync(self.conn.close)
+        conn, self.conn = self.conn, None
+        assert conn is not None
+        await anyio.to_thread.run_sync(conn.rollback)
+        await anyio.to_thread.run_sync(conn.close)
 
 
 async def until(check: Callable[[], bool], what: str) -> None:
@@ -160,12 +171,15 @@ async def _queued_behind_a_held_create(
     store: PostgresTaskStore, holder: Holder, tg: Any, out: dict[str, Any],
     later: list[tuple[Task, str]],
 ) -> Task:
-    """One statement at a time; a create held by ``holder`` leads; ``later`` queue behind."""
-    store.creates.in_flight = 1
+    """One statement at a time (and no other started however long it waits: ``stalled``);
+    a create held by ``holder`` leads; ``later`` queue behind."""
+    store.creates.in_flight, store.creates.stalled = 1, 3600
     first = new_task()
     await holder.hold("alice", "held")
+    ran = store.creates.statements
     tg.start_soon(create, store, first, "held", out)
-    await until(lambda: store.creates._running == 1, "the first create leads")
+    # Its statement took it (once it had a connection: what queues before goes with it).
+    await until(lambda: store.creates.statements == ran + 1, "the first create's statement")
     for task, message_id in later:
         tg.start_soon(create, store, task, message_id, out)
     await until(lambda: len(store.creates._queue) == len(later), "the others queue")
@@ -176,13 +190,12 @@ async def test_a_bad_item_is_written_alone_and_the_others_of_its_statement_are_s
     pg_url: str, tmp_path: Path,
 ) -> None:
     async with open_postgres_store(pg_url, key_file=tmp_path / "k") as store, \
-            anyio.create_task_group() as tg:
+            anyio.create_task_group() as tg, Holder(pg_url) as holder:
         existing = new_task()
         await store.create_claimed(existing, NewClaim("first", b"fp"), owner="alice")
         dup = existing  # its task id again, another messageId
         good = [new_task() for _ in range(3)]
         out: dict[str, Any] = {}
-        holder = Holder(pg_url)
         later = [(good[0], "g0"), (dup, "dup"), (good[1], "g1"), (good[2], "g2")]
         ran = store.creates.statements
         first = await _queued_behind_a_held_create(store, holder, tg, out, later)
@@ -205,9 +218,9 @@ async def test_a_create_cancelled_while_queued_stores_nothing_and_once_taken_ret
     pg_url: str, tmp_path: Path,
 ) -> None:
     async with open_postgres_store(pg_url, key_file=tmp_path / "k") as store, \
-            anyio.create_task_group() as tg:
+            anyio.create_task_group() as tg, Holder(pg_url) as holder, \
+            Holder(pg_url) as holder2:
         out: dict[str, Any] = {}
-        holder = Holder(pg_url)
         queued, taken, other = new_task(), new_task(), new_task()
         seen: dict[str, list[str]] = {}
 
@@ -221,11 +234,11 @@ async def test_a_create_cancelled_while_queued_stores_nothing_and_once_taken_ret
                 steps.append("went on")
 
         # Queued, not taken: cancelled, it leaves the queue; nothing stored.
-        store.creates.in_flight = 1
+        store.creates.in_flight, store.creates.stalled = 1, 3600
         first = new_task()
         await holder.hold("alice", "held")
         tg.start_soon(create, store, first, "held", out)
-        await until(lambda: store.creates._running == 1, "the first create leads")
+        await until(lambda: store.creates.statements == 1, "the first create's statement")
         scope = anyio.CancelScope()
         tg.start_soon(cancellable, queued, "q", scope)
         await until(lambda: len(store.creates._queue) == 1, "queued")
@@ -235,7 +248,6 @@ async def test_a_create_cancelled_while_queued_stores_nothing_and_once_taken_ret
 
         # Taken by a statement that waits (its other item's key is held): cancelled, it
         # returns once the statement committed, stored and tracked, then sees the cancel.
-        holder2 = Holder(pg_url)
         await holder2.hold("alice", "o")
         scope2 = anyio.CancelScope()
         tg.start_soon(create, store, other, "o", out)
@@ -262,6 +274,30 @@ async def test_a_create_cancelled_while_queued_stores_nothing_and_once_taken_ret
         tg.cancel_scope.cancel()
 
 
+async def test_a_create_waiting_for_a_lock_held_elsewhere_does_not_hold_the_others(
+    pg_url: str, tmp_path: Path,
+) -> None:
+    # Another transaction (a replica's, frozen) holds a claim key: the create of that key
+    # waits for it; the creates after it go on in statements of their own once it stalled.
+    async with open_postgres_store(pg_url, key_file=tmp_path / "k") as store, \
+            anyio.create_task_group() as tg, Holder(pg_url) as holder:
+        store.creates.stalled = 0.05
+        await holder.hold("alice", "held")
+        out: dict[str, Any] = {}
+        stuck = new_task()
+        tg.start_soon(create, store, stuck, "held", out)
+        await until(lambda: store.creates.statements == 1, "the held create's statement")
+        others = [new_task() for _ in range(5)]
+        for i, t in enumerate(others):
+            tg.start_soon(create, store, t, f"o{i}", out)
+        await until(lambda: len(out) == len(others), "the others answered")
+        assert stuck.id not in out and all(out[t.id] is True for t in others), out
+        await holder.release()
+        await until(lambda: stuck.id in out, "the held one answered")
+        assert out[stuck.id] is True
+        assert store.creates._running == 0
+
+
 @pytest.mark.parametrize("when", ["after", "before"])
 async def test_a_statement_cut_at_its_commit_tells_every_caller_and_settles_every_task(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str,
@@ -273,11 +309,10 @@ async def test_a_statement_cut_at_its_commit_tells_every_caller_and_settles_ever
         port = await relay.start(cutter.serve)
         url = pg_url.replace(f":{server.port}/", f":{port}/")
         async with open_postgres_store(url, key_file=tmp_path / "k") as store, \
-                anyio.create_task_group() as tg:
+                anyio.create_task_group() as tg, Holder(pg_url) as holder:
             cut = [new_task() for _ in range(3)]
             out: dict[str, Any] = {}
             cutter.arm(b"x(id text, owner text", when)  # the multi-row create only
-            holder = Holder(pg_url)
             first = await _queued_behind_a_held_create(
                 store, holder, tg, out, [(t, f"c{i}") for i, t in enumerate(cut)])
             await holder.release()

@@ -9,13 +9,22 @@ fewer than :data:`IN_FLIGHT` statements of its kind under way leads one, which t
 item queued at that moment (:data:`MAX_ITEMS` at most) and writes them in one multi-row
 statement with one synchronous commit; each caller then gets its own outcome. A leader whose
 own item is written hands the lead to the first item still queued, so what arrived during a
-statement goes in the next one without waiting for a timer.
+statement goes in the next one.
 
-Latency. Nothing waits to fill a batch: a caller alone (one caller, or fewer than
-``IN_FLIGHT`` at once) leads at once and writes its item by the single statement it always
-used (the kind's ``one``); the multi-row statement (``many``) is only for two items or more.
-Up to ``IN_FLIGHT`` statements of a kind run at once, so items arriving during a flush are not
-held a whole flush behind (PostgreSQL merges the WAL flushes of concurrent commits).
+Latency. Nothing waits to fill a batch: a caller alone leads at once and writes its item by
+the single statement it always used (the kind's ``one``); the multi-row statement (``many``)
+is only for two items or more. Why one statement of a kind at a time (:data:`IN_FLIGHT`), not
+a few: a commit arriving during another's WAL flush waits for that flush to end and then for
+its own (PostgreSQL merges the flushes of commits waiting together, not those of commits
+arriving during one), so a second statement in flight gains an item about the statement's
+execution time (a fraction of a millisecond), while with one in flight everything arriving
+during a flush shares the next statement. Measured side by side (docs/postgres.md, sixth
+pass): 1 in flight cost the least CPU per send, here and in the database, and gave the most
+sends per second; 2, 3 and 6 batched less. A statement that waits for a lock held elsewhere
+(another replica's transaction on the same claim key, perhaps frozen with its process) must
+not hold every create of this process behind it: once no statement of the kind has started
+or ended for :data:`STALLED` seconds, the next caller (or the head of the queue, the only
+waiter with a deadline) starts another.
 
 Outcomes. ``True``/``False`` per item (the kind says what: claimed and stored, or written; or
 not), or ``None``: write it alone on the single path. Two items sharing a key (a claim's key,
@@ -52,8 +61,11 @@ import anyio.lowlevel
 from ...protocol.errors import ServerUnavailable
 from .connection import Conn, Pool
 
-IN_FLIGHT = 3
-"""Statements of one kind under way at once, at most (docs/postgres.md, sixth pass)."""
+IN_FLIGHT = 1
+"""Statements of one kind under way at once, unless stalled (docs/postgres.md, sixth pass)."""
+STALLED = 0.25
+"""Seconds without a statement of the kind starting or ending after which one more may start
+(module docstring: a statement waiting for a lock held elsewhere)."""
 MAX_ITEMS = 128
 """Items one statement writes, at most."""
 
@@ -85,16 +97,18 @@ class GroupCommit(Generic[W]):
     ``written`` count what it ran (tests and benchmarks read them)."""
 
     def __init__(self, pool: Pool, one: One[W], many: Many[W], *, in_flight: int = IN_FLIGHT,
-                 max_items: int = MAX_ITEMS) -> None:
+                 max_items: int = MAX_ITEMS, stalled: float = STALLED) -> None:
         self.pool = pool
         self.one = one
         self.many = many
         self.in_flight = in_flight
         self.max_items = max_items
+        self.stalled = stalled
         self.statements = 0
         self.written = 0
         self._queue: deque[W] = deque()
         self._running = 0  # leaders under way, and leads handed to queued items
+        self._moved = 0.0  # when a statement last started or ended (anyio.current_time)
 
     async def submit(self, item: W) -> bool | None:
         """Write ``item``: its outcome once its statement committed (None: write it alone).
@@ -102,7 +116,7 @@ class GroupCommit(Generic[W]):
         the module docstring says."""
         await anyio.lowlevel.checkpoint_if_cancelled()
         self._queue.append(item)
-        lead = self._running < self.in_flight
+        lead = self._may_lead()
         if lead:
             self._running += 1
         try:
@@ -113,12 +127,18 @@ class GroupCommit(Generic[W]):
                 if lead:  # another leader took it: lead no longer
                     lead = False
                     self._hand_on()
-                await self._wait(item)
+                await self._wait(item, bool(self._queue) and self._queue[0] is item)
                 if item.lead:
                     item.lead, lead = False, True
+                elif item.stage is _QUEUED and self._may_lead():  # (stalled)
+                    self._running += 1
+                    lead = True
         except BaseException as exc:
             if item.stage is _QUEUED:  # not taken: it will not be written
+                head = self._queue[0] is item
                 self._queue.remove(item)
+                if head and self._queue:
+                    self._poke(self._queue[0])  # it waits as the head now
                 if item.lead:
                     item.lead, lead = False, True
                 if lead:
@@ -130,7 +150,7 @@ class GroupCommit(Generic[W]):
                 self._hand_on()
             with anyio.CancelScope(shield=True):  # taken: answered once its statement ends
                 while item.stage is not _DONE:
-                    await self._wait(item)
+                    await self._wait(item, False)
             if not isinstance(exc, anyio.get_cancelled_exc_class()):
                 raise
         if lead:
@@ -139,10 +159,25 @@ class GroupCommit(Generic[W]):
             raise item.error
         return item.outcome
 
-    async def _wait(self, item: W) -> None:
+    def _may_lead(self) -> bool:
+        """Whether a caller may start a statement: fewer than ``in_flight`` are under way,
+        or none has started or ended for ``stalled`` seconds (the one under way waits for a
+        lock held elsewhere, perhaps for long: another replica's transaction on the same
+        claim, frozen with its process; the others must not wait behind it)."""
+        if self._running < self.in_flight:
+            return True
+        return anyio.current_time() - self._moved >= self.stalled
+
+    async def _wait(self, item: W, head: bool) -> None:
+        """Until ``item`` is poked; the head of the queue also wakes after ``stalled``
+        seconds, to lead if the statements under way stalled (no timer otherwise)."""
         item.wake = anyio.Event()
         try:
-            await item.wake.wait()
+            if head:
+                with anyio.move_on_after(self.stalled):
+                    await item.wake.wait()
+            else:
+                await item.wake.wait()
         finally:
             item.wake = None
 
@@ -184,11 +219,13 @@ class GroupCommit(Generic[W]):
         before anything was taken (cancelled waiting for a pool slot, the database cannot be
         reached): the leader's own item is still queued then."""
         batch: list[W] = []
+        self._moved = anyio.current_time()
 
         async def write(conn: Conn) -> list[bool]:
             batch.extend(self._take())  # once a connection is in hand: nothing waits after
             if not batch:
                 return []
+            self._moved = anyio.current_time()
             self.statements += 1
             self.written += len(batch)
             if len(batch) == 1:
@@ -215,6 +252,7 @@ class GroupCommit(Generic[W]):
         self._finish(batch)
 
     def _finish(self, batch: list[W]) -> None:
+        self._moved = anyio.current_time()
         for item in batch:
             item.stage = _DONE
             self._poke(item)
