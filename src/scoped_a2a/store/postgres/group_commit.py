@@ -51,12 +51,12 @@ passes to the next queued item.
 from __future__ import annotations
 
 import copy
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 import anyio
-import anyio.lowlevel
 
 from ...protocol.errors import ServerUnavailable
 from .connection import Conn, Pool
@@ -108,13 +108,13 @@ class GroupCommit(Generic[W]):
         self.written = 0
         self._queue: deque[W] = deque()
         self._running = 0  # leaders under way, and leads handed to queued items
-        self._moved = 0.0  # when a statement last started or ended (anyio.current_time)
+        self._moved = 0.0  # when a statement last started or ended (time.monotonic)
 
     async def submit(self, item: W) -> bool | None:
         """Write ``item``: its outcome once its statement committed (None: write it alone).
         Raises ServerUnavailable (OutcomeUnknown: it may have been stored); cancellation as
         the module docstring says."""
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        # (A caller cancelled already: a leader's pool slot raises it, a follower's wait.)
         self._queue.append(item)
         lead = self._may_lead()
         if lead:
@@ -166,7 +166,7 @@ class GroupCommit(Generic[W]):
         claim, frozen with its process; the others must not wait behind it)."""
         if self._running < self.in_flight:
             return True
-        return anyio.current_time() - self._moved >= self.stalled
+        return time.monotonic() - self._moved >= self.stalled
 
     async def _wait(self, item: W, head: bool) -> None:
         """Until ``item`` is poked; the head of the queue also wakes after ``stalled``
@@ -219,13 +219,13 @@ class GroupCommit(Generic[W]):
         before anything was taken (cancelled waiting for a pool slot, the database cannot be
         reached): the leader's own item is still queued then."""
         batch: list[W] = []
-        self._moved = anyio.current_time()
+        self._moved = time.monotonic()
 
         async def write(conn: Conn) -> list[bool]:
             batch.extend(self._take())  # once a connection is in hand: nothing waits after
             if not batch:
                 return []
-            self._moved = anyio.current_time()
+            self._moved = time.monotonic()
             self.statements += 1
             self.written += len(batch)
             if len(batch) == 1:
@@ -252,7 +252,7 @@ class GroupCommit(Generic[W]):
         self._finish(batch)
 
     def _finish(self, batch: list[W]) -> None:
-        self._moved = anyio.current_time()
+        self._moved = time.monotonic()
         for item in batch:
             item.stage = _DONE
             self._poke(item)
