@@ -7,7 +7,8 @@ Each checkout's server (``serve --store postgresql://...`` on hypercorn trio or 
 ``benchmarks.peers.scoped_uvicorn``) gets its own database of one PostgreSQL this starts
 (tests/postgres/server.py, ``fsync=on``); ``--memory`` adds the last checkout with its memory
 store. Each round drives every server in turn, in the order given: 16 closed-loop streams of
-``stream 100`` (events/s), then 64 blocking senders of ``echo hello`` (sends/s), and reads the
+``stream 100`` (events/s), then 64 blocking senders (``--senders``) of ``echo hello``
+(sends/s; ``--c1``: then one sender, its p50), and reads the
 CPU of the server process and of the postmaster's process tree (backends, WAL writer, ...)
 from /proc over each window: per event and per send. Servers taking turns see the same
 machine load, so on a shared machine the CPU columns compare where the rates cannot. Run it
@@ -184,6 +185,7 @@ async def main() -> None:
     ap.add_argument("--only", default="", choices=["", "stream", "send"])
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--c1", action="store_true", help="also one blocking sender: send p50")
+    ap.add_argument("--senders", type=int, default=64, help="blocking senders at once")
     ap.add_argument("--python", default=PY[0])
     ap.add_argument("trees", nargs="+")
     a = ap.parse_args()
@@ -218,7 +220,7 @@ async def main() -> None:
                               f"{cs:5.1f} us/ev  pg {cp:5.1f} us/ev", flush=True)
                     if a.only != "stream":
                         seq += 1
-                        rps, cs, cp = await sends(s, master, a.dur, seq)
+                        rps, cs, cp = await sends(s, master, a.dur, seq, a.senders)
                         print(f"{kind:8} r{r} {name:8} send   {rps:7.0f} /s    server "
                               f"{cs:6.0f} us/send pg {cp:6.0f} us/send", flush=True)
                     if a.c1:

@@ -1,7 +1,9 @@
-"""The SQL of appends (appends.py, core.py): the batch of running events, many tasks per
-statement, and the full path's statements (a task's end, a due snapshot, what the batch
-skipped). Texts only: every one is prepared once per connection (psycopg prepares a text after
-its fifth use), so each is one constant string per store.
+"""The SQL of writes (appends.py, core.py, grouped.py): the batch of running events, many tasks
+per statement; the full path's statements (a task's end, a due snapshot, what the batch
+skipped); a new task's create with its claim; and the multi-row creates and ends that
+concurrent callers share (group_commit.py). Texts only: every one is prepared once per
+connection (psycopg prepares a text after its fifth use, grouped.py at its first), so each is
+one constant string per store.
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 import anyio
+import psycopg
 
 from ...protocol.errors import ServerUnavailable
 from .connection import Conn, Pool
@@ -240,9 +241,12 @@ class GroupCommit(Generic[W]):
             for item in batch:
                 if isinstance(exc, ServerUnavailable):
                     item.error = copy.copy(exc)  # each caller raises its own
-                elif not isinstance(exc, Exception):
+                elif isinstance(exc, psycopg.Error):
+                    pass  # rolled back, perhaps one item's fault: each written alone (None)
+                elif isinstance(exc, Exception):
+                    item.error = exc  # not the database's: said as it is
+                else:
                     item.error = ServerUnavailable("the PostgreSQL store is closing")
-                # else: perhaps one item's fault: each is written alone (outcome None)
             self._finish(batch)
             if not isinstance(exc, Exception):
                 raise
