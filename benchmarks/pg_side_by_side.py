@@ -1,13 +1,14 @@
 """Two or more checkouts of scoped-a2a side by side on one PostgreSQL, driven in turn.
 
     python -m benchmarks.pg_side_by_side [--servers trio,asyncio,uvicorn] [--rounds 2]
-        [--dur 4] [--only stream|send] [--memory] CHECKOUT...
+        [--dur 4] [--only stream|send] [--memory] [--c1] CHECKOUT...
 
 Each checkout's server (``serve --store postgresql://...`` on hypercorn trio or asyncio, or
 ``benchmarks.peers.scoped_uvicorn``) gets its own database of one PostgreSQL this starts
 (tests/postgres/server.py, ``fsync=on``); ``--memory`` adds the last checkout with its memory
 store. Each round drives every server in turn, in the order given: 16 closed-loop streams of
-``stream 100`` (events/s), then 64 blocking senders of ``echo hello`` (sends/s), and reads the
+``stream 100`` (events/s), then 64 blocking senders (``--senders``) of ``echo hello``
+(sends/s; ``--c1``: then one sender, its p50), and reads the
 CPU of the server process and of the postmaster's process tree (backends, WAL writer, ...)
 from /proc over each window: per event and per send. Servers taking turns see the same
 machine load, so on a shared machine the CPU columns compare where the rates cannot. Run it
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -131,9 +133,10 @@ async def streams(srv: Server, master: int, dur: float) -> tuple[float, float, f
     return counter[0] / dur, cpu[0] / n * 1e6, cpu[1] / n * 1e6
 
 
-async def sends(srv: Server, master: int, dur: float, base: int) -> tuple[float, float, float]:
+async def sends(srv: Server, master: int, dur: float, base: int, callers: int = 64
+                ) -> tuple[float, float, float]:
     template = RequestTemplate(srv.port, "SendMessage", "echo hello")
-    conns = await connect_many(srv.port, 64)
+    conns = await connect_many(srv.port, callers)
     loops = [Loop(c, template, check, seq_base=(base * 100 + i + 1) * 10**6, port=srv.port)
              for i, c in enumerate(conns)]
     t0 = time.perf_counter()
@@ -150,6 +153,8 @@ async def sends(srv: Server, master: int, dur: float, base: int) -> tuple[float,
     errs = sum(lp.errors for lp in loops)
     if errs:
         print("ERRORS", errs, file=sys.stderr)
+    if callers == 1:  # the median latency (ms) in place of the rate
+        return statistics.median(loops[0].latencies) * 1e3, cs / n * 1e6, cp / n * 1e6
     return n / dur, cs / n * 1e6, cp / n * 1e6
 
 
@@ -179,6 +184,8 @@ async def main() -> None:
     ap.add_argument("--dur", type=float, default=4.0)
     ap.add_argument("--only", default="", choices=["", "stream", "send"])
     ap.add_argument("--memory", action="store_true")
+    ap.add_argument("--c1", action="store_true", help="also one blocking sender: send p50")
+    ap.add_argument("--senders", type=int, default=64, help="blocking senders at once")
     ap.add_argument("--python", default=PY[0])
     ap.add_argument("trees", nargs="+")
     a = ap.parse_args()
@@ -213,8 +220,13 @@ async def main() -> None:
                               f"{cs:5.1f} us/ev  pg {cp:5.1f} us/ev", flush=True)
                     if a.only != "stream":
                         seq += 1
-                        rps, cs, cp = await sends(s, master, a.dur, seq)
+                        rps, cs, cp = await sends(s, master, a.dur, seq, a.senders)
                         print(f"{kind:8} r{r} {name:8} send   {rps:7.0f} /s    server "
+                              f"{cs:6.0f} us/send pg {cp:6.0f} us/send", flush=True)
+                    if a.c1:
+                        seq += 1
+                        p50, cs, cp = await sends(s, master, a.dur, seq, callers=1)
+                        print(f"{kind:8} r{r} {name:8} send c=1 p50 {p50:5.2f} ms  server "
                               f"{cs:6.0f} us/send pg {cp:6.0f} us/send", flush=True)
             for s in everyone:
                 s.stop()

@@ -1,7 +1,9 @@
-"""The SQL of appends (appends.py, core.py): the batch of running events, many tasks per
-statement, and the full path's statements (a task's end, a due snapshot, what the batch
-skipped). Texts only: every one is prepared once per connection (psycopg prepares a text after
-its fifth use), so each is one constant string per store.
+"""The SQL of writes (appends.py, core.py, grouped.py): the batch of running events, many tasks
+per statement; the full path's statements (a task's end, a due snapshot, what the batch
+skipped); a new task's create with its claim; and the multi-row creates and ends that
+concurrent callers share (group_commit.py). Texts only: every one is prepared once per
+connection (psycopg prepares a text after its fifth use, grouped.py at its first), so each is
+one constant string per store.
 """
 
 from __future__ import annotations
@@ -85,3 +87,53 @@ KNOWN = (
 at the last one): the new snapshot, the event and the notification, only if the task is still
 at that position, running, and (``fenced``) under the run's lease; no row: take the
 transaction."""
+
+
+CREATE_CLAIMED = (
+    # The claim, made (pending_until NULL), and the task only if the claim was free: a held
+    # key (ON CONFLICT waits for a concurrent insert of it to commit) stores nothing.
+    "WITH c AS (INSERT INTO claims (key, fingerprint, task_id, position) "
+    "VALUES (%s, %s, %s, 0) ON CONFLICT (key) DO NOTHING RETURNING 1), "
+    "t AS (INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, size, "
+    "process) SELECT %s, %s, %s, %s, %s, 0, %s, NULL, %s, %s FROM c) "
+    "SELECT count(*) FROM c")
+"""A new task with its message claim, in one statement (core.py, ``create_claimed``)."""
+
+CREATES = (
+    "WITH i AS MATERIALIZED (SELECT x.id, x.owner, x.ctx, x.state, x.ts, x.process, x.slen, "
+    "substr(b.b, x.off, x.klen) AS key, substr(b.b, x.off + x.klen, x.flen) AS fp, "
+    "substr(b.b, x.off + x.klen + x.flen, x.slen) AS snap "
+    "FROM (SELECT %s::bytea AS b) b, json_to_recordset(%s::json) AS x(id text, owner text, "
+    "ctx text, state text, ts text, process text, off int, klen int, flen int, slen int)), "
+    "c AS (INSERT INTO claims (key, fingerprint, task_id, position) "
+    "SELECT key, fp, id, 0 FROM i ORDER BY key ON CONFLICT (key) DO NOTHING "
+    "RETURNING task_id), "
+    "t AS (INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, size, "
+    "process) SELECT id, owner, ctx, state, ts, 0, snap, NULL, slen, process FROM i "
+    "WHERE id IN (SELECT task_id FROM c)) "
+    "SELECT task_id FROM c")
+""":data:`CREATE_CLAIMED` for many tasks (group_commit.py): the ids of those whose claim was
+free, made and stored with their task. Parameters as :data:`BATCH`'s: every key, fingerprint
+and snapshot in one ``bytea`` the statement slices, the rest one small JSON array. Claims are
+inserted in key order, so two such statements (of two replicas) wait for each other's keys in
+one order, never in a cycle."""
+
+ENDS = (
+    "WITH i AS MATERIALIZED (SELECT x.id, x.pos, x.state, x.ts, x.token, x.kind, x.trim, "
+    "x.elen + x.slen AS size, substr(b.b, x.off, x.elen) AS body, "
+    "substr(b.b, x.off + x.elen, x.slen) AS snap "
+    "FROM (SELECT %s::bytea AS b) b, json_to_recordset(%s::json) AS x(id text, pos bigint, "
+    "state text, ts text, token text, kind int2, trim bigint, off int, elen int, slen int)), "
+    f"t AS (UPDATE tasks SET last = i.pos, state = i.state, ts = i.ts, snap = i.snap, "
+    f"snap_pos = i.pos, size = tasks.size + i.size, ended_at = {NOW}, process = NULL "
+    "FROM i WHERE tasks.id = i.id AND tasks.last = i.pos - 1 "
+    "AND tasks.state NOT IN ({terminal}) AND (i.token IS NULL "
+    "OR i.token = (SELECT token FROM runs r WHERE r.task_id = i.id)) "
+    "RETURNING tasks.seq, tasks.id, i.pos, i.kind, i.body, i.trim), "
+    "e AS (INSERT INTO events SELECT seq, pos, kind, body FROM t), "
+    "d AS (DELETE FROM events USING t WHERE events.task = t.seq AND events.pos = t.trim) "
+    "SELECT id, set_config('synchronous_commit', 'on', true) FROM t")
+""":data:`KNOWN` for many tasks' ends (group_commit.py): the ids of those written (each only
+if still at the position before its end, running, and under its run's lease when fenced);
+the others take the transaction. No notification: an end's is sent after its commit (core.py).
+Parameters as :data:`CREATES`'."""

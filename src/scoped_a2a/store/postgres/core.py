@@ -60,13 +60,14 @@ from ..records import DECODERS, KIND_OF, TRAJECTORY, decode_task
 from ..retention import Retention
 from ..sealing import Sealer
 from ..snapshot import applied, apply_event
-from .appends import KNOWN, TERMINAL_SQL, WRITE, Batcher, full_update
+from .appends import WRITE, Batcher, full_update
 from .connection import Conn, OutcomeUnknown, Pool
+from .group_commit import GroupCommit
+from .grouped import Create, End, create_many, create_one, end_many, end_one, known, known_args
 from .handover import PostgresHandover
 from .leases import PostgresLeases
 from .listener import Waiters
 from .local import LocalState
-from .prepared import Prepared
 from .push_watches import PostgresPushWatches
 from .unstarted import Unstarted
 
@@ -80,22 +81,6 @@ SNAP_EVERY = 64
 """A running task's snapshot is written every this many events (and at its end); readers fold
 the status and artifact events after it. Writing it at every event would cost a stream of
 artifact chunks bytes quadratic in its length."""
-
-
-CREATE_CLAIMED = Prepared("create_claimed", (
-    # The claim, made (pending_until NULL), and the task only if the claim was free: a held
-    # key (ON CONFLICT waits for a concurrent insert of it to commit) stores nothing.
-    "WITH c AS (INSERT INTO claims (key, fingerprint, task_id, position) "
-    "VALUES (%s, %s, %s, 0) ON CONFLICT (key) DO NOTHING RETURNING 1), "
-    "t AS (INSERT INTO tasks (id, owner, context_id, state, ts, last, snap, ended_at, size, "
-    "process) SELECT %s, %s, %s, %s, %s, 0, %s, NULL, %s, %s FROM c) "
-    "SELECT count(*) FROM c"),
-    ["bytea", "bytea", "text", "text", "text", "text", "text", "text", "bytea", "int8", "text"])
-"""A new task with its message claim, in one statement (:meth:`PostgresCore.create_claimed`)."""
-_KNOWN = Prepared("known", KNOWN.format(terminal=TERMINAL_SQL), [
-    "int8", "text", "text", "bytea", "int8", "bool", "bool", "text", "int8", "text", "text",
-    "text", "int8", "int2", "bytea", "int8", "text", "text", "text", "text"])
-"""append_sql.KNOWN, run per task's end (a send's last statement)."""
 
 
 async def load_snapshot(conn: Conn, seq: int, snap: bytes, snap_pos: int,
@@ -152,6 +137,9 @@ class PostgresCore(LocalState, TaskStore):
         """Carries follow-ups to the process holding their run (store/handover.py)."""
         self.unstarted = Unstarted(self, pool, self.leases.process_id)
         """Interactive creates whose commit was lost, settled (:mod:`.unstarted`)."""
+        self.creates = GroupCommit(pool, create_one, create_many)
+        self.ends = GroupCommit(pool, end_one, end_many)
+        """Concurrent creates (with claims) and ends, many per statement (group_commit.py)."""
 
     def process_leases(self) -> ProcessLeases | None:
         """This process's liveness lease (its opener keeps it alive: ``open_postgres_store``)."""
@@ -204,32 +192,36 @@ class PostgresCore(LocalState, TaskStore):
         await self._create_here(task, snap, write)
 
     async def create_claimed(self, task: Task, claim: NewClaim, *, owner: str = "") -> None:
-        """The claim and the task in one statement (one round trip, one synchronous commit:
-        the claim is made with its task, never pending). AlreadyClaimed: the key is held (or
-        lapsed: claims.claim deletes those), nothing stored."""
+        """The claim and the task in one statement, shared with concurrent creates (one
+        synchronous commit: the claim is made with its task, never pending; group_commit.py).
+        AlreadyClaimed: the key is held (or lapsed: claims.claim deletes those), nothing
+        stored."""
         snap = _encode(task)
-        args = (claim_key(owner, claim.message_id), claim.fingerprint, task.id, task.id, owner,
-                task.context_id, task.status.state.value, task.status.timestamp, snap,
-                len(snap), self.leases.process_id)
+        item = Create(claim_key(owner, claim.message_id), claim.fingerprint, task.id, owner,
+                      task.context_id, task.status.state.value, task.status.timestamp, snap,
+                      self.leases.process_id)
 
-        async def run(conn: Conn) -> bool:
+        async def alone(conn: Conn) -> bool:  # its statement failed: its own error, alone
             try:
-                rows = await conn.prepared(CREATE_CLAIMED, args)
+                return await create_one(conn, item)
             except pgerrors.UniqueViolation:
                 raise InvalidParams(f"task {task.id!r} already exists") from None
-            return rows[0][0] == b"1"
 
-        if not await self._create_here(task, snap, run):
+        if not await self._create_here(task, snap, alone, self.creates.submit(item)):
             raise AlreadyClaimed(claim.message_id)
 
     async def _create_here(self, task: Task, snap: bytes,
-                           write: Callable[[Conn], Awaitable[bool]]) -> bool:
+                           write: Callable[[Conn], Awaitable[bool]],
+                           grouped: Awaitable[bool | None] | None = None) -> bool:
         """Run ``write``, a create of ``task`` committing by itself (False: it stored
-        nothing). Its run executes in this process, whose liveness lease covers it until its
-        end is appended (store/liveness.py); a commit whose outcome is unknown is settled by
+        nothing), or ``grouped`` first (None: ``write`` then). Its run executes in this
+        process, whose liveness lease covers it until its end is appended
+        (store/liveness.py); a commit whose outcome is unknown is settled by
         :mod:`.unstarted`."""
         try:
-            done = await self.pool.run(write, transaction=False)
+            done = None if grouped is None else await grouped
+            if done is None:
+                done = await self.pool.run(write, transaction=False)
         except OutcomeUnknown:
             self.unstarted.add(task.id)  # perhaps stored, never run: settled (unstarted.py)
             raise
@@ -327,13 +319,16 @@ class PostgresCore(LocalState, TaskStore):
             pos = held[1] + 1
             task = held[0] if trajectory else applied(held[0], event)
             new = _encode(task)
-            rows = await self.pool.run(lambda c: c.prepared(_KNOWN, (
-                pos, task.status.state.value, task.status.timestamp, new,
-                len(encoded) + len(new), ends, ends, task_id, held[1], token, token, task_id,
-                pos, kind, encoded, pos - limit, "off" if lazy else "on",
-                self.channel if lazy else "", self.channel, f"{pos} {task_id}")),
-                transaction=False)
-            if rows:
+            state, ts = task.status.state.value, task.status.timestamp
+            written = None
+            if ends:  # shared with concurrent ends (group_commit.py); None: alone
+                written = await self.ends.submit(End(task_id, pos, state, ts, new, encoded,
+                                                     kind, token, pos - limit))
+            if written is None:
+                args = known_args(task_id, pos, state, ts, new, encoded, kind, token,
+                                  pos - limit, ends, lazy, self.channel)
+                written = await self.pool.run(lambda c: known(c, args), transaction=False)
+            if written:
                 if ends:
                     self._ended_at(task_id, new)
                 self._notify_after(lazy, pos, task_id)
