@@ -14,12 +14,19 @@ against the default cap of 10,000; quick: 3 x 500 against a cap of 1,000). Repor
 sends per second and round 3 over round 1 (target >= 0.95). The rows "GC tuning off" are the same
 server started with ``--no-gc-tuning`` (the server's own ``gc.freeze()`` after start-up and
 higher thresholds left out), where the server supports the flag.
+
+**PostgreSQL** (rows "scoped-a2a postgres", hypercorn trio, when Debian's PostgreSQL binaries
+are installed: the tests' launcher ``tests/postgres/server.py``, a fresh database per part):
+the same two parts with ``--store postgresql://...``. The RSS figures say what the serving
+process keeps of tasks the database stores (the disk's bytes per event are scenario 19's);
+the rounds, the sends per second while retention sweeps the ended tasks past the cap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 from ..core import Bench, Metric, Scenario
@@ -32,6 +39,7 @@ CONCURRENCY = 64
 ROUNDS = 3
 MARK = b"TASK_STATE_COMPLETED"
 GC_OFF = ("--no-gc-tuning",)
+POSTGRES = "scoped-a2a postgres"
 
 
 class Stored(Scenario):
@@ -71,9 +79,40 @@ class Stored(Scenario):
         async with bench.servers([*systems, *gc_off]) as running:
             for system, proc in running.items():
                 await self.steady(bench, system, proc, per_round, control=system in gc_off)
+        await self.postgres(bench, tasks, cap, per_round)
+
+    async def postgres(self, bench: Bench, tasks: int, cap: int, per_round: int) -> None:
+        """Both parts again on hypercorn trio with the PostgreSQL store (module docstring)."""
+        from tests.postgres.server import bin_dir, new_server
+
+        if not bench.wants(System("scoped", "hypercorn-trio").label):  # as servers() filters
+            return
+        if bin_dir() is None:
+            bench.fail(f"{POSTGRES}: PostgreSQL is not installed (scripts/install-system-deps)")
+            return
+        server = await asyncio.to_thread(new_server)
+        key = str(bench.workdir / "pg-stored.key")
+        os.environ["SCOPED_A2A_POSTGRES_KEY_FILE"] = key
+        try:
+            url = await asyncio.to_thread(server.database)
+            held = System("scoped", "hypercorn-trio", ("--store", url))
+            async with bench.servers([held]) as running:
+                for system, proc in running.items():
+                    await self.memory(bench, system, proc, tasks, "pg", label=POSTGRES)
+            url = await asyncio.to_thread(server.database)
+            capped = System("scoped", "hypercorn-trio",
+                            ("--store", url, "--max-ended-tasks", str(cap)))
+            async with bench.servers([capped]) as running:
+                for system, proc in running.items():
+                    await self.steady(bench, system, proc, per_round, control=False,
+                                      name=POSTGRES)
+        finally:
+            os.environ.pop("SCOPED_A2A_POSTGRES_KEY_FILE", None)
+            await asyncio.to_thread(server.destroy)
 
     async def memory(self, bench: Bench, system: System, proc: ServerProcess, tasks: int,
-                     key: str) -> None:
+                     key: str, *, label: str | None = None) -> None:
+        """RSS per stored event of ``system`` (``label``: the row's name, else the system's)."""
         warm_ctx, ctx = f"{key}-warm", f"{key}-ctx"
         if not await _chatter(bench, proc, warm_ctx, 50):
             return
@@ -93,16 +132,23 @@ class Stored(Scenario):
             ("rss_before", before / (1 << 20), "MiB"), ("rss_added", added / (1 << 20), "MiB"),
             ("per_event", added / events, "B"), ("per_task", added / tasks / 1024, "KiB"),
         ):
-            bench.record(system, None, metric, value, unit)
-        bench.progress(f"{system.label:32} {tasks} tasks, {events} events: RSS "
+            if label is None:
+                bench.record(system, None, metric, value, unit)
+            else:
+                bench.record(label, system.server, metric, value, unit, role="subject")
+        bench.progress(f"{label or system.label:32} {tasks} tasks, {events} events: RSS "
                        f"{before / (1 << 20):.0f} MiB + {added / (1 << 20):.1f} MiB = "
                        f"{added / events:.0f} B per event, {added / tasks / 1024:.2f} KiB per task")
 
     async def steady(self, bench: Bench, system: System, proc: ServerProcess, per_round: int,
-                     *, control: bool) -> None:
+                     *, control: bool, name: str | None = None) -> None:
+        """Sends per second in rounds while the store fills (``name``: the row's, else the
+        system's label)."""
         label: System | str = system
         if control:
             label = "scoped-a2a, GC tuning off"
+        elif name is not None:
+            label = name
         template = RequestTemplate(proc.port, "SendMessage", "echo hello")
         conns = await connect_many(proc.port, CONCURRENCY)
         try:
@@ -117,7 +163,7 @@ class Stored(Scenario):
         finally:
             for c in conns:
                 c.close()
-        role = "control" if control else None
+        role = "control" if control else ("subject" if name is not None else None)
         for r, rate in enumerate(rates, 1):
             bench.record(label, system.server, f"rps_r{r}", rate, "req/s", role=role)
         bench.record(label, system.server, "steady", rates[-1] / rates[0], "ratio", role=role)
