@@ -11,12 +11,13 @@ cannot follow leaves the message as it was.
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import lru_cache
 
 import msgspec.inspect as mi
 
 _WRONG_ENUM = re.compile(r"^Invalid enum value .* - at `\$((?:\.[A-Za-z_][A-Za-z0-9_]*"
                          r"|\[\d+\])*)`$")
+_INDEX = re.compile(r"\[\d+\]")
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 _MOST = 12
 """Values listed at most (an enum longer than that is named by its first ones)."""
@@ -28,14 +29,16 @@ def with_enum_values(message: str, request_type: type) -> str:
     m = _WRONG_ENUM.match(message)
     if m is None:
         return message
-    values = _values_at(request_type, m.group(1))
+    # List indices come from the caller's body: one key for every index, so a caller cannot
+    # grow the cache with distinct paths (and the field's type does not depend on the index).
+    values = _values_at(request_type, _INDEX.sub("[0]", m.group(1)))
     if not values:
         return message
     shown = ", ".join(values[:_MOST]) + (", ..." if len(values) > _MOST else "")
     return f"{message}: one of {shown}"
 
 
-@cache
+@lru_cache(maxsize=256)  # bounded: field names come from the caller's body too
 def _values_at(request_type: type, path: str) -> tuple[str, ...]:
     node: mi.Type | None = mi.type_info(request_type)
     for name, _index in _STEP.findall(path):
