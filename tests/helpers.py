@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 import socket
 import subprocess
@@ -116,11 +118,28 @@ async def cutting_sends(url: str, n: int = 1, action: str = "cut") -> AsyncItera
             proxy.vanish()
 
 
+_PORTS_FROM, _PORTS_PER_WORKER = 10_000, 2_000
+"""free_port's ports: below Linux's ephemeral range (32768 up by default), a slice each."""
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on now (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on now (bound, then released), for a process the test
+    starts. Not the kernel's pick (``bind(0)``): between its release and the process's bind,
+    the kernel could hand the same port to another test worker's ``bind(0)`` or to an
+    outgoing connection, and the peer then failed with "address already in use" (seen with
+    three workers). So each pytest-xdist worker draws from a slice of its own, below the
+    ephemeral range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = _PORTS_FROM + (int(worker) if worker.isdigit() else 0) * _PORTS_PER_WORKER % 20_000
+    for _ in range(100):
+        port = random.randrange(first, first + _PORTS_PER_WORKER)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {first}-{first + _PORTS_PER_WORKER}")
 
 
 def listen_backlogs(port: int) -> list[int] | None:
